@@ -1,0 +1,1 @@
+# Generated from schema/ by `make gen` (datamodel-code-generator). Do not edit by hand.

@@ -1,0 +1,56 @@
+# Generated from schema/ by `make gen` (datamodel-code-generator). Do not edit by hand.
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+from msgspec import Meta, Struct, UNSET, UnsetType
+from . import jsonrpc_schema
+
+
+class RemoveParams(Struct):
+    workloadId: Annotated[
+        str,
+        Meta(
+            description="The workload's id (WorkloadInfo.id).",
+            max_length=256,
+            min_length=1,
+        ),
+    ]
+    """
+    The workload's id (WorkloadInfo.id).
+    """
+    originatedFrom: Annotated[
+        str,
+        Meta(
+            description="The node the workload entered the cluster on (WorkloadInfo.originatedFrom).",
+            max_length=256,
+            min_length=1,
+        ),
+    ]
+    """
+    The node the workload entered the cluster on (WorkloadInfo.originatedFrom).
+    """
+    runId: (
+        Annotated[
+            str,
+            Meta(
+                description="Optional: narrows the removal to one run (WorkloadInfo.runId).",
+                max_length=128,
+                min_length=1,
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Optional: narrows the removal to one run (WorkloadInfo.runId).
+    """
+
+
+class WorkloadsRemove(Struct, tag_field="method", tag="workloads:remove"):
+    """
+    Removal of a workload from the cluster view, in both directions: broker to manager (a local removal, broadcast to peers), peer to manager, and manager to broker (a remote removal). The manager keeps a tombstone so that a late event for the workload does not bring it back. With runId the tombstone covers exactly that run; without it, every run of (originatedFrom, workloadId) the manager has seen, or any run if it has seen none.
+    """
+
+    jsonrpc: Literal["2.0"]
+    params: RemoveParams
+    id: jsonrpc_schema.RequestId | UnsetType = UNSET
