@@ -1,0 +1,211 @@
+"""Protocol-neutral request handling shared by the HTTP/1.1 and HTTP/2 adapters (no IO).
+
+The adapters (``h1.py`` on h11, ``h2.py`` on h2) turn bytes from a :class:`ByteStream` into a
+:class:`Request`, ask the :class:`Handler` whether to go on (``head``), read the body up to
+``handler.max_body`` (answering :func:`too_large` when it is exceeded) and finally call
+``complete``. Everything protocol-neutral an adapter or an endpoint needs lives here.
+
+Adapter entry points (one per protocol, all with this shape)::
+
+    async def serve_h1(conn: ByteStream, handler: Handler, limits: Limits) -> None
+    async def serve_h2(conn: ByteStream, handler: Handler, limits: Limits) -> None
+
+Each returns when the connection is finished; it never closes ``conn`` itself (the server does),
+but it may stop reading, and it must not leak tasks. Response headers from the handler never
+contain ``content-length``; adapters add the framing headers themselves.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = [
+    "MIB",
+    "ByteStream",
+    "Handler",
+    "Limits",
+    "Request",
+    "Response",
+    "ShutdownRequested",
+    "bad_request",
+    "content_length_of",
+    "empty_response",
+    "error_response",
+    "get_header",
+    "json_response",
+    "path_of",
+    "request_timeout",
+    "too_large",
+]
+
+MIB = 1024 * 1024
+
+
+@dataclass(slots=True)
+class Request:
+    """Everything known about a request before its body is read."""
+
+    method: str  # "POST"
+    path: str  # "/v1/workloads/events" (query string already stripped)
+    headers: list[tuple[bytes, bytes]]  # names lowercased
+    peer_fingerprint: str | None  # sha256 hex of the client's leaf cert (DER)
+    protocol: str  # "h2" | "http/1.1"
+    content_length: int | None
+
+
+@dataclass(slots=True)
+class Response:
+    """A complete response. ``headers`` carries no content-length: the adapter adds framing."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes = b""
+
+
+class Handler(Protocol):
+    """Application logic, called by the adapters."""
+
+    max_body: int
+
+    def head(self, req: Request) -> Response | None:
+        """Decide BEFORE the body is read (403/404/405/413 by content-length/415/503).
+
+        ``None`` means: go on, read the body, then call :meth:`complete`.
+        """
+        ...
+
+    def complete(self, req: Request, body: bytes) -> Response:
+        """Answer a request whose full body (at most ``max_body`` bytes) has been read."""
+        ...
+
+
+class ShutdownRequested(Exception):
+    """Raised ONCE by :meth:`ByteStream.read` when the server starts a graceful shutdown.
+
+    The adapter then finishes what is in flight and stops (HTTP/1.1: answer the current request
+    with ``connection: close``, or return at once when idle; HTTP/2: send GOAWAY, finish open
+    streams, return). Later ``read()`` calls behave normally again, so an HTTP/2 adapter can
+    keep reading WINDOW_UPDATEs while it finishes. ``ByteStream.shutting_down`` stays true.
+    """
+
+
+class ByteStream(Protocol):
+    """One accepted, TLS-terminated connection as the adapters see it."""
+
+    @property
+    def peer_fingerprint(self) -> str | None:
+        """sha256 hex of the client's leaf certificate (DER), None if there is none."""
+        ...
+
+    @property
+    def alpn(self) -> str | None:
+        """The negotiated ALPN protocol ("h2", "http/1.1") or None."""
+        ...
+
+    @property
+    def shutting_down(self) -> bool:
+        """True once the server has begun a graceful shutdown."""
+        ...
+
+    async def read(self) -> bytes:
+        """Next chunk of decrypted bytes; b"" at EOF. May raise :class:`ShutdownRequested`."""
+        ...
+
+    def write(self, data: bytes) -> None:
+        """Queue bytes for sending (never blocks; call :meth:`drain` for backpressure)."""
+        ...
+
+    async def drain(self) -> None:
+        """Wait until the queued bytes are below the transport's high-water mark."""
+        ...
+
+    def close(self) -> None:
+        """Flush what was written (TLS close_notify included) and close. Idempotent."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Every bound of the inter-node server, in one place (seconds, bytes, counts)."""
+
+    handshake_timeout: float = 10.0  # TCP accept → TLS handshake done
+    header_timeout: float = 10.0  # first byte of a request → its complete header block
+    idle_timeout: float = 60.0  # keep-alive: response sent → first byte of the next request
+    body_timeout: float = 30.0  # headers done → complete body
+    write_timeout: float = 30.0  # one drain() waiting for a slow reader
+    max_connections: int = 1024  # open connections; more are closed right after accept
+    max_body: int = MIB  # request body bytes (the handler's max_body wins if smaller)
+    max_header_bytes: int = 16 * 1024  # h1 header block / h2 header list (uncompressed) size
+    shutdown_grace: float = 5.0  # graceful close: time for in-flight requests
+    # HTTP/2
+    h2_max_concurrent_streams: int = 100
+    h2_max_frame_size: int = 16 * 1024
+    h2_initial_window_size: int = 64 * 1024 - 1
+    h2_max_continuation_frames: int = 16  # per header block (CONTINUATION flood)
+    h2_rate_window: float = 1.0  # seconds of the flood budgets below
+    h2_max_resets_per_window: int = 200  # client RST_STREAMs (rapid reset, CVE-2023-44487)
+    h2_max_control_frames_per_window: int = 200  # SETTINGS + PING + empty frames (floods)
+
+
+def get_header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    """First value of header ``name`` (lowercase), or None."""
+    for key, value in headers:
+        if key == name:
+            return value
+    return None
+
+
+def content_length_of(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The declared content-length, None if absent. Raises ValueError if malformed."""
+    raw = get_header(headers, b"content-length")
+    if raw is None:
+        return None
+    text = raw.strip()
+    if not text.isdigit():
+        raise ValueError(f"bad content-length: {raw!r}")
+    return int(text)
+
+
+def path_of(target: str | bytes) -> str:
+    """The path part of a request target (query and fragment stripped)."""
+    text = target.decode("ascii", "replace") if isinstance(target, bytes) else target
+    for sep in ("?", "#"):
+        text = text.split(sep, 1)[0]
+    return text
+
+
+def json_response(
+    status: int, obj: object, headers: list[tuple[bytes, bytes]] | None = None
+) -> Response:
+    """A JSON response (compact, UTF-8) with ``content-type: application/json``."""
+    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    return Response(status, [(b"content-type", b"application/json"), *(headers or [])], body)
+
+
+def empty_response(status: int, headers: list[tuple[bytes, bytes]] | None = None) -> Response:
+    """A response without a body (202, 204, ...)."""
+    return Response(status, list(headers or []))
+
+
+def error_response(
+    status: int, reason: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> Response:
+    """A short JSON error: ``{"error": reason}``."""
+    return json_response(status, {"error": reason}, headers)
+
+
+def too_large(limit: int = MIB) -> Response:
+    """413: the body exceeds ``limit`` bytes (by content-length or while streaming)."""
+    return error_response(413, f"request body exceeds {limit} bytes")
+
+
+def bad_request(reason: str) -> Response:
+    """400 for malformed HTTP framing (not for JSON-RPC errors: the dispatcher does those)."""
+    return error_response(400, reason)
+
+
+def request_timeout() -> Response:
+    """408: the request (headers or body) did not arrive in time."""
+    return error_response(408, "request timed out")
