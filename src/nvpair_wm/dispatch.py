@@ -1,0 +1,239 @@
+"""Where a decoded frame meets the workload table, per channel (sans-IO).
+
+Two entry points, one per channel:
+
+* :meth:`Dispatcher.local` takes a line from the broker. Lifecycle events and removals are
+  recorded and returned as :class:`Outbound` items for the broadcaster; they are never echoed
+  back to the broker. ``nodes:update`` and ``manager:status`` are answered here.
+* :meth:`Dispatcher.peer` takes an HTTP body from a pinned peer. Accepted events are
+  deduplicated, translated and returned as ``workloads:upsert`` / ``workloads:remove`` lines for
+  the broker, with the HTTP status the body deserves.
+
+The IO layers own sockets, queues and time; this module owns what the frames mean.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+from nvpair_wm_schema.jsonrpc_schema import RequestId
+from nvpair_wm_schema.manager_status_schema import (
+    Counters,
+    ManagerStatus,
+    StatusResponse,
+    StatusResult,
+)
+from nvpair_wm_schema.node_record_schema import NodeRecord
+from nvpair_wm_schema.nodes_update_schema import NodesUpdate
+from nvpair_wm_schema.workloads_remove_schema import RemoveParams, WorkloadsRemove
+
+from nvpair_wm import codec
+from nvpair_wm.codec import METHOD_NOT_FOUND, RpcError
+from nvpair_wm.dedup import Outcome, Removal, WorkloadTable
+from nvpair_wm.events import LIFECYCLE_TYPES, LifecycleFrame, lifecycle_frame, translate, upsert
+
+log = logging.getLogger(__name__)
+
+PEER_METHODS: Final = frozenset(
+    {t.__struct_config__.tag for t in LIFECYCLE_TYPES} | {"workloads:remove"}
+)
+
+
+@dataclass(slots=True, frozen=True)
+class Outbound:
+    """A local event or removal to push to every peer.
+
+    ``key`` identifies the workload, so a broadcaster may replace a queued event by a newer one
+    for the same workload (coalescing); ``seq`` orders them (a removal sorts after every event).
+    """
+
+    key: tuple[str, str, str]
+    seq: float
+    body: bytes
+
+
+@dataclass(slots=True)
+class LocalResult:
+    replies: list[bytes] = field(default_factory=list)
+    outbound: list[Outbound] = field(default_factory=list)
+    nodes: list[NodeRecord] | None = None
+
+
+@dataclass(slots=True)
+class PeerResult:
+    status: int
+    body: bytes | None
+    to_broker: list[bytes]
+
+
+def removal_frame(removal: Removal) -> WorkloadsRemove:
+    params = RemoveParams(workloadId=removal.workload_id, originatedFrom=removal.origin)
+    if removal.run_id is not None:
+        params.runId = removal.run_id
+    return WorkloadsRemove(jsonrpc="2.0", params=params)
+
+
+def outbound_event(frame: LifecycleFrame) -> Outbound:
+    info = frame.params.workloadInfo
+    key = (info.originatedFrom, info.id, info.runId)
+    return Outbound(key, info.seq, codec.encode(frame))
+
+
+def outbound_removal(removal: Removal) -> Outbound:
+    key = (removal.origin, removal.workload_id, removal.run_id or "")
+    return Outbound(key, float("inf"), codec.encode(removal_frame(removal)))
+
+
+def _not_from_peers(frame: Any) -> RpcError:
+    method = str(frame.__struct_config__.tag)
+    rid = getattr(frame, "id", msgspec.UNSET)
+    reason = f"{method} is not accepted from peers"
+    if rid is msgspec.UNSET:
+        return RpcError(METHOD_NOT_FOUND, reason, None, False, None, method)
+    return RpcError(METHOD_NOT_FOUND, reason, rid, True, None, method)
+
+
+def new_counters() -> Counters:
+    return Counters(
+        framesIn=0,
+        framesOut=0,
+        invalid=0,
+        duplicates=0,
+        stale=0,
+        suppressed=0,
+        evicted=0,
+        workloads=0,
+        tombstones=0,
+        brokerQueue=0,
+    )
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        table: WorkloadTable,
+        status: Callable[[], StatusResult],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.table = table
+        self._status = status
+        self._clock = clock
+        self.counters = new_counters()
+
+    # -- local channel (broker → manager) ---------------------------------------------------
+
+    def local(self, payload: bytes) -> LocalResult:
+        decoded = codec.decode(payload)
+        result = LocalResult()
+        replies: list[Any] = []
+        now = self._clock()
+        for item in decoded.items:
+            self.counters.framesIn += 1
+            if isinstance(item, RpcError):
+                self._refused(item, "broker")
+                if item.respond:
+                    replies.append(item.response())
+                continue
+            if isinstance(item, LIFECYCLE_TYPES):
+                frame = lifecycle_frame(translate(item))
+                outcome = self.table.observe(frame.params.workloadInfo, now, keep=True)
+                if outcome == "applied":
+                    result.outbound.append(outbound_event(frame))
+                self._answer(item, outcome, replies)
+            elif isinstance(item, WorkloadsRemove):
+                p = item.params
+                run = p.runId if isinstance(p.runId, str) else None
+                outcome, removal = self.table.remove(
+                    p.originatedFrom, p.workloadId, run, now, local=True
+                )
+                if outcome == "applied":
+                    result.outbound.append(outbound_removal(removal))
+                self._answer(item, outcome, replies)
+            elif isinstance(item, NodesUpdate):
+                result.nodes = list(item.params.nodes)
+                self._answer(item, "applied", replies)
+            elif isinstance(item, ManagerStatus):
+                replies.append(StatusResponse(jsonrpc="2.0", id=item.id, result=self.status()))
+        if replies:
+            out = replies if decoded.batch else replies[0]
+            result.replies.append(codec.encode_line(out))
+        return result
+
+    def oversize(self, limit: int = codec.MAX_FRAME_BYTES) -> bytes:
+        """The reply to a line over the frame limit (its id is unknowable: null)."""
+        self.counters.framesIn += 1
+        err = codec.too_large(limit)
+        self._refused(err, "broker")
+        return codec.encode_line(err.response())
+
+    # -- inter-node channel (peer → manager) ------------------------------------------------
+
+    def peer(self, body: bytes) -> PeerResult:
+        decoded = codec.decode(body)
+        now = self._clock()
+        to_broker: list[bytes] = []
+        answers: list[Any] = []
+        bad = False
+        for index, decoded_item in enumerate(decoded.items):
+            self.counters.framesIn += 1
+            item = decoded_item
+            if not isinstance(item, RpcError) and item.__struct_config__.tag not in PEER_METHODS:
+                item = _not_from_peers(item)
+            if isinstance(item, RpcError):
+                self._refused(item, "peer")
+                bad = True
+                answers.append(item.response(index if decoded.batch else None))
+                continue
+            if isinstance(item, LIFECYCLE_TYPES):
+                info = translate(item)
+                outcome = self.table.observe(info, now)
+                if outcome == "applied":
+                    to_broker.append(codec.encode_line(upsert(info)))
+            else:
+                assert isinstance(item, WorkloadsRemove)
+                p = item.params
+                run = p.runId if isinstance(p.runId, str) else None
+                outcome, removal = self.table.remove(p.originatedFrom, p.workloadId, run, now)
+                if outcome == "applied":
+                    to_broker.append(codec.encode_line(removal_frame(removal)))
+            self._answer(item, outcome, answers)
+        if not answers:
+            return PeerResult(202, None, to_broker)
+        out = answers if decoded.batch else answers[0]
+        return PeerResult(400 if bad else 200, codec.encode(out), to_broker)
+
+    # -- shared -------------------------------------------------------------------------------
+
+    def status(self) -> StatusResult:
+        c = self.counters
+        t = self.table
+        c.duplicates, c.stale, c.suppressed, c.evicted = (
+            t.duplicates,
+            t.stale,
+            t.suppressed,
+            t.evicted,
+        )
+        c.workloads, c.tombstones = len(t), t.tombstones
+        return self._status()
+
+    def _answer(self, item: Any, outcome: Outcome, answers: list[Any]) -> None:
+        rid: RequestId | msgspec.UnsetType = getattr(item, "id", msgspec.UNSET)
+        if rid is not msgspec.UNSET:
+            answers.append(codec.event_response(rid, outcome))
+
+    def _refused(self, err: RpcError, channel: str) -> None:
+        self.counters.invalid += 1
+        if not err.respond:
+            log.warning(
+                "dropped invalid notification from %s (%s %s): %s%s",
+                channel,
+                err.code,
+                err.method or "?",
+                err.reason,
+                f" at {err.path}" if err.path else "",
+            )
