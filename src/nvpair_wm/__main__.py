@@ -1,0 +1,3 @@
+from nvpair_wm.cli import main
+
+main()

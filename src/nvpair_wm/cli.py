@@ -1,0 +1,75 @@
+"""Command line → :class:`~nvpair_wm.node.Config`; nothing else happens here."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from nvpair_wm import __version__, logs
+from nvpair_wm.node import Config, Node
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """A bad flag is one line on stderr and exit status 2 (no usage dump)."""
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port out of range 0-65535: {value}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="nvpair-wm",
+        description="Relays and deduplicates inference-workload lifecycle events between this "
+        "node's broker (stdio or --ipc) and the cluster's other nodes (mutual-TLS HTTP).",
+    )
+    p.add_argument(
+        "--port",
+        type=_port,
+        default=14320,
+        metavar="N",
+        help="inter-node port to listen on and advertise (default 14320; 0 picks a "
+        "free port, reported in the log and in manager:status)",
+    )
+    p.add_argument(
+        "--ipc",
+        metavar="PATH",
+        help="broker endpoint to dial: a Unix socket (or a Windows named pipe) instead of stdio",
+    )
+    p.add_argument(
+        "--cluster-dir",
+        type=Path,
+        metavar="PATH",
+        help="cluster config dir: node.crt, node.key and trusted/*.crt; without it "
+        "the node has no cluster identity and exchanges no inter-node traffic",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=list(logs.LEVELS),
+        default="info",
+        help="error, warn, info (default) or debug; logs go to stderr",
+    )
+    p.add_argument("--version", action="version", version=f"nvpair-wm {__version__}")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    logs.configure(args.log_level)
+    config = Config(port=args.port, ipc=args.ipc, cluster_dir=args.cluster_dir)
+    try:
+        code = asyncio.run(Node(config).run())
+    except KeyboardInterrupt:  # pragma: no cover - SIGINT is handled inside run()
+        code = 130
+    sys.exit(code)

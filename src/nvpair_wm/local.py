@@ -1,0 +1,233 @@
+"""The local channel to the broker: stdio (default) or ``--ipc PATH``.
+
+A thin shell around :class:`~nvpair_wm.dispatch.Dispatcher`: bytes in, lines framed by
+:class:`~nvpair_wm.codec.LineBuffer`, dispatched, replies and remote events out. stdout carries
+nothing but JSON-RPC frames; logs go to stderr.
+
+Everything written to the broker goes through one bounded :class:`BrokerQueue`. When the broker
+does not read, the queue fills: the local reader stops reading (backpressure on the broker), and
+the inter-node endpoint answers 503 (backpressure on peers). Nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import io
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Final, Protocol
+
+from nvpair_wm_schema.node_record_schema import NodeRecord
+
+from nvpair_wm import codec
+from nvpair_wm.dispatch import Dispatcher, Outbound
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK: Final = 64 * 1024
+DEFAULT_QUEUE_FRAMES: Final = 10_000
+
+
+class BrokerQueue:
+    """Frames waiting to be written to the broker, bounded in count.
+
+    ``put`` never refuses: the producers check :meth:`full` first (the endpoint answers 503, the
+    local reader waits), so the bound is exceeded by at most one HTTP body or one batch reply.
+    """
+
+    def __init__(self, limit: int = DEFAULT_QUEUE_FRAMES) -> None:
+        self.limit = limit
+        self._frames: collections.deque[bytes] = collections.deque()
+        self._ready = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self.written = 0
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def full(self) -> bool:
+        return len(self._frames) >= self.limit
+
+    def put(self, frames: list[bytes]) -> None:
+        if not frames:
+            return
+        self._frames.extend(frames)
+        self._ready.set()
+        if self.full():
+            self._room.clear()
+
+    async def wait_room(self) -> None:
+        await self._room.wait()
+
+    async def take(self) -> list[bytes]:
+        """Everything queued, waiting until there is something."""
+        while not self._frames:
+            self._ready.clear()
+            await self._ready.wait()
+        frames = list(self._frames)
+        self._frames.clear()
+        self._room.set()
+        return frames
+
+    def drain_nowait(self) -> list[bytes]:
+        frames = list(self._frames)
+        self._frames.clear()
+        self._room.set()
+        return frames
+
+
+class Writer(Protocol):
+    """The write half of the broker channel (an asyncio StreamWriter, or a plain file)."""
+
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+
+
+class FileWriter:
+    """stdout redirected to a regular file: asyncio cannot watch it, and it never blocks long."""
+
+    def __init__(self, file: io.RawIOBase) -> None:
+        self._file = file
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[self._file.write(view) or 0 :]
+
+    async def drain(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class BrokerChannel:
+    """One broker connection: reads frames, dispatches them, writes the queue out."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: Writer,
+        dispatcher: Dispatcher,
+        queue: BrokerQueue,
+        *,
+        on_outbound: Callable[[list[Outbound]], None],
+        on_nodes: Callable[[list[NodeRecord]], None],
+        max_frame: int = codec.MAX_FRAME_BYTES,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._dispatcher = dispatcher
+        self._queue = queue
+        self._on_outbound = on_outbound
+        self._on_nodes = on_nodes
+        self._lines = codec.LineBuffer(max_frame)
+
+    async def read_until_eof(self) -> None:
+        """Dispatch every frame the broker sends; returns at EOF (the broker closed)."""
+        while True:
+            await self._queue.wait_room()
+            chunk = await self._reader.read(READ_CHUNK)
+            items = self._lines.feed(chunk) if chunk else self._lines.end()
+            for item in items:
+                self._handle(item)
+            if not chunk:
+                return
+
+    def _handle(self, item: bytes | codec.TooLarge) -> None:
+        if isinstance(item, codec.TooLarge):
+            log.warning("broker frame over %d bytes: refused", self._lines.max_frame)
+            self._queue.put([self._dispatcher.oversize(self._lines.max_frame)])
+            return
+        result = self._dispatcher.local(item)
+        self._queue.put(result.replies)
+        if result.outbound:
+            self._on_outbound(result.outbound)
+        if result.nodes is not None:
+            self._on_nodes(result.nodes)
+
+    async def write_forever(self) -> None:
+        """Write queued frames to the broker in order, one syscall per burst."""
+        while True:
+            frames = await self._queue.take()
+            await self._write(frames)
+
+    async def flush(self) -> None:
+        """Write whatever is still queued (used at shutdown)."""
+        frames = self._queue.drain_nowait()
+        if frames:
+            await self._write(frames)
+
+    async def _write(self, frames: list[bytes]) -> None:
+        self._writer.write(b"".join(frames))
+        self._dispatcher.counters.framesOut += len(frames)
+        await self._writer.drain()
+
+
+async def open_stdio() -> tuple[asyncio.StreamReader, Writer]:
+    """asyncio streams over fds 0 and 1 (pipes, sockets, TTYs or regular files)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2**31 - 1)
+    rproto = asyncio.StreamReaderProtocol(reader)
+    stdin = os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=0)
+    try:
+        await loop.connect_read_pipe(lambda: rproto, stdin)
+    except ValueError:
+        # A regular file: asyncio cannot watch it; a thread feeds the reader instead.
+        _feed_from_thread(loop, reader, stdin)
+    out_fd = os.dup(sys.stdout.fileno())
+    # Nothing else may write to stdout: it is the protocol.
+    sys.stdout = sys.stderr
+    stdout = io.FileIO(out_fd, "wb")
+    try:
+        wtransport, wproto = await loop.connect_write_pipe(
+            lambda: asyncio.streams.FlowControlMixin(loop), stdout
+        )
+    except ValueError:
+        return reader, FileWriter(stdout)
+    return reader, asyncio.StreamWriter(wtransport, wproto, reader, loop)
+
+
+def _feed_from_thread(
+    loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader, stream: object
+) -> None:
+    def pump() -> None:
+        read = stream.read  # type: ignore[attr-defined]
+        while True:
+            data = read(READ_CHUNK)
+            if not data:
+                loop.call_soon_threadsafe(reader.feed_eof)
+                return
+            loop.call_soon_threadsafe(reader.feed_data, data)
+
+    threading.Thread(target=pump, name="stdin-reader", daemon=True).start()
+
+
+async def open_ipc(path: str) -> tuple[asyncio.StreamReader, Writer]:
+    """Dial the broker's endpoint: a Unix socket, or a named pipe (``\\\\.\\pipe\\...``) on
+    Windows."""
+    if sys.platform == "win32":  # pragma: no cover - no Windows here; see README
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=2**31 - 1)
+        proto = asyncio.StreamReaderProtocol(reader)
+        transport, _ = await loop.create_pipe_connection(lambda: proto, path)  # type: ignore[attr-defined]
+        return reader, asyncio.StreamWriter(transport, proto, reader, loop)
+    return await asyncio.open_unix_connection(path, limit=2**31 - 1)
+
+
+async def close_writer(writer: Writer) -> None:
+    with contextlib.suppress(OSError, RuntimeError):
+        if isinstance(writer, FileWriter):
+            writer.close()
+            return
+        assert isinstance(writer, asyncio.StreamWriter)
+        if writer.can_write_eof():
+            writer.write_eof()
+        writer.close()
+        await writer.wait_closed()

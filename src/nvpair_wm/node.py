@@ -1,0 +1,133 @@
+"""One nvpair-wm node: the IO shells wired around the sans-IO core, and its lifecycle.
+
+Start: bind the inter-node port (always, identity or not), open the broker channel, write
+``ready``. Run until the broker closes the channel (EOF) or SIGTERM/SIGINT. Stop: stop
+accepting, let in-flight requests finish (HTTP/2 GOAWAY), flush what is queued toward the broker
+and the peers within a grace period, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nvpair_wm_schema.manager_status_schema import PeerStatus, StatusResult
+from nvpair_wm_schema.node_record_schema import NodeRecord
+from nvpair_wm_schema.ready_schema import Ready, ReadyParams
+
+from nvpair_wm import __version__, codec
+from nvpair_wm.dedup import TableLimits, WorkloadTable
+from nvpair_wm.dispatch import Dispatcher, Outbound
+from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, open_ipc, open_stdio
+
+log = logging.getLogger(__name__)
+
+EXPIRE_EVERY = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    port: int = 14320
+    ipc: str | None = None
+    cluster_dir: Path | None = None
+    host: str | None = None  # None: every interface, IPv4 and IPv6
+    max_frame: int = codec.MAX_FRAME_BYTES
+    broker_queue: int = 10_000
+    shutdown_grace: float = 5.0
+    table: TableLimits = field(default_factory=TableLimits)
+
+
+class Node:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.table = WorkloadTable(config.table)
+        self.queue = BrokerQueue(config.broker_queue)
+        self.dispatcher = Dispatcher(self.table, self._status)
+        self._stop = asyncio.Event()
+
+    # The inter-node parts plug in here (see server.py / broadcaster.py).
+    def _peers(self) -> list[PeerStatus]:
+        return []
+
+    def _bound_port(self) -> int | None:
+        return None
+
+    def _identity(self) -> tuple[bool, str | None]:
+        return False, None
+
+    def publish(self, outbound: list[Outbound]) -> None:
+        """Local events for the peers; until a broadcaster is attached they go nowhere."""
+
+    def update_nodes(self, nodes: list[NodeRecord]) -> None:
+        log.info("nodes:update with %d records", len(nodes))
+
+    def _status(self) -> StatusResult:
+        has_identity, fingerprint = self._identity()
+        counters = self.dispatcher.counters
+        counters.brokerQueue = len(self.queue)
+        return StatusResult(
+            version=__version__,
+            hasIdentity=has_identity,
+            fingerprint=fingerprint,
+            port=self._bound_port(),
+            peers=self._peers(),
+            counters=counters,
+        )
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+        reader, writer = await (open_ipc(self.config.ipc) if self.config.ipc else open_stdio())
+        channel = BrokerChannel(
+            reader,
+            writer,
+            self.dispatcher,
+            self.queue,
+            on_outbound=self.publish,
+            on_nodes=self.update_nodes,
+            max_frame=self.config.max_frame,
+        )
+        await self.start()
+        self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=ReadyParams(__version__)))])
+        tasks = [
+            asyncio.create_task(channel.write_forever(), name="broker-writer"),
+            asyncio.create_task(self._expire_forever(), name="expiry"),
+        ]
+        reading = asyncio.create_task(channel.read_until_eof(), name="broker-reader")
+        stopping = asyncio.create_task(self._stop.wait(), name="stop")
+        done, _ = await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if reading in done:
+            log.info("broker closed the channel; shutting down")
+            if exc := reading.exception():
+                log.error("broker channel failed: %r", exc)
+        await self.stop(self.config.shutdown_grace)
+        for task in (*tasks, reading, stopping):
+            task.cancel()
+        await asyncio.gather(*tasks, reading, stopping, return_exceptions=True)
+        with contextlib.suppress(OSError, RuntimeError):
+            await asyncio.wait_for(channel.flush(), self.config.shutdown_grace)
+        await close_writer(writer)
+        log.info("stopped")
+        return 0
+
+    async def start(self) -> None:
+        """Start the inter-node parts (server, broadcaster)."""
+
+    async def stop(self, grace: float) -> None:
+        """Stop the inter-node parts, letting in-flight work finish within ``grace``."""
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        log.info("%s received; shutting down", sig.name)
+        self._stop.set()
+
+    async def _expire_forever(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRE_EVERY)
+            self.table.expire(time.monotonic())
