@@ -84,7 +84,12 @@ class Node:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._on_signal, sig)
-        reader, writer = await (open_ipc(self.config.ipc) if self.config.ipc else open_stdio())
+        try:
+            reader, writer = await (open_ipc(self.config.ipc) if self.config.ipc else open_stdio())
+        except OSError as exc:
+            where = f"--ipc {self.config.ipc}" if self.config.ipc else "stdio"
+            log.error("cannot open the broker channel (%s): %s", where, exc.strerror or exc)
+            return 1
         channel = BrokerChannel(
             reader,
             writer,

@@ -1,0 +1,124 @@
+"""A real ``nvpair-wm`` subprocess driven as its broker would drive it (stdio).
+
+Reader threads turn stdout lines into parsed frames on a queue, so tests wait for events with a
+timeout instead of sleeping. Absence is asserted by ordering: send a request after the frame
+that must get no answer, and check the next frame out is that request's response.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+WAIT = 10.0
+
+
+class WmProcess:
+    def __init__(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
+        self.args = [sys.executable, "-m", "nvpair_wm", *args]
+        self.proc = subprocess.Popen(
+            self.args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+        )
+        self.raw_lines: queue.Queue[bytes] = queue.Queue()
+        self.stderr_lines: queue.Queue[str] = queue.Queue()
+        self.stderr_log: list[str] = []
+        self.stdout_log: list[bytes] = []
+        threading.Thread(target=self._pump_stdout, daemon=True).start()
+        threading.Thread(target=self._pump_stderr, daemon=True).start()
+        self._next_id = 1000
+
+    def _pump_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.stdout_log.append(line)
+            self.raw_lines.put(line)
+
+    def _pump_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            line = raw.decode(errors="replace").rstrip("\n")
+            self.stderr_log.append(line)
+            self.stderr_lines.put(line)
+
+    def send(self, data: bytes | str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data.encode() if isinstance(data, str) else data)
+        self.proc.stdin.flush()
+
+    def send_frame(self, frame: Any) -> None:
+        self.send(json.dumps(frame).encode() + b"\n")
+
+    def recv(self, timeout: float = WAIT) -> Any:
+        try:
+            line = self.raw_lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(
+                f"no frame within {timeout}s; stderr:\n" + "\n".join(self.stderr_log[-20:])
+            ) from None
+        return json.loads(line)
+
+    def request(self, method: str, params: Any = None) -> Any:
+        """Send a request and return the next frame (which must be its response)."""
+        self._next_id += 1
+        frame: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": self._next_id}
+        if params is not None:
+            frame["params"] = params
+        self.send_frame(frame)
+        reply = self.recv()
+        assert reply.get("id") == self._next_id, f"expected the response to {frame}, got {reply}"
+        return reply
+
+    def status(self) -> Any:
+        return self.request("manager:status")["result"]
+
+    def wait_stderr(self, needle: str, timeout: float = WAIT) -> str:
+        for line in self.stderr_log:
+            if needle in line:
+                return line
+        deadline = timeout
+        while True:
+            try:
+                line = self.stderr_lines.get(timeout=deadline)
+            except queue.Empty:
+                raise AssertionError(
+                    f"{needle!r} not logged within {timeout}s:\n" + "\n".join(self.stderr_log)
+                ) from None
+            if needle in line:
+                return line
+
+    def close_stdin(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+
+    def wait(self, timeout: float = WAIT) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def terminate(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=WAIT)
+
+    def __enter__(self) -> WmProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
