@@ -109,9 +109,11 @@ class Node:
         stopping = asyncio.create_task(self._stop.wait(), name="stop")
         done, _ = await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if reading in done:
-            log.info("broker closed the channel; shutting down")
-            if exc := reading.exception():
-                log.error("broker channel failed: %r", exc)
+            failure = reading.exception()
+            if failure is not None:
+                log.error("broker channel failed: %r; shutting down", failure)
+            else:
+                log.info("broker closed the channel; shutting down")
         await self.stop(self.config.shutdown_grace)
         for task in (*tasks, reading, stopping):
             task.cancel()
