@@ -139,6 +139,7 @@ class Limits:
     max_body: int = MIB  # request body bytes (the handler's max_body wins if smaller)
     max_header_bytes: int = 16 * 1024  # h1 header block / h2 header list (uncompressed) size
     shutdown_grace: float = 5.0  # graceful close: time for in-flight requests
+    linger_timeout: float = 2.0  # after our close_notify+FIN: drain the peer's leftovers
     # HTTP/2
     h2_max_concurrent_streams: int = 100
     h2_max_frame_size: int = 16 * 1024

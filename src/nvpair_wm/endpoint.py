@@ -1,0 +1,149 @@
+"""``POST /v1/workloads/events``: the inter-node endpoint, protocol-neutral (no IO).
+
+Order of the checks, all before the body is read (``head``):
+
+1. **403** the caller's certificate is not pinned (re-read per request, so removing a member
+   from ``trusted/`` refuses its very next request, also on an open connection). This comes
+   first so an unpinned caller learns nothing about paths or methods.
+2. **404** any other path; **405** any other method (with ``Allow: POST``).
+3. **415** a Content-Type other than ``application/json`` (parameters are fine, a charset must be
+   UTF-8).
+4. **413** a declared Content-Length over 1 MiB (the adapters also stop a streamed body there).
+5. **503** with ``Retry-After: 1`` when the queue toward the broker is full (backpressure).
+
+Then ``complete`` hands the body to the dispatcher, which answers 202 / 200 / 400 and gives the
+frames for the broker, which go into the :class:`BrokerSink` in arrival order.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from nvpair_wm.http.core import (
+    MIB,
+    Request,
+    Response,
+    empty_response,
+    error_response,
+    get_header,
+    too_large,
+)
+
+__all__ = [
+    "EVENTS_PATH",
+    "BrokerSink",
+    "EventsEndpoint",
+    "PeerDispatcher",
+    "PeerResultLike",
+    "PinCheck",
+    "is_json_content_type",
+]
+
+log = logging.getLogger(__name__)
+
+EVENTS_PATH = "/v1/workloads/events"
+
+
+class BrokerSink(Protocol):
+    """The queue toward the broker (local channel)."""
+
+    def full(self) -> bool:
+        """True when no more frames should be accepted (answer 503)."""
+        ...
+
+    def put(self, frames: list[bytes]) -> None:
+        """Enqueue NDJSON lines for the broker, in order. Must not drop them."""
+        ...
+
+
+class PeerResultLike(Protocol):
+    """``nvpair_wm.dispatch.PeerResult``."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def body(self) -> bytes | None: ...
+    @property
+    def to_broker(self) -> list[bytes]: ...
+
+
+class PeerDispatcher(Protocol):
+    """``nvpair_wm.dispatch.Dispatcher`` as the endpoint uses it."""
+
+    def peer(self, body: bytes) -> PeerResultLike: ...
+
+
+class PinCheck(Protocol):
+    """``nvpair_wm.pins.PinSet``."""
+
+    def is_pinned(self, fingerprint: str) -> bool: ...
+
+
+def is_json_content_type(value: bytes | None) -> bool:
+    """``application/json`` with optional parameters; a charset, if any, must be UTF-8."""
+    if value is None:
+        return False
+    media, *params = value.decode("latin-1").split(";")
+    if media.strip().lower() != "application/json":
+        return False
+    for param in params:
+        name, _, val = param.partition("=")
+        if name.strip().lower() == "charset" and val.strip().strip('"').lower() not in (
+            "utf-8",
+            "utf8",
+        ):
+            return False
+    return True
+
+
+class EventsEndpoint:
+    """The :class:`nvpair_wm.http.core.Handler` of the inter-node server."""
+
+    def __init__(
+        self,
+        dispatcher: PeerDispatcher,
+        pins: PinCheck,
+        sink: BrokerSink,
+        *,
+        max_body: int = MIB,
+        path: str = EVENTS_PATH,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.pins = pins
+        self.sink = sink
+        self.max_body = max_body
+        self.path = path
+
+    def head(self, req: Request) -> Response | None:
+        fp = req.peer_fingerprint
+        if fp is None or not self.pins.is_pinned(fp):
+            log.info("refused unpinned caller %s (%s %s)", fp, req.method, req.path)
+            return error_response(403, "client certificate is not pinned by this cluster")
+        if req.path != self.path:
+            return error_response(404, "not found")
+        if req.method != "POST":
+            return error_response(405, "method not allowed", [(b"allow", b"POST")])
+        if not is_json_content_type(get_header(req.headers, b"content-type")):
+            return error_response(415, "content-type must be application/json")
+        if req.content_length is not None and req.content_length > self.max_body:
+            return too_large(self.max_body)
+        if self.sink.full():
+            return self._busy()
+        return None
+
+    def complete(self, req: Request, body: bytes) -> Response:
+        if len(body) > self.max_body:  # adapters stop earlier; this is a safety net
+            return too_large(self.max_body)
+        if self.sink.full():  # it may have filled up while the body was on its way
+            return self._busy()
+        result = self.dispatcher.peer(body)
+        if result.to_broker:
+            self.sink.put(result.to_broker)
+        if result.body is None:
+            return empty_response(result.status)
+        return Response(result.status, [(b"content-type", b"application/json")], result.body)
+
+    @staticmethod
+    def _busy() -> Response:
+        return error_response(503, "queue toward the broker is full", [(b"retry-after", b"1")])
