@@ -197,17 +197,19 @@ def validate(data: bytes, typ: type[T]) -> T:
     """
     try:
         return msgspec.json.decode(data, type=typ)
-    except msgspec.DecodeError as exc:
-        first = exc
+    except msgspec.DecodeError:
+        pass
     try:
         generic = _any_decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise InvalidFrame(f"malformed JSON: {exc}") from exc
     try:
         return msgspec.convert(_integral_floats_to_int(generic), typ)
-    except msgspec.ValidationError:
-        reason, path = _split_validation_error(str(first))
-        raise InvalidFrame(reason, path) from first
+    except msgspec.ValidationError as exc:
+        # Report this error, not the strict pass's: that one may blame an integral float
+        # (1.0) that the schema accepts, and hide the real fault.
+        reason, path = _split_validation_error(str(exc))
+        raise InvalidFrame(reason, path) from exc
 
 
 def _is_request_id(value: object) -> bool:
