@@ -11,7 +11,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PY) -m pip install --quiet -e '.[dev,bench]' 2>&1 | { grep -vE "^WARNING: Location 'file:" || true; }
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -21,9 +21,11 @@ gen: venv
 check-gen: venv
 	$(PY) scripts/gen_types.py --check
 
+LINTED := $(wildcard src tests bench scripts)
+
 lint: venv
-	$(VENV)/bin/ruff check src tests bench scripts
-	$(VENV)/bin/ruff format --check src tests bench scripts
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
 
 typecheck: venv
 	$(VENV)/bin/mypy src
