@@ -1,4 +1,6 @@
 # One entry point for everything: `make run` sets up and runs the service, `make test` runs the suite.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
