@@ -143,10 +143,15 @@ class WorkloadTable:
     ) -> tuple[Outcome, Removal]:
         """Remove a workload and leave a tombstone. A repeated removal is a duplicate."""
         okey = (origin, workload_id)
-        run = run_id if run_id is not None else self._runs.get(okey)
-        removal = Removal(origin, workload_id, run)
         tomb = self._tombs.get(okey)
-        if tomb is not None and tomb.run_id == run:
+        run = run_id if run_id is not None else self._runs.get(okey)
+        if run is None and tomb is not None:
+            # No run given and none seen since the tombstone: this removal is the one it records.
+            run = tomb.run_id
+        removal = Removal(origin, workload_id, run)
+        # Already covered (the same run, or a tombstone for every run): a repeat, which must
+        # neither be forwarded again nor narrow or widen the tombstone.
+        if tomb is not None and (tomb.run_id is None or tomb.run_id == run):
             self.duplicates += 1
             return "duplicate", removal
         if run is not None:
