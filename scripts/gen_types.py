@@ -22,19 +22,25 @@ TARGET = ROOT / "generated" / PACKAGE
 HEADER = "# Generated from schema/ by `make gen` (datamodel-code-generator). Do not edit by hand."
 
 ARGS = [
-    "--input-file-type", "jsonschema",
-    "--output-model-type", "msgspec.Struct",
-    "--target-python-version", "3.11",
+    "--input-file-type",
+    "jsonschema",
+    "--output-model-type",
+    "msgspec.Struct",
+    "--target-python-version",
+    "3.11",
     "--use-annotated",
     "--field-constraints",
     "--use-standard-collections",
     "--use-union-operator",
     "--use-schema-description",
     "--use-field-description",
-    "--enum-field-as-literal", "all",
+    "--enum-field-as-literal",
+    "all",
     "--disable-timestamp",
-    "--formatters", "ruff-format",
-    "--custom-file-header", HEADER,
+    "--formatters",
+    "ruff-format",
+    "--custom-file-header",
+    HEADER,
 ]
 
 
@@ -47,7 +53,10 @@ def generate(out: Path) -> None:
         exe = Path(sys.executable).with_name("datamodel-codegen")
         proc = subprocess.run(
             [str(exe), "--input", str(staged), "--output", str(out), *ARGS],
-            capture_output=True, text=True, cwd=tmp, check=False,
+            capture_output=True,
+            text=True,
+            cwd=tmp,
+            check=False,
         )
         noise = (proc.stdout + proc.stderr).strip()
         if proc.returncode != 0 or noise:
