@@ -132,12 +132,12 @@ class Dispatcher:
         result = LocalResult()
         replies: list[Any] = []
         now = self._clock()
-        for item in decoded.items:
+        for index, item in enumerate(decoded.items):
             self.counters.framesIn += 1
             if isinstance(item, RpcError):
                 self._refused(item, "broker")
                 if item.respond:
-                    replies.append(item.response())
+                    replies.append(item.response(index if decoded.batch else None))
                 continue
             if isinstance(item, LIFECYCLE_TYPES):
                 frame = lifecycle_frame(translate(item))
