@@ -450,11 +450,6 @@ class TestDecodeErrors:
         assert (err.code, err.respond) == (INVALID_REQUEST, False)
         assert "needs an id" in err.reason
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="BUG (reported): a frame without the params its method requires is classed "
-        "-32600 with no data.path, rather than -32602 at $.params",
-    )
     def test_missing_params_is_invalid_params(self) -> None:
         err = error(dumps(frame("workload:started", id=1)))
         assert (err.code, err.path) == (INVALID_PARAMS, "$.params")

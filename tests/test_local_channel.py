@@ -252,3 +252,16 @@ def test_ipc_path_that_nobody_listens_on_fails_clearly(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "missing.sock" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_response_from_the_broker_is_logged_not_answered(wm: WmProcess) -> None:
+    wm.send_frame({"jsonrpc": "2.0", "id": 1, "error": {"code": -32600, "message": "x"}})
+    wm.wait_stderr("unexpected JSON-RPC response")
+    # No error went back (that could ping-pong): the next frame out is the status response.
+    assert wm.status()["counters"]["invalid"] == 1
+
+
+def test_missing_params_is_invalid_params(wm: WmProcess) -> None:
+    wm.send_frame({"jsonrpc": "2.0", "method": "workload:started", "id": 4})
+    rid, code, data = error_of(wm.recv())
+    assert (rid, code, data["path"]) == (4, -32602, "$.params")

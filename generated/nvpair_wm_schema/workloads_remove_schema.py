@@ -48,7 +48,7 @@ class RemoveParams(Struct):
 
 class WorkloadsRemove(Struct, tag_field="method", tag="workloads:remove"):
     """
-    Removal of a workload from the cluster view, in both directions: broker to manager (a local removal, broadcast to peers), peer to manager, and manager to broker (a remote removal). The manager keeps a tombstone so that a late event for the workload does not bring it back. With runId the tombstone covers exactly that run; without it, every run of (originatedFrom, workloadId) the manager has seen, or any run if it has seen none.
+    Removal of a workload from the cluster view, in both directions: broker to manager (a local removal, broadcast to peers), peer to manager, and manager to broker (a remote removal). The manager keeps a tombstone on (originatedFrom, workloadId) so that a late event or a retry does not bring the workload back. With runId the tombstone covers exactly that run. Without it, it covers the newest run of (originatedFrom, workloadId) this manager has seen, or, if it has seen none, every run until the tombstone expires: since ids restart at 1 when a proxy restarts, senders should include runId whenever they know it. Managers include runId when they forward a removal whose run they know; receivers must accept it.
     """
 
     jsonrpc: Literal["2.0"]

@@ -231,6 +231,9 @@ def _classify(obj: Any) -> Item:
         return RpcError(INVALID_REQUEST, "id must be a string, an integer or null")
     method = obj.get("method")
     respond = has_id
+    if "method" not in obj and ("result" in obj or "error" in obj):
+        # A response sent to us: answering it with an error could ping-pong forever.
+        return RpcError(INVALID_REQUEST, "unexpected JSON-RPC response; ignored", rid, False)
     if obj.get("jsonrpc") != "2.0":
         return RpcError(INVALID_REQUEST, 'jsonrpc must be "2.0"', rid, respond)
     if not isinstance(method, str):
@@ -240,6 +243,8 @@ def _classify(obj: Any) -> Item:
     if "params" in obj and not isinstance(obj["params"], dict):
         reason = "params must be an object (by-name)"
         return RpcError(INVALID_PARAMS, reason, rid, respond, "$.params", method)
+    if "params" not in obj and method != "manager:status":
+        return RpcError(INVALID_PARAMS, "params are required", rid, respond, "$.params", method)
     try:
         frame: InboundFrame = msgspec.convert(obj, InboundFrame)
     except msgspec.ValidationError as exc:
@@ -266,7 +271,9 @@ def _decode_one(raw: bytes) -> Item:
 
 def decode(payload: bytes) -> Decoded:
     """Decode one payload: a single frame or a batch (a JSON array of frames)."""
-    head = payload.lstrip()[:1]
+    head = payload[:1]
+    if head.isspace():
+        head = payload.lstrip()[:1]
     if head != b"[":
         return Decoded([_decode_one(payload)], batch=False)
     try:

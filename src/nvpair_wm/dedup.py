@@ -135,7 +135,7 @@ class WorkloadTable:
             if keep:
                 entry.info = info
         (self._done if info.state in TERMINAL else self._live)[key] = entry
-        self._enforce_cap()
+        self._enforce_cap(key)
         return APPLIED
 
     def remove(
@@ -194,9 +194,13 @@ class WorkloadTable:
         removals = [Removal(o, w, t.run_id) for (o, w), t in self._tombs.items() if t.local]
         return infos, removals
 
-    def _enforce_cap(self) -> None:
+    def _enforce_cap(self, just_recorded: _Key) -> None:
+        """Evict least recently updated entries, terminal first, never the one just recorded
+        (forgetting it at once would let its duplicates through)."""
         while len(self._live) + len(self._done) > self.limits.max_workloads:
-            table = self._done or self._live
+            table = self._done
+            if not table or (len(table) == 1 and just_recorded in table):
+                table = self._live
             key, entry = table.popitem(last=False)
             self._unindex(key, entry)
             self.evicted += 1

@@ -230,7 +230,8 @@ class Dispatcher:
         self.counters.invalid += 1
         if not err.respond:
             log.warning(
-                "dropped invalid notification from %s (%s %s): %s%s",
+                "%s invalid notification from %s (%s %s): %s%s",
+                "dropped" if channel == "broker" else "refused",
                 channel,
                 err.code,
                 err.method or "?",
