@@ -23,7 +23,11 @@ from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 from nvpair_wm import __version__, codec
 from nvpair_wm.dedup import TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
+from nvpair_wm.endpoint import EventsEndpoint
+from nvpair_wm.http.core import Limits
+from nvpair_wm.http.server import InterNodeServer
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, open_ipc, open_stdio
+from nvpair_wm.pins import Identity, NodeIdentity, PinSet
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,22 @@ class Config:
     broker_queue: int = 10_000
     shutdown_grace: float = 5.0
     table: TableLimits = field(default_factory=TableLimits)
+    http: Limits = field(default_factory=Limits)
+
+
+class _NoIdentity:
+    """Without --cluster-dir there is no identity: every handshake fails, nothing is sent."""
+
+    def current(self) -> NodeIdentity | None:
+        return None
+
+
+class _NoPins:
+    def current(self) -> frozenset[str]:
+        return frozenset()
+
+    def is_pinned(self, fingerprint: str) -> bool:
+        return False
 
 
 class Node:
@@ -48,17 +68,25 @@ class Node:
         self.table = WorkloadTable(config.table)
         self.queue = BrokerQueue(config.broker_queue)
         self.dispatcher = Dispatcher(self.table, self._status)
+        cluster = config.cluster_dir
+        self.identity: Identity | _NoIdentity = Identity(cluster) if cluster else _NoIdentity()
+        self.pins: PinSet | _NoPins = PinSet(cluster / "trusted") if cluster else _NoPins()
+        endpoint = EventsEndpoint(self.dispatcher, self.pins, self.queue, max_body=config.max_frame)
+        hosts = [config.host] if config.host else None
+        self.server = InterNodeServer(
+            endpoint, self.identity, port=config.port, hosts=hosts, limits=config.http
+        )
         self._stop = asyncio.Event()
 
-    # The inter-node parts plug in here (see server.py / broadcaster.py).
     def _peers(self) -> list[PeerStatus]:
         return []
 
     def _bound_port(self) -> int | None:
-        return None
+        return self.server.port or None
 
     def _identity(self) -> tuple[bool, str | None]:
-        return False, None
+        ident = self.identity.current()
+        return (True, ident.fingerprint) if ident else (False, None)
 
     def publish(self, outbound: list[Outbound]) -> None:
         """Local events for the peers; until a broadcaster is attached they go nowhere."""
@@ -99,7 +127,12 @@ class Node:
             on_nodes=self.update_nodes,
             max_frame=self.config.max_frame,
         )
-        await self.start()
+        try:
+            await self.start()
+        except OSError as exc:
+            log.error("cannot listen on port %d: %s", self.config.port, exc.strerror or exc)
+            await close_writer(writer)
+            return 1
         self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=ReadyParams(__version__)))])
         tasks = [
             asyncio.create_task(channel.write_forever(), name="broker-writer"),
@@ -125,10 +158,12 @@ class Node:
         return 0
 
     async def start(self) -> None:
-        """Start the inter-node parts (server, broadcaster)."""
+        """Start the inter-node parts: the port is bound whether or not there is an identity."""
+        await self.server.start()
 
     async def stop(self, grace: float) -> None:
         """Stop the inter-node parts, letting in-flight work finish within ``grace``."""
+        await self.server.close(grace)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("%s received; shutting down", sig.name)
