@@ -335,9 +335,9 @@ class TLSConnection:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def _wait_for_data(self) -> None:
-        """Wait until ciphertext, EOF or a shutdown request arrives."""
-        if self._incoming or self._eof or self._shutdown_unraised:
+    async def _wait_for_data(self, *, wake_on_shutdown: bool = True) -> None:
+        """Wait until ciphertext, EOF or (if ``wake_on_shutdown``) a shutdown request arrives."""
+        if self._incoming or self._eof or (wake_on_shutdown and self._shutdown_unraised):
             return
         waiter = asyncio.get_running_loop().create_future()
         self._waiter = waiter
@@ -524,7 +524,7 @@ class TLSConnection:
         except OSError:  # the peer is already gone
             self.abort()
             return
-        self._shutdown_unraised = False
+        self._shutting_down = True  # nothing left to finish: request_shutdown() is moot now
         try:
             async with asyncio.timeout(linger):
                 while not self._eof:
@@ -532,7 +532,7 @@ class TLSConnection:
                     if self._reading_paused:
                         self._reading_paused = False
                         transport.resume_reading()
-                    await self._wait_for_data()
+                    await self._wait_for_data(wake_on_shutdown=False)
         except TimeoutError:
             pass
         self._closed = True

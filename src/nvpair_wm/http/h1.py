@@ -137,6 +137,12 @@ class _H1Connection:
             await self._send_error(request_timeout())
             return None
         if isinstance(event, h11.Request):
+            # h11's max_incomplete_event_size only bounds a head still in the buffer; one that
+            # arrived in a single read is complete, so the limit is enforced here as well.
+            size = len(event.method) + len(event.target) + 12
+            size += sum(len(k) + len(v) + 4 for k, v in event.headers)
+            if size > self.limits.max_header_bytes:
+                raise h11.RemoteProtocolError("request header block too large", 431)
             return event
         if isinstance(event, h11.ConnectionClosed):
             return None

@@ -231,6 +231,9 @@ class InterNodeServer:
                 except Exception:  # closing must never raise out of a connection task
                     log.debug("closing connection from %s failed", tls.peername, exc_info=True)
                     tls.abort()
+            # Free the slot now: the socket itself closes on the next loop iteration, so a
+            # client that saw this close and reconnects always finds the slot free.
+            self._conns.pop(tls, None)
 
     async def _pick_adapter(self, tls: TLSConnection) -> ServeFn | None:
         if tls.alpn == "h2":
