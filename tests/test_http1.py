@@ -1,0 +1,272 @@
+"""HTTP/1.1 adapter (h11) over the real TLS server, driven byte by byte from a stdlib-ssl client.
+
+Timeouts are configured tight (tenths of a second) and each test waits for the server's
+reaction (a response or a close), never for the clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from nvpair_wm.http.core import MIB
+from tests.conftest import HTTPSClient, TLSCluster, WmServer, http_request
+from tests.frames import event, workload
+
+StartServer = Callable[..., WmServer]
+Connect = Callable[..., HTTPSClient]
+
+GOOD = event("workload:submitted")
+
+
+def test_keep_alive_two_requests_one_connection(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    c.send(http_request(GOOD))
+    assert c.response()[0] == 202
+    c.send(http_request(event("workload:started", workload(state="running", seq=2))))
+    assert c.response()[0] == 202
+    assert len([wm.sink.get(), wm.sink.get()]) == 2
+
+
+def test_pipelined_requests_are_answered_in_order(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    c.send(
+        http_request(GOOD)
+        + http_request(b"", method="GET", content_type=None)
+        + http_request(b"{}", path="/nope")
+        + http_request(event("workload:started", workload(state="running", seq=2)))
+    )
+    assert [c.response()[0] for _ in range(4)] == [202, 405, 404, 202]
+    first, second = wm.sink.get(), wm.sink.get()
+    assert b'"queued"' in first
+    assert b'"running"' in second
+
+
+def test_expect_100_continue_is_sent_only_after_head_says_go_on(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    c.send(http_request(GOOD, extra="Expect: 100-continue\r\n")[: -len(GOOD)])
+    status, _, _ = c.response()
+    assert status == 100  # before any body byte was sent
+    c.send(GOOD)
+    assert c.response()[0] == 202
+    assert wm.sink.get()
+
+
+def test_expect_100_continue_refused_by_head_gets_final_answer_and_close(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    head = (
+        b"POST /v1/workloads/events HTTP/1.1\r\nHost: t\r\nContent-Type: text/plain\r\n"
+        b"Content-Length: 5000\r\nExpect: 100-continue\r\n\r\n"
+    )
+    c.send(head)
+    status, headers, _ = c.response()
+    assert status == 415  # no 100 first
+    assert headers.get("connection") == "close"
+    assert c.is_closed_by_peer()
+
+
+def test_chunked_body(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    half = len(GOOD) // 2
+    chunks = [GOOD[:half], GOOD[half:]]
+    body = b"".join(b"%x\r\n%s\r\n" % (len(ch), ch) for ch in chunks) + b"0\r\n\r\n"
+    c.send(
+        b"POST /v1/workloads/events HTTP/1.1\r\nHost: t\r\n"
+        b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+    )
+    assert c.response()[0] == 202
+    assert b"workloads:upsert" in wm.sink.get()
+    c.send(http_request(event("workload:started", workload(state="running", seq=2))))
+    assert c.response()[0] == 202  # the connection is still usable
+
+
+def test_chunked_body_over_the_limit_gets_413_and_close(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    c.send(
+        b"POST /v1/workloads/events HTTP/1.1\r\nHost: t\r\n"
+        b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    chunk = b" " * (256 * 1024)
+    for _ in range(4):  # exactly 1 MiB so far: still fine
+        c.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+    c.send(b"1\r\n \r\n")  # one byte over
+    status, headers, _ = c.response()
+    assert status == 413
+    assert headers.get("connection") == "close"
+    assert c.is_closed_by_peer()
+    assert wm.sink.drain() == []
+
+
+def test_declared_length_over_limit_gets_413_before_the_body(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    c.send(
+        b"POST /v1/workloads/events HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {MIB + 1}\r\n\r\n".encode()
+    )
+    status, headers, body = c.response()  # no body byte sent at all
+    assert status == 413
+    assert b"exceeds" in body
+    assert headers.get("connection") == "close"
+
+
+def test_slowloris_headers_get_408_after_header_timeout(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server(header_timeout=0.3, idle_timeout=5.0)
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    started = time.monotonic()
+    c.send(b"POST /v1/workloads/events HTTP/1.1\r\nHost: t\r\n")  # and never the blank line
+    status, headers, _ = c.response()
+    elapsed = time.monotonic() - started
+    assert status == 408
+    assert headers.get("connection") == "close"
+    assert c.is_closed_by_peer()
+    assert 0.25 <= elapsed < 3.0
+
+
+def test_idle_keep_alive_connection_is_closed_after_idle_timeout(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server(idle_timeout=0.3)
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    c.send(http_request(GOOD))
+    assert c.response()[0] == 202
+    started = time.monotonic()
+    assert c.is_closed_by_peer()
+    assert 0.25 <= time.monotonic() - started < 3.0
+
+
+def test_slow_body_gets_408_after_body_timeout(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server(body_timeout=0.3)
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    c.send(http_request(GOOD)[:-10])  # headers and most of the body
+    status, headers, _ = c.response()
+    assert status == 408
+    assert headers.get("connection") == "close"
+    assert wm.sink.drain() == []
+
+
+def test_early_answer_with_small_body_keeps_the_connection(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    c.send(http_request(GOOD, content_type="text/plain"))
+    assert c.response()[0] == 415
+    c.send(http_request(GOOD))  # same connection: the first body was read and dropped
+    assert c.response()[0] == 202
+
+
+def test_header_block_over_the_limit_gets_431(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server(max_header_bytes=4096)
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    c.send(http_request(GOOD, extra="X-Big: " + "a" * 8192 + "\r\n"))
+    status, headers, _ = c.response()
+    assert status == 431
+    assert headers.get("connection") == "close"
+
+
+def test_malformed_request_gets_400_and_close(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    c.send(b"POST /v1/workloads/events HTTP/1.1\r\nContent-Length: nope\r\n\r\n")
+    assert c.response()[0] == 400
+    assert c.is_closed_by_peer()
+
+
+def test_handler_crash_gets_500_and_the_server_keeps_serving(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    class Crashing:
+        max_body = MIB
+
+        def head(self, req: object) -> None:
+            return None
+
+        def complete(self, req: object, body: bytes) -> object:
+            raise RuntimeError("boom")
+
+    wm = start_wm_server(handler=Crashing())
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    c.send(http_request(GOOD))
+    status, headers, _ = c.response()
+    assert status == 500
+    assert headers.get("connection") == "close"
+    c2 = https_client(wm.port, tls_cluster.pair("b"))
+    c2.send(http_request(GOOD))
+    assert c2.response()[0] == 500
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE", "HEAD"])
+def test_other_methods_get_405_with_allow(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster, method: str
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    c.send(http_request(b"", method=method, content_type=None))
+    status, headers, body = c.response() if method != "HEAD" else _head_response(c)
+    assert status == 405
+    assert headers["allow"] == "POST"
+    if method == "HEAD":
+        assert body == b""
+
+
+def _head_response(c: HTTPSClient) -> tuple[int, dict[str, str], bytes]:
+    """A response to HEAD: its content-length describes a body that is not sent."""
+    while b"\r\n\r\n" not in c.buf:
+        assert c._fill()
+    head, c.buf = c.buf.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    return int(lines[0].split(" ", 2)[1]), headers, c.buf
+
+
+def test_graceful_shutdown_finishes_the_request_in_flight(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    idle = https_client(wm.port, tls_cluster.pair("c"))
+    request = http_request(GOOD)
+    c.send(request[:-10])  # headers and most of the body
+    idle.send(http_request(GOOD))
+    assert idle.response()[0] == 202
+    closing = wm.submit(wm.server.close(5.0))
+    assert idle.is_closed_by_peer()  # the idle keep-alive connection closes at once
+    with pytest.raises(ConnectionRefusedError):
+        https_client(wm.port, tls_cluster.pair("b"))  # no longer accepting
+    c.send(request[-10:])
+    status, headers, _ = c.response()
+    assert status == 202
+    assert headers.get("connection") == "close"
+    c.close()
+    closing.result(5.0)

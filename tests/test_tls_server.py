@@ -1,0 +1,269 @@
+"""TLS layer of the inter-node server: real certificates from nvpair_wm.clusterdir, real
+handshakes from stdlib-ssl and pyOpenSSL clients, identity resolved per handshake."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from OpenSSL import SSL
+
+from nvpair_wm.clusterdir import cert_fingerprint, make_self_signed
+from nvpair_wm.pins import Identity, PinSet
+from nvpair_wm.tls import ServerTLS, TLSError, client_context, connect
+from tests.conftest import HAS_IPV6, WAIT, CertPair, HTTPSClient, TLSCluster, WmServer, http_request
+from tests.frames import event
+
+StartServer = Callable[..., WmServer]
+Connect = Callable[..., HTTPSClient]
+
+GOOD = event("workload:submitted")
+
+
+def _refused(connect: Connect, port: int, pair: CertPair | None, host: str = "127.0.0.1") -> bool:
+    """True if the TLS connection cannot carry a request: the handshake or first read fails."""
+    try:
+        c = connect(port, pair, host=host)
+        c.send(http_request(GOOD))
+        return c.is_closed_by_peer() and not c.buf
+    except (ssl.SSLError, ConnectionError):
+        return True
+
+
+def _served(connect: Connect, port: int, pair: CertPair, host: str = "127.0.0.1") -> bool:
+    c = connect(port, pair, host=host)
+    c.send(http_request(GOOD))
+    return c.response()[0] == 202
+
+
+def _server_fingerprint(port: int, pair: CertPair) -> str:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.load_cert_chain(pair.cert, pair.key)
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=WAIT) as raw,
+        ctx.wrap_socket(raw) as s,
+    ):
+        der = s.getpeercert(binary_form=True)
+    assert der is not None
+    return hashlib.sha256(der).hexdigest()
+
+
+def _install(src: Path, dst: Path) -> None:
+    """Copy node.crt/node.key atomically (temp file + rename), key first."""
+    for name in ("node.key", "node.crt"):
+        tmp = dst / f".{name}.tmp"
+        shutil.copyfile(src / name, tmp)
+        os.replace(tmp, dst / name)
+
+
+def test_pinned_client_is_served(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    assert _served(https_client, wm.port, tls_cluster.pair("b"))
+    assert _server_fingerprint(wm.port, tls_cluster.pair("b")) == cert_fingerprint(
+        (tls_cluster.server_dir / "node.crt").read_bytes()
+    )
+
+
+def test_client_without_certificate_fails_the_handshake(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    assert _refused(https_client, wm.port, None)
+    assert _served(https_client, wm.port, tls_cluster.pair("b"))  # the listener is unaffected
+
+
+def test_unpinned_certificate_completes_the_handshake_and_gets_403(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.stranger)
+    c.send(http_request(GOOD))
+    status, _, body = c.response()
+    assert status == 403
+    assert b"not pinned" in body
+    assert wm.sink.drain() == []
+
+
+def test_no_identity_at_start_then_files_appear_then_rotation(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster, tmp_path: Path
+) -> None:
+    late = tmp_path / "late"
+    shutil.copytree(tls_cluster.server_dir / "trusted", late / "trusted")
+    wm = start_wm_server(cluster_dir=late)
+
+    # Port bound, but nothing to present: the handshake fails, the listener stays up.
+    with socket.create_connection(("127.0.0.1", wm.port), timeout=WAIT):
+        pass
+    assert _refused(https_client, wm.port, tls_cluster.pair("b"))
+    assert _refused(https_client, wm.port, tls_cluster.pair("b"))
+
+    # The node joins: the very next handshake succeeds, same process, same socket.
+    _install(tls_cluster.server_dir, late)
+    assert _served(https_client, wm.port, tls_cluster.pair("b"))
+    old_fp = cert_fingerprint((late / "node.crt").read_bytes())
+    assert _server_fingerprint(wm.port, tls_cluster.pair("b")) == old_fp
+
+    # Rotation: the next handshake presents the new certificate.
+    cert, key = make_self_signed("a")
+    staging = tmp_path / "rotated"
+    staging.mkdir()
+    (staging / "node.crt").write_bytes(cert)
+    (staging / "node.key").write_bytes(key)
+    _install(staging, late)
+    assert _server_fingerprint(wm.port, tls_cluster.pair("b")) == cert_fingerprint(cert)
+    assert _served(https_client, wm.port, tls_cluster.pair("b"))
+
+
+def test_mismatched_key_fails_handshakes_and_listener_survives(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster, tmp_path: Path
+) -> None:
+    node = tmp_path / "node"
+    shutil.copytree(tls_cluster.server_dir, node)
+    wm = start_wm_server(cluster_dir=node)
+    assert _served(https_client, wm.port, tls_cluster.pair("b"))
+    _, other_key = make_self_signed("x")
+    tmp = node / ".node.key.tmp"
+    tmp.write_bytes(other_key)
+    os.replace(tmp, node / "node.key")
+    assert _refused(https_client, wm.port, tls_cluster.pair("b"))
+    shutil.copyfile(tls_cluster.server_dir / "node.key", tmp)
+    os.replace(tmp, node / "node.key")
+    assert _served(https_client, wm.port, tls_cluster.pair("b"))
+
+
+def test_handshake_timeout_closes_a_silent_connection(start_wm_server: StartServer) -> None:
+    wm = start_wm_server(handshake_timeout=0.3)
+    with socket.create_connection(("127.0.0.1", wm.port), timeout=WAIT) as raw:
+        started = time.monotonic()
+        assert raw.recv(1) == b""  # the server closes; we only wait for that
+        assert 0.25 <= time.monotonic() - started < 3.0
+
+
+def test_connection_cap(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server(max_connections=2, handshake_timeout=0.5)
+    held = [socket.create_connection(("127.0.0.1", wm.port), timeout=WAIT) for _ in range(2)]
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", wm.port), timeout=WAIT) as third,
+            contextlib.suppress(ConnectionResetError),  # an abort may reset
+        ):
+            assert third.recv(1) == b""  # closed at once, not after the handshake timeout
+        assert wm.server.refused_over_cap >= 1
+        for raw in held:  # the handshake timeout frees the slots
+            assert raw.recv(1) == b""
+    finally:
+        for raw in held:
+            raw.close()
+    assert _served(https_client, wm.port, tls_cluster.pair("b"))
+
+
+def test_tls_1_1_is_refused(start_wm_server: StartServer, tls_cluster: TLSCluster) -> None:
+    wm = start_wm_server()
+    ctx = SSL.Context(SSL.TLS_METHOD)
+    ctx.set_min_proto_version(SSL.TLS1_VERSION)
+    ctx.set_max_proto_version(SSL.TLS1_1_VERSION)
+    ctx.set_cipher_list(b"DEFAULT:@SECLEVEL=0")
+    ctx.use_certificate_chain_file(str(tls_cluster.pair("b").cert))
+    ctx.use_privatekey_file(str(tls_cluster.pair("b").key))
+    with socket.create_connection(("127.0.0.1", wm.port), timeout=WAIT) as raw:
+        conn = SSL.Connection(ctx, raw)
+        conn.set_connect_state()
+        with pytest.raises(SSL.Error):
+            conn.do_handshake()
+
+
+def test_server_context_disables_renegotiation_and_resumption(tls_cluster: TLSCluster) -> None:
+    ctx = ServerTLS(Identity(tls_cluster.server_dir)).context
+    options = ctx.set_options(0)  # returns the options in force
+    assert options & SSL.OP_NO_RENEGOTIATION
+    assert options & SSL.OP_NO_TICKET
+    assert ctx.get_session_cache_mode() == SSL.SESS_CACHE_OFF
+
+
+@pytest.mark.parametrize(
+    ("offered", "selected"),
+    [(["h2", "http/1.1"], "h2"), (["http/1.1"], "http/1.1"), (["spdy/3"], None)],
+)
+def test_alpn_selection(
+    start_wm_server: StartServer, tls_cluster: TLSCluster, offered: list[str], selected: str | None
+) -> None:
+    wm = start_wm_server()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.load_cert_chain(tls_cluster.pair("b").cert, tls_cluster.pair("b").key)
+    ctx.set_alpn_protocols(offered)
+    with (
+        socket.create_connection(("127.0.0.1", wm.port), timeout=WAIT) as raw,
+        ctx.wrap_socket(raw) as s,
+    ):
+        assert s.selected_alpn_protocol() == selected
+
+
+def test_no_alpn_http1_is_sniffed(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"), alpn=None)
+    c.send(http_request(GOOD))
+    assert c.response()[0] == 202
+
+
+@pytest.mark.skipif(not HAS_IPV6, reason="no IPv6 loopback on this machine")
+def test_ipv4_and_ipv6_share_the_port(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    assert {port for _, port in wm.server.addresses} == {wm.port}
+    assert _served(https_client, wm.port, tls_cluster.pair("b"), host="127.0.0.1")
+    assert _served(https_client, wm.port, tls_cluster.pair("b"), host="::1")
+
+
+def test_client_side_verifies_the_server_by_pin(
+    start_wm_server: StartServer, tls_cluster: TLSCluster
+) -> None:
+    """The broadcaster's half: client_context + connect, over the same TLSConnection."""
+    wm = start_wm_server()
+    ident = Identity(tls_cluster.dirs["b"]).current()
+    assert ident is not None
+    pinned = client_context(ident, PinSet(tls_cluster.dirs["b"] / "trusted").is_pinned)
+    nobody = client_context(ident, lambda fp: False)
+
+    async def post(ctx: SSL.Context) -> bytes:
+        conn = await connect("127.0.0.1", wm.port, ctx, handshake_timeout=WAIT)
+        try:
+            assert conn.alpn == "h2"  # offered first; the server prefers it
+            assert conn.peer_fingerprint == cert_fingerprint(
+                (tls_cluster.server_dir / "node.crt").read_bytes()
+            )
+        finally:
+            conn.close()
+        http1 = client_context(ident, pinned_check, alpn=[b"http/1.1"])
+        conn = await connect("127.0.0.1", wm.port, http1, handshake_timeout=WAIT)
+        conn.write(http_request(GOOD) + b"")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = await conn.read()
+            assert chunk
+            data += chunk
+        await conn.aclose(0.5)
+        return data
+
+    pinned_check = PinSet(tls_cluster.dirs["b"] / "trusted").is_pinned
+    assert wm.call(post(pinned)).startswith(b"HTTP/1.1 202 ")
+    with pytest.raises(TLSError):
+        wm.call(connect("127.0.0.1", wm.port, nobody, handshake_timeout=WAIT))
