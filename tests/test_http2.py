@@ -105,7 +105,7 @@ class EchoHandler:
     def __init__(self, max_body: int = MIB) -> None:
         self.max_body = max_body
         self.requests: list[Request] = []
-        self.completed = 0
+        self.completed_paths: list[str] = []
 
     def head(self, req: Request) -> Response | None:
         self.requests.append(req)
@@ -115,8 +115,12 @@ class EchoHandler:
             raise RuntimeError("boom")
         return None
 
+    @property
+    def completed(self) -> int:
+        return len(self.completed_paths)
+
     def complete(self, req: Request, body: bytes) -> Response:
-        self.completed += 1
+        self.completed_paths.append(req.path)
         if req.path == "/crash":
             raise RuntimeError("boom")
         if req.path.startswith("/big/"):
@@ -157,6 +161,7 @@ class H2TestServer:
         self.sessions: list[H2Session] = []
         self.streams: list[TcpStream] = []
         self.finished = 0
+        self.connection_done = asyncio.Event()  # set when any connection's serve_h2 returned
         self.crashes: list[BaseException] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
@@ -179,7 +184,7 @@ class H2TestServer:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._tasks.add(task)  # type: ignore[arg-type]
+        self._tasks.add(task)
         stream = TcpStream(reader, writer)
         self.streams.append(stream)
         try:
@@ -197,8 +202,9 @@ class H2TestServer:
             self.crashes.append(exc)
         finally:
             self.finished += 1
+            self.connection_done.set()
             writer.close()
-            self._tasks.discard(task)  # type: ignore[arg-type]
+            self._tasks.discard(task)
 
 
 # -- raw-frame client ------------------------------------------------------------------------------
