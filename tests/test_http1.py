@@ -6,13 +6,16 @@ reaction (a response or a close), never for the clock.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
 import pytest
 
 from nvpair_wm.http.core import MIB
-from tests.conftest import HTTPSClient, TLSCluster, WmServer, http_request
+from nvpair_wm.pins import Identity, PinSet
+from nvpair_wm.tls import client_context, connect
+from tests.conftest import WAIT, HTTPSClient, TLSCluster, WmServer, http_request
 from tests.frames import event, workload
 
 StartServer = Callable[..., WmServer]
@@ -270,3 +273,41 @@ def test_graceful_shutdown_finishes_the_request_in_flight(
     assert headers.get("connection") == "close"
     c.close()
     closing.result(5.0)
+
+
+def test_bounded_load_many_keep_alive_clients(
+    start_wm_server: StartServer, tls_cluster: TLSCluster
+) -> None:
+    """50 connections x 20 requests each, concurrently, through the async client of tls.py."""
+    wm = start_wm_server()
+    ident = Identity(tls_cluster.dirs["b"]).current()
+    assert ident is not None
+    ctx = client_context(
+        ident, PinSet(tls_cluster.dirs["b"] / "trusted").is_pinned, alpn=[b"http/1.1"]
+    )
+    clients, per_client = 50, 20
+
+    async def one_client(n: int) -> list[int]:
+        conn = await connect("127.0.0.1", wm.port, ctx, handshake_timeout=WAIT)
+        statuses: list[int] = []
+        buf = b""
+        try:
+            for i in range(per_client):
+                conn.write(http_request(event("workload:submitted", workload(id=f"{n}-{i}"))))
+                while b"\r\n\r\n" not in buf:
+                    chunk = await conn.read()
+                    assert chunk, "server closed the connection"
+                    buf += chunk
+                head, buf = buf.split(b"\r\n\r\n", 1)  # 202 has an empty body
+                statuses.append(int(head.split(b" ", 2)[1]))
+        finally:
+            conn.close()
+        return statuses
+
+    async def all_clients() -> list[list[int]]:
+        async with asyncio.timeout(WAIT):
+            return await asyncio.gather(*(one_client(n) for n in range(clients)))
+
+    results = wm.call(all_clients(), timeout=WAIT * 2)
+    assert results == [[202] * per_client] * clients
+    assert len(wm.sink.drain()) == clients * per_client

@@ -118,7 +118,7 @@ class EventsEndpoint:
     def head(self, req: Request) -> Response | None:
         fp = req.peer_fingerprint
         if fp is None or not self.pins.is_pinned(fp):
-            log.info("refused unpinned caller %s (%s %s)", fp, req.method, req.path)
+            log.debug("refused unpinned caller %s (%s %s)", fp, req.method, req.path)
             return error_response(403, "client certificate is not pinned by this cluster")
         if req.path != self.path:
             return error_response(404, "not found")
