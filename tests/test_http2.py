@@ -39,7 +39,7 @@ from hyperframe.frame import (
 )
 
 from nvpair_wm.http.core import Limits, Request, Response, ShutdownRequested
-from nvpair_wm.http.h2 import H2_PREFACE, H2Limits, H2Session
+from nvpair_wm.http.h2 import DISCARD_LIMIT, H2_PREFACE, H2Limits, H2Session
 
 T = TypeVar("T")
 WAIT = 10.0  # upper bound for anything a test waits for; reactions come much sooner
@@ -197,7 +197,7 @@ class H2TestServer:
             self.sessions.append(session)
             await session.run()
         except asyncio.CancelledError:
-            raise
+            return  # torn down by __aexit__ (returning keeps 3.11's start_server from logging)
         except Exception as exc:
             self.crashes.append(exc)
         finally:
@@ -423,7 +423,7 @@ class H2Client:
 
     def _send_bodies(self) -> None:
         for sid, rest in list(self.pending.items()):
-            if self.replies[sid].done:
+            if self.replies[sid].reset is not None:
                 del self.pending[sid]
                 continue
             left = rest
@@ -477,9 +477,22 @@ class H2Client:
                 assert await self.pump(), "server closed the connection"
         return [self.replies[s] for s in sids]
 
+    async def wait_reset(self, sid: int, within: float = WAIT) -> ErrorCodes:
+        """Pump until the server resets ``sid`` (possibly after a complete answer)."""
+        async with asyncio.timeout(within):
+            while self.replies[sid].reset is None:
+                assert await self.pump(), "server closed the connection"
+        reset = self.replies[sid].reset
+        assert reset is not None
+        return reset
+
     async def request(self, method: str, path: str, body: bytes = b"", **kw: Any) -> Reply:
+        """One exchange: the whole answer, and the whole body sent (unless the stream was reset)."""
         sid = self.start(method, path, body, **kw)
         (reply,) = await self.wait(sid)
+        async with asyncio.timeout(WAIT):
+            while sid in self.pending and reply.reset is None:
+                assert await self.pump(), "server closed the connection"
         return reply
 
     def close(self) -> None:
@@ -616,17 +629,23 @@ def test_body_over_the_limit_gets_413_and_a_reset() -> None:
 
 
 def test_early_answer_from_head_then_the_body_is_dropped_or_cut() -> None:
+    over_cap = MIB + DISCARD_LIMIT + 100_000  # well over max_body + DISCARD_LIMIT
+
     async def main() -> None:
         async with H2TestServer() as server:
             client = await H2Client.connect(server.port)
-            small = await client.request("POST", "/forbidden", b"s" * 100)
-            large = await client.request("POST", "/forbidden", b"L" * 300_000)
+            small = await client.request("POST", "/forbidden", b"s" * 300_000)
+            declared_sid = client.start("POST", "/forbidden", b"D" * over_cap)
+            streamed_sid = client.start("POST", "/forbidden", b"S" * over_cap, content_length=False)
+            # RFC 9113 §8.1: a complete answer, then "stop sending" as RST_STREAM NO_ERROR.
+            assert await client.wait_reset(declared_sid) == ErrorCodes.NO_ERROR
+            assert await client.wait_reset(streamed_sid) == ErrorCodes.NO_ERROR
+            declared, streamed_reply = await client.wait(declared_sid, streamed_sid)
             after = await client.request("POST", "/echo", b"still usable")
             client.close()
-        assert (small.status, bytes(small.body)) == (403, b"not pinned")
-        assert small.reset is None  # the small body was read and dropped
-        assert (large.status, bytes(large.body)) == (403, b"not pinned")
-        assert large.reset == ErrorCodes.NO_ERROR  # RFC 9113 §8.1: stop sending, no error
+        for reply in (small, declared, streamed_reply):
+            assert (reply.status, bytes(reply.body)) == (403, b"not pinned")
+        assert small.reset is None  # read and dropped: the upload ends normally
         assert bytes(after.body) == b"still usable"
         assert server.handler.completed == 1
 
@@ -801,13 +820,18 @@ def test_curl_http2_prior_knowledge() -> None:
                 "-w", write_out, f"{base}/echo", stdin=body,
             )  # fmt: skip
             early = await curl("-w", write_out, f"{base}/forbidden")
-            return [post, early]
+            too_big = await curl(
+                "--data-binary", "@-", "-w", write_out, f"{base}/echo", stdin=b"x" * (MIB + 1)
+            )  # fmt: skip
+            return [post, early, too_big]
 
-    (code, out, err), (code2, out2, err2) = run(main())
+    (code, out, err), (code2, out2, err2), (code3, out3, err3) = run(main())
     assert code == 0, err
     assert out == body + b"\n2 200"
     assert code2 == 0, err2
     assert out2 == b"not pinned\n2 403"
+    assert code3 == 0, err3
+    assert out3.endswith(b"\n2 413")
 
 
 # -- RFC 9113 rules (the h2spec cases, raw frames) -------------------------------------------------

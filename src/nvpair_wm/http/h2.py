@@ -28,12 +28,13 @@ user, and the bounds h2 does not enforce:
   h2 cannot do this itself (sending GOAWAY closes its state machine, python-hyper/h2#1181), so
   the first GOAWAY is written by hand and h2's own comes last.
 
-An early answer from ``handler.head`` is sent at once; the rest of the request body is read and
-dropped (up to :data:`DISCARD_LIMIT`, with content-length still checked), and a bigger body is
-cut short with RST_STREAM NO_ERROR once the answer is out (RFC 9113 §8.1). Resetting every early
-answer at once would also be allowed, but then a peer's later frames on that stream (its
-content-length mismatch, a WINDOW_UPDATE overflow) could no longer be answered with the right
-stream error.
+An early answer (from ``handler.head``, or 413) is sent at once; the rest of the request body is
+read and dropped while the whole body stays within ``max_body`` + :data:`DISCARD_LIMIT` (with
+content-length still checked), and a bigger body is cut short with RST_STREAM NO_ERROR once the
+answer is out (RFC 9113 §8.1). Resetting every early answer at once would also be allowed, but
+curl 7.88 reports an error instead of the answer when it sees that reset mid-upload (so a
+1 MiB + 1 byte upload would not show its 413), and a peer's later frames on the stream (a
+content-length mismatch, a WINDOW_UPDATE overflow) could no longer get the right stream error.
 """
 
 from __future__ import annotations
@@ -74,8 +75,8 @@ log = logging.getLogger(__name__)
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-#: After an early answer, at most this much of the request body is read and dropped; a bigger
-#: body is cut short with RST_STREAM NO_ERROR (same bound as the HTTP/1.1 adapter).
+#: After an early answer the request body is read and dropped while it stays within the body
+#: limit plus this much; a bigger body is cut short with RST_STREAM NO_ERROR.
 DISCARD_LIMIT = 64 * 1024
 
 # Frame types and flags (RFC 9113 §6).
@@ -249,7 +250,6 @@ class _Stream:
     body: bytearray = field(default_factory=bytearray)
     received: int = 0  # DATA payload bytes, checked against request.content_length
     owed: int = 0  # flow-controlled bytes buffered but not yet acknowledged
-    discarded: int = 0
     remote_done: bool = False
     out: bytes | None = None  # response body still to send (None: no response yet)
     out_off: int = 0
@@ -277,6 +277,7 @@ class H2Session:
         self._x = h2_limits if h2_limits is not None else H2Limits.from_limits(limits)
         self._preface = preface
         self._max_body = min(handler.max_body, limits.max_body)
+        self._discard_cap = self._max_body + DISCARD_LIMIT
         self._loop = asyncio.get_running_loop()
         self._conn = self._new_connection()
         self._scanner = _FrameScanner(
@@ -559,14 +560,10 @@ class H2Session:
         st.request = request
         if early is None and request is not None:
             early = self._call(lambda: self._handler.head(request))
+        if early is None and request is not None and (request.content_length or 0) > self._max_body:
+            early = too_large(self._max_body)
         if early is not None:
-            st.mode = "discard"
-            declared = request.content_length if request is not None else None
-            big = declared is not None and declared > DISCARD_LIMIT
-            self._respond(st, early, reset_after=ErrorCodes.NO_ERROR if big else None)
-        elif request is not None and (request.content_length or 0) > self._max_body:
-            st.mode = "discard"
-            self._respond(st, too_large(self._max_body), reset_after=ErrorCodes.NO_ERROR)
+            self._answer_early(st, early)
         if event.stream_ended is None and sid in self._streams:
             st.body_deadline = now + self._limits.body_timeout
 
@@ -627,15 +624,13 @@ class H2Session:
             return
         if st.mode == "discard":
             self._conn.acknowledge_received_data(flow, sid)
-            st.discarded += len(data)
-            if st.discarded > DISCARD_LIMIT:
+            if st.received > self._discard_cap:
                 self._end_discard(st)
             return
-        if len(st.body) + len(data) > self._max_body:
+        if st.received > self._max_body:
             self._conn.acknowledge_received_data(flow, sid)
             self._release_body(st)
-            st.mode = "discard"
-            self._respond(st, too_large(self._max_body), reset_after=ErrorCodes.NO_ERROR)
+            self._answer_early(st, too_large(self._max_body))
             return
         st.body += data
         self._buffered += len(data)
@@ -732,6 +727,13 @@ class H2Session:
             self._response_sent(st)
         else:
             self._pump(st)
+
+    def _answer_early(self, st: _Stream, response: Response | None) -> None:
+        """Answer before the body is complete; drop the rest unless it is known to be too big."""
+        st.mode = "discard"
+        declared = st.request.content_length if st.request is not None else None
+        too_big = declared is not None and declared > self._discard_cap
+        self._respond(st, response, reset_after=ErrorCodes.NO_ERROR if too_big else None)
 
     def _pump(self, st: _Stream) -> None:
         """Send as much of the response body as the peer's windows allow."""
