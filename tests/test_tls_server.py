@@ -13,6 +13,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import h2.config
+import h2.connection
+import h2.events
 import pytest
 from OpenSSL import SSL
 
@@ -267,3 +270,36 @@ def test_client_side_verifies_the_server_by_pin(
     assert wm.call(post(pinned)).startswith(b"HTTP/1.1 202 ")
     with pytest.raises(TLSError):
         wm.call(connect("127.0.0.1", wm.port, nobody, handshake_timeout=WAIT))
+
+
+def test_no_alpn_http2_preface_is_sniffed_as_prior_knowledge(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"), alpn=None)
+    h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    h2c.initiate_connection()
+    sid = h2c.get_next_available_stream_id()
+    h2c.send_headers(
+        sid,
+        [
+            (":method", "POST"),
+            (":scheme", "https"),
+            (":authority", "test"),
+            (":path", "/v1/workloads/events"),
+            ("content-type", "application/json"),
+            ("content-length", str(len(GOOD))),
+        ],
+    )
+    h2c.send_data(sid, GOOD, end_stream=True)
+    c.send(h2c.data_to_send())
+    status = None
+    while status is None:
+        data = c.sock.recv(65536)
+        assert data, "server closed the connection"
+        for ev in h2c.receive_data(data):
+            if isinstance(ev, h2.events.ResponseReceived) and ev.stream_id == sid:
+                status = dict(ev.headers)[b":status"]
+        c.send(h2c.data_to_send())
+    assert status == b"202"
+    assert wm.sink.get()

@@ -194,9 +194,14 @@ class InterNodeServer:
         return _ServerProtocol(tls, self)
 
     def _accepted(self, tls: TLSConnection) -> None:
-        if self._closing or len(self._conns) >= self.limits.max_connections:
-            self.refused_over_cap += not self._closing
-            log.warning("refusing connection from %s: at max_connections", tls.peername)
+        if self._closing:
+            tls.abort()
+            return
+        if len(self._conns) >= self.limits.max_connections:
+            self.refused_over_cap += 1
+            # Once loudly, then quietly: a connection flood must not become a log flood.
+            level = logging.WARNING if self.refused_over_cap == 1 else logging.DEBUG
+            log.log(level, "refusing connection from %s: at max_connections", tls.peername)
             tls.abort()
             return
         task = asyncio.get_running_loop().create_task(self._serve(tls))
