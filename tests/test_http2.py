@@ -153,6 +153,7 @@ class H2TestServer:
         h2_limits: H2Limits | None = None,
         *,
         sniff_preface: bool = False,
+        port: int = 0,
     ) -> None:
         self.handler = handler or EchoHandler()
         self.limits = limits or fast_limits()
@@ -165,10 +166,10 @@ class H2TestServer:
         self.crashes: list[BaseException] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
-        self.port = 0
+        self.port = port
 
     async def __aenter__(self) -> H2TestServer:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -1203,3 +1204,19 @@ class TestConformance:
                 peer.close()
 
         run(main())
+
+
+# -- plaintext harness for scripts/h2spec.sh ------------------------------------------------------
+
+
+async def serve_plaintext(port: int) -> None:
+    """serve_h2 with default Limits on 127.0.0.1:``port`` (prior knowledge) until cancelled."""
+    async with H2TestServer(limits=Limits(), port=port) as server:
+        print(f"serve_h2 harness on 127.0.0.1:{server.port}", flush=True)
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    import sys
+
+    asyncio.run(serve_plaintext(int(sys.argv[1]) if len(sys.argv) > 1 else 18443))
