@@ -276,13 +276,7 @@ def test_other_content_type_gets_415(curl: Curl, tls_cluster: TLSCluster) -> Non
     assert r.status == 415
 
 
-def test_body_of_1_mib_plus_1_gets_413(
-    curl: Curl, tls_cluster: TLSCluster, request: pytest.FixtureRequest
-) -> None:
-    if curl.proto == "--http2":
-        # The server answers 413 at once, then RST_STREAM(NO_ERROR) to stop the upload, as RFC
-        # 9113 section 8.1 allows; curl 7.88 turns that into "error 92" and drops the answer.
-        request.applymarker(pytest.mark.xfail(reason="curl 7.88 and early RST_STREAM(NO_ERROR)"))
+def test_body_of_1_mib_plus_1_gets_413(curl: Curl, tls_cluster: TLSCluster) -> None:
     body = GOOD + b" " * (MIB + 1 - len(GOOD))
     assert len(body) == MIB + 1
     r = _one(curl, body, pair=tls_cluster.pair("b"))
