@@ -850,6 +850,7 @@ def _conformance_cases() -> dict[str, tuple[Step, str, tuple[ErrorCodes, ...]]]:
     size = (ErrorCodes.FRAME_SIZE_ERROR,)
     closed = (ErrorCodes.STREAM_CLOSED,)
     flow = (ErrorCodes.FLOW_CONTROL_ERROR,)
+    hpack_err = (ErrorCodes.COMPRESSION_ERROR,)  # RFC 9113 §4.3
 
     async def data_on_idle(p: RawPeer) -> None:
         p.send(DataFrame(1, data=b"test", flags=["END_STREAM"]))
@@ -994,8 +995,13 @@ def _conformance_cases() -> dict[str, tuple[Step, str, tuple[ErrorCodes, ...]]]:
         p.send(DataFrame(1, data=b"test"))
         p.send(HeadersFrame(1, data=p.block([("x-test", "ok")]), flags=["END_HEADERS"]))
 
-    async def bad_hpack_index(p: RawPeer) -> None:
-        p.send(HeadersFrame(1, data=b"\xff\xff\xff\x7f", flags=["END_STREAM", "END_HEADERS"]))
+    def bad_block(tail: bytes, *, before: bool = False) -> Step:
+        async def step(p: RawPeer) -> None:
+            block = p.block(p.request_headers())
+            block = tail + block if before else block + tail
+            p.send(HeadersFrame(1, data=block, flags=["END_STREAM", "END_HEADERS"]))
+
+        return step
 
     return {
         "5.1 idle: DATA": (data_on_idle, "connection", proto),
@@ -1052,10 +1058,28 @@ def _conformance_cases() -> dict[str, tuple[Step, str, tuple[ErrorCodes, ...]]]:
         "8.1.2.3 no :path": (bad_headers([], ":path"), "stream", proto),
         "8.1.2.3 duplicate :method": (bad_headers([(":method", "GET")]), "stream", proto),
         "8.1 trailers without END_STREAM": (trailers_without_end_stream, "stream", proto),
-        "4.3 undecodable header block": (
-            bad_hpack_index,
+        "hpack 2.3.3 index past both tables": (bad_block(b"\xfe"), "connection", hpack_err),
+        "hpack 4.2 table size update at the end": (bad_block(b"\x21"), "connection", hpack_err),
+        "hpack 5.2 Huffman padding over 7 bits": (
+            bad_block(b"\x00\x85\xf2\xb2\x4a\x84\xff\x84\x49\x50\x9f\xff"),
             "connection",
-            (ErrorCodes.COMPRESSION_ERROR, ErrorCodes.PROTOCOL_ERROR),
+            hpack_err,
+        ),
+        "hpack 5.2 Huffman padded with zeros": (
+            bad_block(b"\x00\x85\xf2\xb2\x4a\x84\xff\x83\x49\x50\x90"),
+            "connection",
+            hpack_err,
+        ),
+        "hpack 5.2 Huffman with EOS": (
+            bad_block(b"\x00\x85\xf2\xb2\x4a\x87\xff\xff\xff\xfd\x25\x42\x7f"),
+            "connection",
+            hpack_err,
+        ),
+        "hpack 6.1 index 0": (bad_block(b"\x80"), "connection", hpack_err),
+        "hpack 6.3 table size over SETTINGS": (
+            bad_block(b"\x3f\xe2\x1f", before=True),
+            "connection",
+            hpack_err,
         ),
     }
 

@@ -52,6 +52,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack
 from h2.errors import ErrorCodes
 from hyperframe.frame import GoAwayFrame
 
@@ -145,6 +146,17 @@ async def serve_h2(
     """
     session = H2Session(stream, handler, limits, preface=preface, h2_limits=h2_limits)
     await session.run()
+
+
+def _is_hpack_error(exc: h2.exceptions.ProtocolError) -> bool:
+    """h2 reports an undecodable field block as PROTOCOL_ERROR; RFC 9113 §4.3 wants
+    COMPRESSION_ERROR (an oversized list stays h2's ENHANCE_YOUR_CALM)."""
+    cause = exc.__cause__
+    return (
+        type(exc) is h2.exceptions.ProtocolError
+        and isinstance(cause, hpack.HPACKError)
+        and not isinstance(cause, hpack.OversizedHeaderListError)
+    )
 
 
 class _Abort(Exception):
@@ -394,7 +406,16 @@ class H2Session:
                 if self._conn.state_machine.state is not h2.connection.ConnectionState.CLOSED:
                     # Raised by a call of ours, not by receive_data (which queues its GOAWAY).
                     self._conn.close_connection(ErrorCodes.INTERNAL_ERROR)
+                elif _is_hpack_error(exc):
+                    self._recode_goaway(ErrorCodes.COMPRESSION_ERROR)
                 self._done = True
+
+    def _recode_goaway(self, code: ErrorCodes) -> None:
+        """Rewrite the error code of the GOAWAY h2 just queued (always its last 17 bytes)."""
+        data = self._conn.data_to_send()
+        if len(data) >= 17 and data[-17:-13] == b"\x00\x00\x08\x07":
+            data = data[:-4] + int(code).to_bytes(4, "big")
+        self._out += data
 
     async def _read(self, deadline: float | None) -> bytes | None:
         """Next chunk (b"" = EOF), or None when a deadline passed or :meth:`goaway` woke us."""
