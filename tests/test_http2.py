@@ -123,6 +123,8 @@ class EchoHandler:
         self.completed_paths.append(req.path)
         if req.path == "/crash":
             raise RuntimeError("boom")
+        if req.path == "/bad-header":
+            return Response(200, [(b"x-bad", b"line\r\nbreak")], b"never sent")
         if req.path.startswith("/big/"):
             return Response(200, [], b"x" * int(req.path.removeprefix("/big/")))
         payload = body if body else b"hello"
@@ -659,9 +661,11 @@ def test_handler_crash_gets_500_and_the_connection_goes_on() -> None:
             client = await H2Client.connect(server.port)
             crash = await client.request("POST", "/crash", b"x")
             crash_head = await client.request("GET", "/crash-head")
+            bad_header = await client.request("GET", "/bad-header")
             ok = await client.request("GET", "/")
             client.close()
         assert crash.status == 500 and crash_head.status == 500 and ok.status == 200
+        assert (bad_header.status, bytes(bad_header.body)) == (500, b'{"error":"internal error"}')
 
     run(main())
 

@@ -43,6 +43,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,6 +87,9 @@ _PUSH_PROMISE, _PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = 0x5, 0x6, 0x7, 0x
 _END_STREAM, _ACK, _END_HEADERS = 0x1, 0x1, 0x4
 
 _NO_BODY_STATUSES = frozenset({204, 304})
+# Response fields from the handler are checked here: h2 sends CR/LF in a value unchanged.
+_FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BAD_VALUE = re.compile(rb"[\x00\r\n]")
 _ENDED_MEMORY = 1024  # closed stream ids remembered for RFC 9113 §5.1 connection errors
 # Connection-specific fields are malformed in HTTP/2 (RFC 9113 §8.2.2); framing is ours.
 _DROPPED_RESPONSE_FIELDS = frozenset(
@@ -727,6 +731,11 @@ class H2Session:
         self, st: _Stream, response: Response | None, reset_after: ErrorCodes | None = None
     ) -> None:
         if response is None:  # head() said go on where an answer was due: treat as a bug
+            response = error_response(500, "internal error")
+        if not all(
+            _FIELD_NAME.fullmatch(k) and not _BAD_VALUE.search(v) for k, v in response.headers
+        ):
+            log.error("HTTP/2 handler returned invalid header fields: %r", response.headers)
             response = error_response(500, "internal error")
         status = response.status
         headers: list[tuple[bytes, bytes]] = [(b":status", str(status).encode())]
