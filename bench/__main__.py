@@ -1,0 +1,128 @@
+"""Run the benchmarks: ``python -m bench [--quick] [--only NAME] [--reps N] [--out PATH]``.
+
+Prints a table of medians, spread and ratios per benchmark and writes everything (every
+repetition, plus date, git commit, Python version and machine) to ``bench/results/latest.json``.
+Exit status is 0 whether or not targets are met: benchmarks report, they never fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from bench.harness import (
+    BENCHMARKS,
+    MIN_REPS,
+    RESULTS,
+    BenchResult,
+    Context,
+    Skip,
+    environment,
+    loadavg,
+)
+from bench.harness import render as render_results
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, float) and math.isnan(o):
+        return None
+    if isinstance(o, set | frozenset | tuple):
+        return list(o)
+    return str(o)
+
+
+def _clean(o: Any) -> Any:
+    """NaN is not JSON: write null instead."""
+    if isinstance(o, float) and (math.isnan(o) or math.isinf(o)):
+        return None
+    if isinstance(o, dict):
+        return {k: _clean(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [_clean(v) for v in o]
+    return o
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small inputs: each benchmark in seconds")
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        choices=list(BENCHMARKS),
+        help="run only this benchmark (repeatable): " + ", ".join(BENCHMARKS),
+    )
+    p.add_argument("--reps", type=int, default=None, help=f"repetitions (>= {MIN_REPS})")
+    p.add_argument("--warmup", type=int, default=None, help="untimed warm-up passes (>= 1)")
+    p.add_argument("--out", type=Path, default=RESULTS / "latest.json", help="JSON report path")
+    p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    args = p.parse_args(argv)
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=140)
+    names = args.only or list(BENCHMARKS)
+    if args.list:
+        for name, mod in BENCHMARKS.items():
+            console.print(f"{name:16} {importlib.import_module(mod).DESCRIPTION}")
+        return 0
+
+    reps = max(MIN_REPS, args.reps or (5 if args.quick else 7))
+    warmup = max(1, args.warmup or (1 if args.quick else 2))
+    ctx = Context(quick=args.quick, reps=reps, warmup=warmup, log=console.log)
+    env = environment()
+    console.print(
+        f"[bold]nvpair-wm benchmarks[/bold] {env['date']}  commit {env['git']['commit'][:12]}"
+        f"{' (dirty)' if env['git']['dirty'] else ''}  Python {env['python']}  "
+        f"nproc {env['machine']['nproc']}  {env['machine']['cpu']}  "
+        f"{'quick' if args.quick else 'full'}: {reps} reps, {warmup} warm-up"
+    )
+
+    results: list[BenchResult] = []
+    t_all = time.perf_counter()
+    for name in names:
+        mod = importlib.import_module(BENCHMARKS[name])
+        console.rule(f"{name}: {mod.DESCRIPTION}")
+        t0 = time.perf_counter()
+        try:
+            res: BenchResult = mod.run(ctx)
+        except Skip as exc:
+            res = BenchResult(name, mod.DESCRIPTION, skipped=str(exc))
+        except Exception as exc:  # a broken benchmark is reported, the others still run
+            traceback.print_exc()
+            res = BenchResult(name, mod.DESCRIPTION, skipped=f"error: {exc!r}")
+        res.seconds = time.perf_counter() - t0
+        results.append(res)
+        render_results([res], console)
+
+    total = time.perf_counter() - t_all
+    report = {
+        **env,
+        "command": " ".join([Path(sys.executable).name, "-m", "bench", *sys.argv[1:]]),
+        "mode": "quick" if args.quick else "full",
+        "reps": reps,
+        "warmup": warmup,
+        "seconds": total,
+        "loadavg_at_end": loadavg(),
+        "benchmarks": {r.name: r.to_json() for r in results},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(_clean(report), indent=2, default=_json_default) + "\n")
+    console.print(
+        f"total {total:.1f} s; load average {env['loadavg_at_start']} at start, "
+        f"{report['loadavg_at_end']} at end; wrote {args.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

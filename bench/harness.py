@@ -1,0 +1,411 @@
+"""The benchmark harness: timing, statistics, ratios, targets, the table and the JSON report.
+
+Every benchmark is one module under ``bench/`` exposing::
+
+    NAME: str            # the name used by ``--only``
+    DESCRIPTION: str     # one line: what it measures
+    def run(ctx: Context) -> BenchResult
+
+A benchmark measures its subject and its baselines in the same process and the same run, on the
+same inputs, with warm-up passes excluded and at least ``MIN_REPS`` repetitions; it reports
+every repetition (so medians and spread can be recomputed), the ratios against named baselines
+and the issue's targets. It raises :class:`Skip` when something it needs does not exist yet.
+Benchmarks never fail anything: a missed target is reported, not raised.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+MIN_REPS = 5
+
+# Registry: benchmark name -> module. Later phases add local_channel, internode, propagation,
+# scale; the order here is the order in which they run and are printed.
+BENCHMARKS: dict[str, str] = {
+    "codec": "bench.codec",
+    "memory": "bench.memory",
+}
+
+
+class Skip(Exception):
+    """Raised by a benchmark that cannot run here (a module it measures does not exist yet)."""
+
+
+@dataclass
+class Context:
+    quick: bool
+    reps: int
+    warmup: int
+    log: Callable[[str], None] = print
+
+    def size(self, full: int, quick: int) -> int:
+        return quick if self.quick else full
+
+
+class Benchmark(Protocol):
+    NAME: str
+    DESCRIPTION: str
+
+    def run(self, ctx: Context) -> BenchResult: ...
+
+
+# ------------------------------------------------------------------------------------ statistics
+
+
+def quantile(sorted_xs: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile (the same as numpy's default)."""
+    if not sorted_xs:
+        return math.nan
+    pos = (len(sorted_xs) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+@dataclass
+class Measurement:
+    """One quantity measured ``len(samples)`` times (warm-up already excluded)."""
+
+    key: str  # short id used by ratios: "ours", "jsonschema", ...
+    label: str  # what a reader sees in the table
+    unit: str  # "frames/s", "ns/frame", "B/workload", ...
+    samples: list[float]
+    higher_is_better: bool = True
+    role: Literal["subject", "baseline", "info"] = "info"
+    note: str = ""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples) if self.samples else math.nan
+
+    def summary(self) -> dict[str, float]:
+        xs = sorted(self.samples)
+        q1, q3 = quantile(xs, 0.25), quantile(xs, 0.75)
+        med = self.median
+        return {
+            "median": med,
+            "min": xs[0] if xs else math.nan,
+            "max": xs[-1] if xs else math.nan,
+            "q1": q1,
+            "q3": q3,
+            "iqr_pct": 100.0 * (q3 - q1) / med if med else math.nan,
+            "n": len(xs),
+        }
+
+
+@dataclass
+class Ratio:
+    """How many times better the subject is than a baseline, by medians (>1: subject better)."""
+
+    subject: str
+    baseline: str
+    value: float
+    target: float | None = None  # minimum acceptable value, from the issue
+    low: float = math.nan  # worst-case ratio from the spread (subject min vs baseline max)
+    high: float = math.nan
+
+    @property
+    def met(self) -> bool | None:
+        return None if self.target is None else self.value >= self.target
+
+
+@dataclass
+class Check:
+    """An absolute target from the issue (e.g. < 500 B per workload)."""
+
+    what: str
+    value: float
+    unit: str
+    target: str  # human-readable, e.g. "< 500"
+    met: bool | None
+    note: str = ""
+
+
+@dataclass
+class BenchResult:
+    name: str
+    description: str
+    measurements: list[Measurement] = field(default_factory=list)
+    ratios: list[Ratio] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    # Extra tables for the console: {"title": str, "columns": [str], "rows": [[str]]}.
+    tables: list[dict[str, Any]] = field(default_factory=list)
+    skipped: str | None = None
+    seconds: float = 0.0
+
+    def get(self, key: str) -> Measurement:
+        for m in self.measurements:
+            if m.key == key:
+                return m
+        raise KeyError(key)
+
+    def ratio(self, subject: str, baseline: str, target: float | None = None) -> Ratio | None:
+        """Add the ratio subject/baseline (inverted when lower is better). None if either is
+        missing."""
+        try:
+            s, b = self.get(subject), self.get(baseline)
+        except KeyError:
+            return None
+        if s.higher_is_better:
+            val = s.median / b.median
+            low, high = min(s.samples) / max(b.samples), max(s.samples) / min(b.samples)
+        else:
+            val = b.median / s.median
+            low, high = min(b.samples) / max(s.samples), max(b.samples) / min(s.samples)
+        r = Ratio(subject, baseline, val, target, low, high)
+        self.ratios.append(r)
+        return r
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["measurements"] = [{**asdict(m), **m.summary()} for m in self.measurements]
+        out["ratios"] = [{**asdict(r), "met": r.met} for r in self.ratios]
+        return out
+
+
+# ---------------------------------------------------------------------------------------- timing
+
+
+@dataclass
+class Case:
+    """One side of a comparison: ``setup()`` builds fresh state outside the timed region,
+    ``run(state)`` is the timed work and processes ``work`` units (frames, events...)."""
+
+    key: str
+    label: str
+    run: Callable[[Any], Any]
+    setup: Callable[[], Any] = lambda: None
+    work: int = 1
+    role: Literal["subject", "baseline", "info"] = "info"
+    note: str = ""
+    warmup: int | None = None  # untimed passes; None: the context's
+
+
+def _time_pass(case: Case) -> float:
+    state = case.setup()
+    t0 = time.perf_counter()
+    case.run(state)
+    return time.perf_counter() - t0
+
+
+def measure_rates(
+    cases: Iterable[Case],
+    ctx: Context,
+    *,
+    unit: str,
+    min_rep_seconds: float,
+    per: float = 1.0,
+) -> list[Measurement]:
+    """Throughput of each case, in ``work / second * per``, interleaved round-robin.
+
+    Each case gets ``ctx.warmup`` untimed passes first; the last warm-up pass calibrates how many
+    passes make one repetition (at least ``min_rep_seconds``), so fast cases are not at the mercy
+    of timer resolution. Repetitions are interleaved across cases (rep 1 of every case, then
+    rep 2, ...) so that drift on the machine affects every side of a ratio alike. The garbage
+    collector stays on (it is part of the real cost) but runs before each repetition, outside
+    the timed region.
+    """
+    cases = list(cases)
+    passes: dict[str, int] = {}
+    for c in cases:
+        t = 0.0
+        for _ in range(max(1, ctx.warmup if c.warmup is None else c.warmup)):
+            t = _time_pass(c)
+        passes[c.key] = max(1, math.ceil(min_rep_seconds / max(t, 1e-9)))
+    samples: dict[str, list[float]] = {c.key: [] for c in cases}
+    for _ in range(ctx.reps):
+        for c in cases:
+            gc.collect()
+            total = 0.0
+            for _ in range(passes[c.key]):
+                total += _time_pass(c)
+            samples[c.key].append(c.work * passes[c.key] / total * per)
+    return [
+        Measurement(
+            c.key,
+            c.label,
+            unit,
+            samples[c.key],
+            True,
+            c.role,
+            (c.note + "; " if c.note else "") + f"{passes[c.key]} pass(es) of {c.work} per rep",
+        )
+        for c in cases
+    ]
+
+
+# ------------------------------------------------------------------------------------- machinery
+
+
+def pin_to_one_core() -> tuple[set[int] | None, int | None]:
+    """Run on one core (the last one), so 'frames per second on one core' means that."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None, None
+    before = os.sched_getaffinity(0)
+    core = max(before)
+    os.sched_setaffinity(0, {core})
+    return before, core
+
+
+def unpin(before: set[int] | None) -> None:
+    if before is not None:
+        os.sched_setaffinity(0, before)
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process, from /proc (Linux)."""
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def git_commit() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def environment() -> dict[str, Any]:
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "git": git_commit(),
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "machine": {
+            "nproc": os.cpu_count(),
+            "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "cpu": cpu_model(),
+            "platform": platform.platform(),
+            "mem_total_kib": _mem_total_kib(),
+        },
+        "loadavg_at_start": loadavg(),
+    }
+
+
+def loadavg() -> list[float] | None:
+    """1, 5 and 15 minute load averages: other work on the machine skews every number."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _mem_total_kib() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+# ----------------------------------------------------------------------------------------- output
+
+
+def fmt(x: float) -> str:
+    if math.isnan(x):
+        return "-"
+    ax = abs(x)
+    if ax >= 1e6:
+        return f"{x / 1e6:.2f} M"
+    if ax >= 1e4:
+        return f"{x / 1e3:.1f} k"
+    if ax >= 100:
+        return f"{x:.0f}"
+    if ax >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def render(results: list[BenchResult], console: Any) -> None:
+    for res in results:
+        if res.skipped:
+            console.print(f"[yellow]{res.name}: skipped[/yellow] - {res.skipped}")
+            continue
+        t = Table(title=f"{res.name} - {res.description}", title_justify="left")
+        for col, just in (
+            ("variant", "left"),
+            ("median", "right"),
+            ("unit", "left"),
+            ("min .. max", "right"),
+            ("IQR", "right"),
+            ("n", "right"),
+        ):
+            t.add_column(col, justify=just)  # type: ignore[arg-type]
+        for m in res.measurements:
+            s = m.summary()
+            style = "bold" if m.role == "subject" else ""
+            t.add_row(
+                m.label,
+                fmt(s["median"]),
+                m.unit,
+                f"{fmt(s['min'])} .. {fmt(s['max'])}",
+                f"{s['iqr_pct']:.1f}%",
+                str(s["n"]),
+                style=style,
+            )
+        console.print(t)
+        if res.ratios:
+            rt = Table(title=f"{res.name}: ratios (by medians; range from the spread)")
+            for col in ("subject", "vs baseline", "ratio", "worst .. best", "target", "met"):
+                rt.add_column(col)
+            for r in res.ratios:
+                met = {None: "-", True: "[green]yes[/green]", False: "[red]NO[/red]"}[r.met]
+                rt.add_row(
+                    res.get(r.subject).label,
+                    res.get(r.baseline).label,
+                    f"{r.value:.2f}x",
+                    f"{r.low:.2f}x .. {r.high:.2f}x",
+                    "-" if r.target is None else f">= {r.target:g}x",
+                    met,
+                )
+            console.print(rt)
+        if res.checks:
+            ct = Table(title=f"{res.name}: targets")
+            for col in ("what", "value", "target", "met", "note"):
+                ct.add_column(col)
+            for c in res.checks:
+                met = {None: "-", True: "[green]yes[/green]", False: "[red]NO[/red]"}[c.met]
+                ct.add_row(c.what, f"{fmt(c.value)} {c.unit}", c.target, met, c.note)
+            console.print(ct)
+        for extra in res.tables:
+            xt = Table(title=f"{res.name}: {extra['title']}", title_justify="left")
+            for i, col in enumerate(extra["columns"]):
+                xt.add_column(col, justify="left" if i == 0 else "right")
+            for row in extra["rows"]:
+                xt.add_row(*row)
+            console.print(xt)
+        for n in res.notes:
+            console.print(f"  [dim]- {n}[/dim]")
+        console.print(f"  [dim]({res.seconds:.1f} s)[/dim]\n")
