@@ -191,7 +191,7 @@ def test_ping_flood_gets_goaway_even_when_nobody_reads_the_acks() -> None:
     assert goaway.error_code == CALM
 
 
-def test_empty_data_and_priority_floods_get_goaway() -> None:
+def test_empty_data_priority_and_dead_stream_data_floods_get_goaway() -> None:
     async def empty_data(peer: RawPeer) -> None:
         peer.send(peer.headers_frame(1, "POST", "/echo", end_stream=False))
         peer.send(*[DataFrame(1, data=b"") for _ in range(2000)])
@@ -202,7 +202,13 @@ def test_empty_data_and_priority_floods_get_goaway() -> None:
         peer.send(*frames)
         await peer.writer.drain()
 
-    for attack in (empty_data, priority):
+    async def data_on_a_reset_stream(peer: RawPeer) -> None:
+        peer.send(peer.headers_frame(1, "POST", "/echo", end_stream=False))
+        peer.send(RstStreamFrame(1, error_code=ErrorCodes.CANCEL))
+        peer.send(*[DataFrame(1, data=b"x") for _ in range(2000)])  # each earns an RST_STREAM
+        await peer.writer.drain()
+
+    for attack in (empty_data, priority, data_on_a_reset_stream):
         goaway, _ = goaway_under_attack(attack)
         assert goaway.error_code == CALM
 

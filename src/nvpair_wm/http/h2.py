@@ -403,13 +403,13 @@ class H2Session:
                     self._receive(data, now)
             except _Abort as abort:
                 log.info("HTTP/2 GOAWAY %s: %s", abort.code.name, abort.reason)
-                self._conn.close_connection(abort.code, additional_data=abort.reason.encode())
+                self._close(abort.code, abort.reason.encode())
                 self._done = True
             except h2.exceptions.ProtocolError as exc:
                 log.info("HTTP/2 protocol error: %s", exc)
                 if self._conn.state_machine.state is not h2.connection.ConnectionState.CLOSED:
                     # Raised by a call of ours, not by receive_data (which queues its GOAWAY).
-                    self._conn.close_connection(ErrorCodes.INTERNAL_ERROR)
+                    self._close(ErrorCodes.INTERNAL_ERROR)
                 elif _is_hpack_error(exc):
                     self._recode_goaway(ErrorCodes.COMPRESSION_ERROR)
                 self._done = True
@@ -485,7 +485,7 @@ class H2Session:
         idle = not self._streams and block is None
         if idle and now >= self._idle_since + limits.idle_timeout:
             log.debug("HTTP/2 connection idle: closing")
-            self._conn.close_connection(ErrorCodes.NO_ERROR)
+            self._close(ErrorCodes.NO_ERROR)
             self._done = True
             return
         for st in list(self._streams.values()):
@@ -536,7 +536,10 @@ class H2Session:
         if ftype in (_SETTINGS, _PING, _PRIORITY) or ftype > _CONTINUATION:
             control = True
         elif ftype == _DATA:
-            control = frame.length == 0 and not frame.flags & _END_STREAM
+            # Empty DATA moves nothing; DATA for a stream we no longer track (reset, refused,
+            # finished) only makes h2 answer with RST_STREAM.
+            empty = frame.length == 0 and not frame.flags & _END_STREAM
+            control = empty or frame.stream_id not in self._streams
         elif ftype == _WINDOW_UPDATE:
             control = not self._waiting_for_window(frame.stream_id)
         else:
@@ -833,6 +836,12 @@ class H2Session:
             self._finish_graceful()
 
     def _finish_graceful(self) -> None:
-        last = self._goaway_last if self._goaway_last is not None else 0
-        self._conn.close_connection(ErrorCodes.NO_ERROR, last_stream_id=last)
+        self._close(ErrorCodes.NO_ERROR)
         self._done = True
+
+    def _close(self, code: ErrorCodes, debug: bytes = b"") -> None:
+        """Queue the final GOAWAY; its last stream id never exceeds a graceful one sent before."""
+        last = self._conn.highest_inbound_stream_id
+        if self._goaway_last is not None:
+            last = min(last, self._goaway_last)
+        self._conn.close_connection(code, additional_data=debug or None, last_stream_id=last)
