@@ -9,8 +9,11 @@ user, and the bounds h2 does not enforce:
   the whole announced length first), a header block (HEADERS + CONTINUATION) is bounded in
   bytes, frames and time (CONTINUATION flood, slow header block), and floods are counted per
   ``h2_rate_window``: RST_STREAM (rapid reset, CVE-2023-44487, plus the resets the client makes
-  us send), SETTINGS, PING, PRIORITY, empty DATA and pointless WINDOW_UPDATE frames. A flood
-  ends in GOAWAY ENHANCE_YOUR_CALM;
+  us send), SETTINGS, PING, PRIORITY, empty DATA, DATA on streams already reset or finished,
+  and pointless WINDOW_UPDATE frames. A flood ends in GOAWAY ENHANCE_YOUR_CALM;
+* RFC 9113 error codes where h2 answers differently: DATA/HEADERS after END_STREAM both ways is
+  a connection error STREAM_CLOSED (§5.1), a SETTINGS ACK with a payload FRAME_SIZE_ERROR
+  (§6.5), an undecodable field block COMPRESSION_ERROR (§4.3);
 * MAX_CONCURRENT_STREAMS as a stream error: h2 would answer an extra stream with a connection
   error, so h2 only keeps a backstop above the advertised limit and extra streams get
   REFUSED_STREAM here (too many of those: GOAWAY);
