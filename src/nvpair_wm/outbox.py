@@ -1,0 +1,479 @@
+"""One peer's outbound queue: coalescing, bounds, batching, retry and backoff (sans-IO).
+
+The IO shell (:mod:`nvpair_wm.broadcaster`) asks :meth:`PeerOutbox.next_batch` for work and
+reports what happened to each batch; everything that decides *what* is sent, *when* it is
+retried and *what* is given up lives here, with time and randomness injected so that tests
+can drive it without sockets or sleeps.
+
+Queue
+    Ordered by first arrival and keyed by workload (``Outbound.key``): a newer event of a queued
+    workload replaces the queued one in place (**coalescing**: the queue carries state, so the
+    peer's view loses nothing, and a busy workload keeps its place in line). Bounded in frames
+    and bytes, counting what is in flight: a frame that does not fit is dropped (counted, one
+    warning per overflow episode) and the link resynchronises with a snapshot once it has caught
+    up (see :mod:`nvpair_wm.sync`).
+
+Batching
+    A batch takes the snapshot being sent (if any), then the queue, up to ``max_batch_frames``
+    and ``max_batch_bytes``. The shell asks for a batch whenever the connection has a free
+    request slot, so an idle link sends each event at once, alone, and a busy one accumulates
+    while its requests are in flight and sends larger batches: low latency when quiet, high
+    throughput under load.
+
+Retry
+    Failures count per link, not per frame: ``retry_max_attempts`` consecutive failures, or a
+    run of failures older than ``retry_max_age``, exhaust the retries: queued frames are dropped
+    (counted) and the link resynchronises with a snapshot when the peer is back. In between, the
+    n-th consecutive failure waits a random time in [d/2, d], d = min(cap, base·2^(n-1)) (equal
+    jitter: spread out, and never much shorter than the schedule); ``Retry-After`` is honoured
+    up to ``max_retry_after``. An exhausted link keeps being probed at the capped delay.
+    Success resets the run. Only a delivered request counts as success: a peer that accepts
+    connections but fails every request still backs off.
+
+What is retried: connection errors, timeouts, stream resets, 408, 429, 5xx (503 with
+``Retry-After``), and 403, which says the peer does not pin us *yet* (a property of the link,
+not of the frames, that a cluster-directory change ends). 413 halves this link's batch size and
+retries. Other 4xx are final: the frames are dropped and counted, and the body is logged; a 400
+names the bad frames of a batch (``data.index``), and the others were applied by the peer.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+from nvpair_wm_schema.manager_status_schema import PeerStatus
+
+from nvpair_wm.dispatch import Outbound
+from nvpair_wm.sync import Key, Originated, Snapshot
+
+__all__ = [
+    "Backoff",
+    "Batch",
+    "BroadcastLimits",
+    "PeerOutbox",
+    "RetryRun",
+]
+
+log = logging.getLogger(__name__)
+
+MIB: Final = 1024 * 1024
+_ERROR_TEXT_MAX: Final = 300
+
+
+@dataclass(frozen=True, slots=True)
+class BroadcastLimits:
+    """Every bound of the broadcaster (seconds, bytes, counts), in one place."""
+
+    connect_timeout: float = 5.0  # TCP connect
+    handshake_timeout: float = 5.0  # TLS handshake (pin check included)
+    response_timeout: float = 10.0  # request sent → complete response; then the link reconnects
+    max_batch_frames: int = 512
+    max_batch_bytes: int = 512 * 1024  # well under the server's 1 MiB body limit
+    max_queue_frames: int = 10_000  # per peer, in flight included
+    max_queue_bytes: int = 16 * MIB  # per peer, in flight included
+    max_in_flight: int = 4  # concurrent requests on one HTTP/2 connection (HTTP/1.1: 1)
+    retry_base: float = 0.1  # first backoff delay
+    retry_max_delay: float = 5.0  # backoff cap; also the probe interval of an exhausted link
+    retry_max_attempts: int = 8  # consecutive failures before the queue is given up
+    retry_max_age: float = 30.0  # ... or this long since the run of failures began
+    max_retry_after: float = 60.0  # a peer's Retry-After is honoured up to this
+    min_reconnect_interval: float = 0.5  # between two connection attempts to one peer
+    keepalive_interval: float = 15.0  # HTTP/2 PING after this long without traffic
+    keepalive_timeout: float = 10.0  # PING unanswered this long: the connection is dead
+    tcp_keepalive: float = 15.0  # TCP keepalive idle time (then probes every 5 s, 3 probes)
+    reconcile_interval: float = 1.0  # re-check pins and identity at least this often
+    max_response_bytes: int = MIB  # a bigger response body ends the connection
+
+
+class Backoff:
+    """Exponential backoff with equal jitter: failure n waits U(d/2, d),
+    d = min(cap, base·2^(n-1)): spread out, yet never much sooner than the schedule."""
+
+    def __init__(self, base: float, cap: float, rng: random.Random) -> None:
+        self.base = base
+        self.cap = cap
+        self._rng = rng
+
+    def ceiling(self, failures: int) -> float:
+        """The upper bound d of the delay after ``failures`` consecutive failures (>= 1)."""
+        exponent = min(max(failures, 1) - 1, 62)
+        return min(self.cap, self.base * (2.0**exponent))
+
+    def delay(self, failures: int) -> float:
+        d = self.ceiling(failures)
+        return self._rng.uniform(d / 2, d)
+
+
+class RetryRun:
+    """The current run of consecutive failures of one link."""
+
+    def __init__(self, limits: BroadcastLimits, rng: random.Random) -> None:
+        self._limits = limits
+        self.backoff = Backoff(limits.retry_base, limits.retry_max_delay, rng)
+        self.failures = 0
+        self.since: float | None = None
+        self.retry_at = 0.0
+        self.exhausted = False
+
+    def failure(self, now: float, retry_after: float | None = None) -> bool:
+        """Count a failure and schedule the next attempt; True when this one exhausts the run."""
+        lim = self._limits
+        self.failures += 1
+        if self.since is None:
+            self.since = now
+        delay = self.backoff.delay(self.failures)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, lim.max_retry_after))
+        self.retry_at = now + delay
+        if self.exhausted:
+            return False
+        if self.failures >= lim.retry_max_attempts or now - self.since >= lim.retry_max_age:
+            self.exhausted = True
+            return True
+        return False
+
+    def success(self) -> None:
+        self.failures = 0
+        self.since = None
+        self.retry_at = 0.0
+        self.exhausted = False
+
+
+@dataclass(slots=True)
+class Batch:
+    """Frames that go out in one request: ``snapshot`` ones first, then ``queued`` ones."""
+
+    snapshot: list[Outbound] = field(default_factory=list)
+    queued: list[Outbound] = field(default_factory=list)
+    size: int = 2  # bytes of the body: "[" + frames joined by "," + "]"
+
+    def __len__(self) -> int:
+        return len(self.snapshot) + len(self.queued)
+
+    @property
+    def items(self) -> list[Outbound]:
+        return self.snapshot + self.queued
+
+    @property
+    def body(self) -> bytes:
+        """A JSON-RPC batch: the frames' own bytes, joined."""
+        return b"[" + b",".join(o.body for o in self.items) + b"]"
+
+    def room(self, item: Outbound, max_frames: int, max_bytes: int) -> bool:
+        """Whether ``item`` fits (the first frame always does: it is sent alone if it must)."""
+        if not self:
+            return True
+        return len(self) < max_frames and self.size + 1 + len(item.body) <= max_bytes
+
+    def add(self, item: Outbound, *, snapshot: bool) -> None:
+        self.size += len(item.body) + (1 if self else 0)
+        (self.snapshot if snapshot else self.queued).append(item)
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _ERROR_TEXT_MAX else text[: _ERROR_TEXT_MAX - 3] + "..."
+
+
+class PeerOutbox:
+    """Queue, snapshot cursor, retry run and counters of one peer link."""
+
+    def __init__(
+        self,
+        name: str,
+        limits: BroadcastLimits,
+        originated: Originated,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.name = name
+        self.limits = limits
+        self._originated = originated
+        self._clock = clock
+        self._wall = wall
+        self.retry = RetryRun(limits, rng or random.Random())
+        self._queue: OrderedDict[Key, Outbound] = OrderedDict()
+        self._queued_bytes = 0
+        self._inflight_frames = 0
+        self._inflight_bytes = 0
+        self._inflight_batches = 0
+        self.snapshot: Snapshot | None = None
+        self._sync_now = False  # take a snapshot before the next batch
+        self._sync_when_idle = False  # take one once the queue is empty (after drops)
+        self.flush_only = False  # shutting down: send the queue, skip snapshots
+        self.batch_bytes = limits.max_batch_bytes  # halved on 413
+        self._overflow_dropped = 0  # frames dropped in the current overflow episode
+        # counters (PeerStatus)
+        self.sent = 0
+        self.retried = 0
+        self.coalesced = 0
+        self.dropped = 0
+        self.snapshots = 0
+        self.last_error: str | None = None
+        self.last_error_at: int | None = None
+
+    # -- queue ---------------------------------------------------------------------------------
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    @property
+    def depth(self) -> int:
+        """Frames waiting: the rest of a snapshot being sent, and the queue."""
+        return len(self._queue) + (len(self.snapshot) if self.snapshot is not None else 0)
+
+    @property
+    def in_flight(self) -> int:
+        return self._inflight_batches
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to send and nothing in flight."""
+        return not self.has_work and not self._inflight_batches
+
+    @property
+    def has_work(self) -> bool:
+        """Frames to send, or a snapshot to take, now or once the backoff is over."""
+        return bool(self.depth) or self._sync_pending()
+
+    def push(self, items: Iterable[Outbound]) -> None:
+        """Queue local events/removals, coalescing by workload; drop what does not fit."""
+        for item in items:
+            self._push(item)
+
+    def _push(self, item: Outbound) -> None:
+        if self.retry.exhausted and not self.flush_only:
+            # The peer is unreachable and the resync on its return carries this state.
+            self._drop(1, "retries exhausted")
+            return
+        old = self._queue.get(item.key)
+        if old is not None:
+            if item.seq <= old.seq:
+                return  # the queue already holds this state or a newer one
+            self.coalesced += 1
+            if self._fits(len(item.body) - len(old.body), 0):
+                self._queue[item.key] = item  # in place: the workload keeps its turn
+                self._queued_bytes += len(item.body) - len(old.body)
+                return
+            del self._queue[item.key]
+            self._queued_bytes -= len(old.body)
+        if not self._fits(len(item.body), 1):
+            self._overflow()
+            return
+        if self._overflow_dropped:
+            log.warning(
+                "peer %s: queue has room again; %d frames were dropped while it was full",
+                self.name,
+                self._overflow_dropped,
+            )
+            self._overflow_dropped = 0
+        self._queue[item.key] = item
+        self._queued_bytes += len(item.body)
+
+    def _fits(self, extra_bytes: int, extra_frames: int) -> bool:
+        lim = self.limits
+        frames = len(self._queue) + self._inflight_frames + extra_frames
+        size = self._queued_bytes + self._inflight_bytes + extra_bytes
+        return frames <= lim.max_queue_frames and size <= lim.max_queue_bytes
+
+    def _overflow(self) -> None:
+        if not self._overflow_dropped:
+            log.warning(
+                "peer %s: queue full (%d frames, %d bytes): dropping events until it drains; a "
+                "snapshot repairs the peer's view once it has caught up",
+                self.name,
+                len(self._queue) + self._inflight_frames,
+                self._queued_bytes + self._inflight_bytes,
+            )
+        self._overflow_dropped += 1
+        self.dropped += 1
+        self._sync_when_idle = True
+
+    def _drop(self, frames: int, why: str) -> None:
+        self.dropped += frames
+        self._sync_when_idle = True
+        log.debug("peer %s: dropped %d frames (%s)", self.name, frames, why)
+
+    # -- snapshots -------------------------------------------------------------------------------
+
+    def connected(self) -> None:
+        """A new connection: resynchronise first (the peer may have missed anything)."""
+        self.snapshot = None
+        self._sync_now = True
+
+    def _sync_pending(self) -> bool:
+        if self.flush_only:
+            return False
+        return self._sync_now or (self._sync_when_idle and not self._queue and not self.snapshot)
+
+    def _start_snapshot(self) -> None:
+        self._sync_now = self._sync_when_idle = False
+        snap = Snapshot.of(self._originated)
+        self.snapshots += 1
+        if self._queue:
+            # Queued events the snapshot carries in the same or a newer version go with it.
+            queue = self._queue
+            for key, seq in snap.covered():
+                old = queue.get(key)
+                if old is not None and old.seq <= seq:
+                    del queue[key]
+                    self._queued_bytes -= len(old.body)
+        self.snapshot = snap if len(snap) else None
+        log.debug("peer %s: snapshot of %d frames", self.name, snap.taken)
+
+    # -- batches ---------------------------------------------------------------------------------
+
+    def ready_at(self) -> float:
+        """Monotonic time before which no request should be sent (backoff)."""
+        return self.retry.retry_at
+
+    def next_batch(self) -> Batch | None:
+        """The next request's frames, or None (nothing to send, or backing off)."""
+        if self._clock() < self.retry.retry_at:
+            return None
+        if self._sync_pending():
+            self._start_snapshot()
+        batch = Batch()
+        max_frames, max_bytes = self.limits.max_batch_frames, self.batch_bytes
+        snap = self.snapshot
+        if snap is not None and not self.flush_only:
+            while (item := snap.pop()) is not None:
+                if not batch.room(item, max_frames, max_bytes):
+                    snap.unpop([item])
+                    break
+                batch.add(item, snapshot=True)
+            if not len(snap):
+                self.snapshot = None
+        queue = self._queue
+        while queue:
+            item = next(iter(queue.values()))
+            if not batch.room(item, max_frames, max_bytes):
+                break
+            del queue[item.key]
+            self._queued_bytes -= len(item.body)
+            batch.add(item, snapshot=False)
+        if not batch:
+            return None
+        self._inflight_batches += 1
+        self._inflight_frames += len(batch.queued)
+        self._inflight_bytes += sum(len(o.body) for o in batch.queued)
+        return batch
+
+    def _settle(self, batch: Batch) -> None:
+        self._inflight_batches -= 1
+        self._inflight_frames -= len(batch.queued)
+        self._inflight_bytes -= sum(len(o.body) for o in batch.queued)
+
+    # -- outcomes --------------------------------------------------------------------------------
+
+    def delivered(self, batch: Batch, bad: frozenset[int] = frozenset(), detail: str = "") -> None:
+        """The peer took the batch (2xx), or applied all of it but the frames at ``bad`` (a 400
+        names them: they are refused for good and counted as dropped)."""
+        self._settle(batch)
+        self.sent += len(batch) - len(bad)
+        if bad:
+            self.dropped += len(bad)
+            self._error(detail or f"{len(bad)} frames refused")
+        self.retry.success()
+
+    def failed(self, batch: Batch | None, reason: str, retry_after: float | None = None) -> None:
+        """A retryable failure (``batch`` None: no request was made, e.g. connect failed)."""
+        self._error(reason)
+        if batch is not None:
+            self._settle(batch)
+            self._requeue(batch)
+        if self.retry.failure(self._clock(), retry_after):
+            self._exhausted()
+
+    def rejected(self, batch: Batch, status: int, detail: str) -> None:
+        """A final answer (4xx other than those retried): the frames are given up."""
+        self._settle(batch)
+        self._error(f"HTTP {status}: {detail}")
+        self.dropped += len(batch)
+        # The peer is reachable and answering: this is not a failure of the link.
+        self.retry.success()
+
+    def too_large(self, batch: Batch) -> bool:
+        """413: halve the batch size and retry; False if a single frame is too large."""
+        if len(batch) <= 1:
+            self.rejected(batch, 413, "a single frame exceeds the peer's body limit")
+            return False
+        self._settle(batch)
+        self.batch_bytes = max(1024, min(self.batch_bytes, batch.size) // 2)
+        self._error(f"HTTP 413: batch of {batch.size} bytes too large; now {self.batch_bytes}")
+        self._requeue(batch)
+        return True
+
+    def _requeue(self, batch: Batch) -> None:
+        """Put a failed batch back at the front; newer queued versions win."""
+        self.retried += len(batch)
+        if batch.snapshot:
+            if self.snapshot is None:
+                self.snapshot = Snapshot([], [])
+            self.snapshot.unpop(batch.snapshot)
+        back: list[Outbound] = []
+        for item in batch.queued:
+            newer = self._queue.get(item.key)
+            if newer is not None and newer.seq >= item.seq:
+                self.coalesced += 1
+                continue
+            if newer is not None:
+                del self._queue[item.key]
+                self._queued_bytes -= len(newer.body)
+            back.append(item)
+        for item in reversed(back):
+            self._queue[item.key] = item
+            self._queue.move_to_end(item.key, last=False)
+            self._queued_bytes += len(item.body)
+
+    def _exhausted(self) -> None:
+        queued = len(self._queue)
+        self._queue.clear()
+        self._queued_bytes = 0
+        self.snapshot = None
+        self._sync_now = True
+        self.dropped += queued  # a snapshot's frames are not lost: the table keeps them
+        run = self.retry
+        log.warning(
+            "peer %s: giving up after %d failures over %.1fs (%s); dropped %d queued frames; "
+            "probing every <=%.0fs and resynchronising when it answers",
+            self.name,
+            run.failures,
+            self._clock() - (run.since or self._clock()),
+            self.last_error,
+            queued,
+            self.limits.retry_max_delay,
+        )
+
+    def _error(self, reason: str) -> None:
+        self.last_error = _short(reason)
+        self.last_error_at = int(self._wall() * 1000)
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def status(
+        self, node_id: str, address: str, port: int, connected: bool, protocol: str | None
+    ) -> PeerStatus:
+        return PeerStatus(
+            nodeId=node_id,
+            address=address,
+            port=port,
+            connected=connected,
+            protocol="h2" if protocol == "h2" else "http/1.1" if protocol == "http/1.1" else None,
+            queueDepth=self.depth,
+            sent=self.sent,
+            retried=self.retried,
+            coalesced=self.coalesced,
+            dropped=self.dropped,
+            lastError=self.last_error,
+            lastErrorAt=self.last_error_at,
+        )

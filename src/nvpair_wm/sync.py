@@ -1,0 +1,133 @@
+"""Convergence: how every node reaches the cluster's current view (sans-IO).
+
+Events are pushed by the node where the broker reported them, straight to every peer (no gossip
+relay). Pushing alone loses state whenever a receiver misses events: it was down, restarted with
+an empty table, was partitioned away, was (re)added to the cluster, or its sender gave up
+retrying or dropped events from a full queue. The repair is one mechanism, the **snapshot**:
+
+    A snapshot is the newest event of every workload this node originated, plus this node's
+    local removals (``workloads:remove`` with ``runId``), taken from the workload table
+    (``WorkloadTable.originated``) at the moment it starts to go out. It is sent as ordinary
+    lifecycle notifications and removals: no new frame type, no new endpoint, and a receiver
+    needs nothing but the deduplication it already does.
+
+When a peer link sends a snapshot:
+
+1. **On every new connection** to the peer, before anything else: the first connection after
+   start, a reconnect after a failure, a peer that restarted (its old connection broke), a
+   partition that healed (the send that failed dropped the connection), a peer whose retries
+   were exhausted and that answered a later probe, a node that appeared in ``nodes:update`` or
+   became pinned. A link keeps its connection open and reconnects as soon as it is lost (a peer
+   that is down is probed with capped backoff), so a restarted peer gets its snapshot within
+   seconds without waiting for a new event. Dead connections that no FIN reveals are found by
+   TCP keepalive and, on HTTP/2, by PING.
+2. **After retries were exhausted** on a connection that then recovers (e.g. a run of 503s).
+3. **When the link becomes idle after it had to drop events** (queue full): the slow peer is not
+   flooded while it is behind, and is repaired as soon as it has caught up.
+
+Why this converges: every local event is recorded in the table before it is queued, so a
+snapshot taken at time T carries, for each workload, an event at least as new as anything queued
+before T. Queued events that the snapshot covers (same workload, same or lower ``seq``) are
+discarded when it is taken, and what is queued after T follows it. Whatever a receiver missed,
+the next snapshot supplies the newest state; whatever it already has, its table collapses as a
+duplicate (same runId, id, seq) or as stale (lower seq), and a tombstone suppresses events of a
+removed workload. So a snapshot never produces a second ``workloads:upsert`` at a broker that
+already had the state, and the order of a snapshot relative to other batches does not matter.
+
+What a snapshot costs: one frame per workload still in the origin's table (terminal workloads
+leave it ``terminal_ttl`` after their last event, 10 minutes by default) per new connection.
+Connections are long-lived, but a server closes an idle one after its ``idle_timeout`` (60 s),
+and the reconnect that follows sends a snapshot again: an idle cluster therefore repeats its
+snapshots about once a minute per link, which doubles as periodic anti-entropy and costs nothing
+while events flow (busy links do not go idle).
+
+Limits of the design, on purpose: a node only replays what it originated (what a node learnt
+from others it does not relay), and what it originated survives only as long as its own
+process: a restarted manager has an empty table, and its broker is the source of truth for its
+own workloads.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Final
+
+from nvpair_wm_schema.workload_info_schema import WorkloadInfo
+
+from nvpair_wm.dedup import Removal
+from nvpair_wm.dispatch import Outbound, outbound_event, outbound_removal
+from nvpair_wm.events import lifecycle_frame
+
+__all__ = ["REMOVAL_SEQ", "Originated", "Snapshot"]
+
+#: ``Outbound.seq`` of a removal: it sorts after every event of its workload.
+REMOVAL_SEQ: Final = float("inf")
+
+Key = tuple[str, str, str]
+Originated = Callable[[], tuple[list[WorkloadInfo], list[Removal]]]
+
+
+def _info_key(info: WorkloadInfo) -> Key:
+    return (info.originatedFrom, info.id, info.runId)
+
+
+def _removal_key(removal: Removal) -> Key:
+    return (removal.origin, removal.workload_id, removal.run_id or "")
+
+
+class Snapshot:
+    """A snapshot being sent: the table's state at one moment, encoded one frame at a time.
+
+    Encoding is lazy (a table can hold many workloads, and a link that reconnects mid-snapshot
+    throws the rest away), so the only cost up front is the two lists ``originated()`` returns.
+    Frames that went out in a batch that must be retried are handed back with :meth:`unpop`.
+    """
+
+    __slots__ = ("_infos", "_next", "_removals", "_returned", "taken")
+
+    def __init__(self, infos: list[WorkloadInfo], removals: list[Removal]) -> None:
+        self._infos = infos
+        self._removals = removals
+        self._next = 0
+        self._returned: deque[Outbound] = deque()
+        self.taken = len(infos) + len(removals)
+
+    @classmethod
+    def of(cls, originated: Originated) -> Snapshot:
+        infos, removals = originated()
+        return cls(infos, removals)
+
+    def __len__(self) -> int:
+        """Frames still to send."""
+        return len(self._returned) + len(self._infos) + len(self._removals) - self._next
+
+    def covered(self) -> Iterator[tuple[Key, float]]:
+        """(workload key, seq) of every frame not yet sent: what queued events it supersedes."""
+        n_infos = len(self._infos)
+        for out in self._returned:
+            yield out.key, out.seq
+        for i in range(self._next, n_infos + len(self._removals)):
+            if i < n_infos:
+                info = self._infos[i]
+                yield _info_key(info), info.seq
+            else:
+                yield _removal_key(self._removals[i - n_infos]), REMOVAL_SEQ
+
+    def pop(self) -> Outbound | None:
+        """The next frame, or None when the snapshot has been sent."""
+        if self._returned:
+            return self._returned.popleft()
+        n_infos = len(self._infos)
+        i = self._next
+        if i < n_infos:
+            self._next += 1
+            return outbound_event(lifecycle_frame(self._infos[i]))
+        if i < n_infos + len(self._removals):
+            self._next += 1
+            return outbound_removal(self._removals[i - n_infos])
+        return None
+
+    def unpop(self, items: list[Outbound]) -> None:
+        """Give back frames (in order) so that they are sent first."""
+        self._returned.extendleft(reversed(items))

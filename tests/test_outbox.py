@@ -1,0 +1,389 @@
+"""The per-peer outbox and the snapshot (sans-IO): no sockets, no sleeps, injected clock and RNG."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from nvpair_wm_schema.workload_info_schema import WorkloadInfo
+
+from nvpair_wm.dedup import Removal, WorkloadTable
+from nvpair_wm.dispatch import Outbound, outbound_event, outbound_removal
+from nvpair_wm.events import lifecycle_frame
+from nvpair_wm.outbox import Backoff, Batch, BroadcastLimits, PeerOutbox, RetryRun
+from nvpair_wm.sync import Snapshot
+from tests.frames import info
+
+STATES = {1: "queued", 2: "running", 3: "completed"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def ev(wid: str = "1", seq: int = 1, run: str = "run-a", **kw: Any) -> Outbound:
+    state = kw.pop("state", STATES.get(seq, "running"))
+    return outbound_event(lifecycle_frame(info(id=wid, seq=seq, runId=run, state=state, **kw)))
+
+
+def rm(wid: str = "1", run: str | None = "run-a") -> Outbound:
+    return outbound_removal(Removal("node-a", wid, run))
+
+
+def ids(batch: Batch | None) -> list[tuple[str, float]]:
+    assert batch is not None
+    out = []
+    for frame in json.loads(batch.body):
+        p = frame["params"]
+        if "workloadInfo" in p:
+            out.append((p["workloadInfo"]["id"], p["workloadInfo"]["seq"]))
+        else:
+            out.append((p["workloadId"], float("inf")))
+    return out
+
+
+def nothing() -> tuple[list[WorkloadInfo], list[Removal]]:
+    return [], []
+
+
+def make(
+    originated: Any = nothing, clock: Clock | None = None, seed: int = 1, **limits: Any
+) -> PeerOutbox:
+    lim = BroadcastLimits(**limits)
+    return PeerOutbox(
+        "peer", lim, originated, clock=clock or Clock(), wall=lambda: 1.5, rng=random.Random(seed)
+    )
+
+
+# -- coalescing and bounds ------------------------------------------------------------------------
+
+
+def test_newer_event_replaces_the_queued_one_in_place() -> None:
+    box = make()
+    box.push([ev("1", 1), ev("2", 1), ev("1", 2), ev("1", 3)])
+    assert box.queued == 2 and box.coalesced == 2
+    assert ids(box.next_batch()) == [("1", 3), ("2", 1)]  # "1" kept its turn, newest state
+
+
+def test_older_or_equal_event_does_not_replace() -> None:
+    box = make()
+    box.push([ev("1", 2), ev("1", 1), ev("1", 2)])
+    assert box.coalesced == 0
+    assert ids(box.next_batch()) == [("1", 2)]
+
+
+def test_removal_replaces_every_event_of_its_run() -> None:
+    box = make()
+    box.push([ev("1", 1), ev("1", 2), rm("1")])
+    assert ids(box.next_batch()) == [("1", float("inf"))]
+
+
+def test_other_runs_are_other_workloads() -> None:
+    box = make()
+    box.push([ev("1", 5, run="old"), ev("1", 1, run="new")])
+    assert box.coalesced == 0 and box.queued == 2
+
+
+def test_queue_full_in_frames_drops_new_workloads_and_counts_them() -> None:
+    box = make(max_queue_frames=3)
+    box.push([ev(str(i)) for i in range(5)])
+    assert box.queued == 3 and box.dropped == 2
+    box.push([ev("0", 2)])  # a queued workload still gets its newer state
+    assert box.coalesced == 1 and box.dropped == 2
+
+
+def test_queue_full_in_bytes() -> None:
+    one = len(ev("1").body)
+    box = make(max_queue_bytes=2 * one + one // 2)
+    box.push([ev("1"), ev("2"), ev("3")])
+    assert box.queued == 2 and box.dropped == 1
+
+
+def test_bounds_count_frames_in_flight() -> None:
+    box = make(max_queue_frames=2, max_batch_frames=2)
+    box.push([ev("1"), ev("2")])
+    batch = box.next_batch()
+    assert batch is not None and len(batch) == 2 and box.queued == 0
+    box.push([ev("3")])
+    assert box.dropped == 1  # two in flight: no room
+    box.delivered(batch)
+    box.push([ev("3")])
+    assert box.queued == 1
+
+
+def test_drops_schedule_a_snapshot_once_the_queue_is_empty() -> None:
+    table = WorkloadTable()
+    for i in range(4):
+        table.observe(info(id=str(i)), 0.0, keep=True)
+    box = make(table.originated, max_queue_frames=2)
+    box.push([ev("0"), ev("1"), ev("2"), ev("3")])
+    assert box.dropped == 2
+    assert ids(box.next_batch()) == [("0", 1), ("1", 1)]  # the queue first: no snapshot yet
+    assert box.snapshots == 0
+    resync = box.next_batch()  # queue empty: now the snapshot repairs what was dropped
+    assert box.snapshots == 1
+    assert sorted(ids(resync)) == [("0", 1), ("1", 1), ("2", 1), ("3", 1)]
+
+
+# -- batching -------------------------------------------------------------------------------------
+
+
+def test_batches_are_bounded_in_frames_and_bytes_and_are_json_rpc_batches() -> None:
+    box = make(max_batch_frames=3)
+    box.push([ev(str(i)) for i in range(7)])
+    sizes = []
+    while (b := box.next_batch()) is not None:
+        frames = json.loads(b.body)
+        assert isinstance(frames, list) and all(f["jsonrpc"] == "2.0" for f in frames)
+        assert len(b.body) == b.size
+        sizes.append(len(b))
+    assert sizes == [3, 3, 1]
+    one = len(ev("1").body)
+    box = make(max_batch_bytes=2 * one + 3)
+    box.push([ev(str(i)) for i in range(5)])
+    batch = box.next_batch()
+    assert batch is not None and len(batch) == 2 and batch.size <= 2 * one + 3
+
+
+def test_a_frame_larger_than_a_batch_goes_alone() -> None:
+    box = make(max_batch_bytes=10)
+    box.push([ev("1"), ev("2")])
+    assert len(box.next_batch() or []) == 1
+    assert len(box.next_batch() or []) == 1
+
+
+def test_idle_link_sends_at_once_busy_link_accumulates() -> None:
+    box = make()
+    box.push([ev("1")])
+    first = box.next_batch()
+    assert ids(first) == [("1", 1)]  # alone, immediately
+    box.push([ev(str(i)) for i in range(2, 50)])  # arrive while the first is in flight
+    second = box.next_batch()
+    assert second is not None and len(second) == 48
+
+
+# -- retry ----------------------------------------------------------------------------------------
+
+
+def test_backoff_schedule_stays_within_bounds() -> None:
+    rng = random.Random(7)
+    b = Backoff(0.1, 5.0, rng)
+    ceilings = [b.ceiling(n) for n in range(1, 10)]
+    assert ceilings == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0]
+    for n in range(1, 200):
+        d = b.delay(n)
+        assert b.ceiling(n) / 2 <= d <= b.ceiling(n)
+    assert b.ceiling(10_000) == 5.0  # no overflow for a peer that is gone for days
+
+
+def test_retry_after_is_honoured_up_to_a_cap() -> None:
+    run = RetryRun(BroadcastLimits(max_retry_after=30.0), random.Random(1))
+    run.failure(100.0, retry_after=7.0)
+    assert run.retry_at == pytest.approx(107.0)
+    run.failure(200.0, retry_after=3600.0)
+    assert run.retry_at == pytest.approx(230.0)
+
+
+def test_failed_batch_is_retried_first_after_the_backoff() -> None:
+    clock = Clock()
+    box = make(clock=clock)
+    box.push([ev("1"), ev("2")])
+    batch = box.next_batch()
+    assert batch is not None
+    box.push([ev("3")])
+    box.failed(batch, "HTTP 503", retry_after=2.0)
+    assert box.retried == 2 and box.last_error == "HTTP 503" and box.last_error_at == 1500
+    assert box.next_batch() is None  # backing off
+    clock.now += 2.0
+    assert ids(box.next_batch()) == [("1", 1), ("2", 1), ("3", 1)]
+
+
+def test_requeued_frame_loses_to_a_newer_queued_one() -> None:
+    box = make()
+    box.push([ev("1", 1)])
+    batch = box.next_batch()
+    assert batch is not None
+    box.push([ev("1", 2)])
+    box.failed(batch, "reset")
+    assert box.coalesced == 1
+    box.retry.retry_at = 0
+    assert ids(box.next_batch()) == [("1", 2)]
+
+
+def test_exhausted_retries_drop_the_queue_then_resync_when_the_peer_answers() -> None:
+    clock = Clock()
+    table = WorkloadTable()
+    for i in range(3):
+        table.observe(info(id=str(i)), 0.0, keep=True)
+    box = make(table.originated, clock=clock, retry_max_attempts=3)
+    box.push([ev("0"), ev("1"), ev("2")])
+    for _ in range(3):
+        box.failed(None, "connection refused")
+        clock.now = box.ready_at()
+    assert box.retry.exhausted and box.queued == 0 and box.dropped == 3
+    box.push([ev("9")])  # the resync will carry it
+    assert box.dropped == 4 and box.queued == 0
+    box.failed(None, "connection refused")  # still probing, at the capped delay
+    assert box.ready_at() - clock.now <= 5.0
+    clock.now = box.ready_at()
+    box.connected()  # the peer is back
+    resync = box.next_batch()
+    assert sorted(ids(resync)) == [("0", 1), ("1", 1), ("2", 1)]
+    assert resync is not None
+    box.delivered(resync)
+    assert not box.retry.exhausted and box.sent == 3
+
+
+def test_retries_are_exhausted_by_age_too() -> None:
+    clock = Clock()
+    box = make(clock=clock, retry_max_attempts=100, retry_max_age=10.0)
+    box.push([ev("1")])
+    box.failed(None, "refused")
+    clock.now += 9.9
+    box.failed(None, "refused")
+    assert not box.retry.exhausted
+    clock.now += 0.2
+    box.failed(None, "refused")
+    assert box.retry.exhausted and box.dropped == 1
+
+
+def test_success_resets_the_run() -> None:
+    clock = Clock()
+    box = make(clock=clock, retry_max_attempts=2)
+    box.push([ev("1")])
+    box.failed(None, "refused")
+    clock.now = box.ready_at()
+    batch = box.next_batch()
+    assert batch is not None
+    box.delivered(batch)
+    assert box.retry.failures == 0 and box.ready_at() == 0
+    box.failed(None, "refused")
+    assert not box.retry.exhausted
+
+
+def test_final_rejection_drops_the_batch_without_backing_off() -> None:
+    box = make()
+    box.push([ev("1"), ev("2")])
+    batch = box.next_batch()
+    assert batch is not None
+    box.rejected(batch, 415, "content-type must be application/json")
+    assert box.dropped == 2 and box.retried == 0 and box.ready_at() == 0
+    assert box.last_error == "HTTP 415: content-type must be application/json"
+
+
+def test_partial_400_counts_only_the_named_frames() -> None:
+    box = make()
+    box.push([ev("1"), ev("2"), ev("3")])
+    batch = box.next_batch()
+    assert batch is not None
+    box.delivered(batch, frozenset({1}), "HTTP 400: ...")
+    assert box.sent == 2 and box.dropped == 1
+
+
+def test_413_halves_the_batch_and_retries() -> None:
+    box = make()
+    box.push([ev(str(i)) for i in range(10)])
+    batch = box.next_batch()
+    assert batch is not None and len(batch) == 10
+    assert box.too_large(batch)
+    assert box.batch_bytes < batch.size and box.dropped == 0 and box.queued == 10
+    smaller = box.next_batch()
+    assert smaller is not None and smaller.size <= box.batch_bytes
+
+
+# -- snapshots ------------------------------------------------------------------------------------
+
+
+def test_a_new_connection_sends_the_snapshot_first_and_it_supersedes_the_queue() -> None:
+    table = WorkloadTable()
+    table.observe(info(id="1", seq=1), 0.0, keep=True)
+    table.observe(info(id="1", seq=2, state="running"), 0.0, keep=True)
+    table.observe(info(id="2", seq=1), 0.0, keep=True)
+    table.remove("node-a", "2", "run-a", 0.0, local=True)
+    table.observe(info(id="3", seq=1, originatedFrom="node-b"), 0.0)  # not ours: not replayed
+    box = make(table.originated)
+    box.push([ev("1", 1), ev("1", 2)])  # covered by the snapshot
+    box.connected()
+    batch = box.next_batch()
+    assert ids(batch) == [("1", 2), ("2", float("inf"))]
+    assert box.queued == 0 and box.snapshots == 1
+    # after the snapshot, newer events follow as usual
+    table.observe(info(id="1", seq=3, state="completed"), 0.0, keep=True)
+    box.push([ev("1", 3)])
+    assert ids(box.next_batch()) == [("1", 3)]
+
+
+def test_snapshot_frames_are_the_lifecycle_frame_of_each_state() -> None:
+    table = WorkloadTable()
+    table.observe(info(id="7", seq=4, state="failed", error="boom"), 0.0, keep=True)
+    box = make(table.originated)
+    box.connected()
+    frame = json.loads(box.next_batch().body)[0]  # type: ignore[union-attr]
+    assert frame["method"] == "workload:errored"
+    assert frame["params"]["workloadInfo"]["error"] == "boom"
+
+
+def test_a_big_snapshot_goes_out_in_bounded_batches_and_a_reconnect_restarts_it() -> None:
+    table = WorkloadTable()
+    for i in range(25):
+        table.observe(info(id=str(i)), 0.0, keep=True)
+    box = make(table.originated, max_batch_frames=10)
+    box.connected()
+    first = box.next_batch()
+    assert first is not None and len(first) == 10 and box.depth == 15
+    box.failed(first, "connection lost")
+    box.retry.retry_at = 0
+    box.connected()  # a new connection: a fresh snapshot replaces the half-sent one
+    seen = []
+    while (b := box.next_batch()) is not None:
+        seen += ids(b)
+        box.delivered(b)
+    assert sorted(seen) == sorted((str(i), 1) for i in range(25))
+
+
+def test_flush_only_skips_snapshots() -> None:
+    table = WorkloadTable()
+    table.observe(info(id="1"), 0.0, keep=True)
+    box = make(table.originated)
+    box.push([ev("2")])
+    box.connected()
+    box.flush_only = True
+    batch = box.next_batch()
+    assert ids(batch) == [("2", 1)]
+    assert batch is not None and not box.idle  # in flight
+    box.delivered(batch)
+    assert box.idle
+
+
+def test_snapshot_unpop_and_covered() -> None:
+    snap = Snapshot([info(id="1"), info(id="2")], [Removal("node-a", "3", None)])
+    assert len(snap) == 3
+    assert list(snap.covered()) == [
+        (("node-a", "1", "run-a"), 1),
+        (("node-a", "2", "run-a"), 1),
+        (("node-a", "3", ""), float("inf")),
+    ]
+    a = snap.pop()
+    assert a is not None
+    snap.unpop([a])
+    assert len(snap) == 3 and snap.pop() == a
+
+
+def test_status_reports_the_counters() -> None:
+    box = make()
+    box.push([ev("1"), ev("1", 2)])
+    st = box.status("node-b", "10.0.0.2", 14320, True, "h2")
+    assert (st.nodeId, st.connected, st.protocol, st.queueDepth, st.coalesced) == (
+        "node-b",
+        True,
+        "h2",
+        1,
+        1,
+    )
+    assert box.status("node-b", "x", 1, False, None).protocol is None
