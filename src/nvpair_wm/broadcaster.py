@@ -1,0 +1,468 @@
+"""The outbound broadcaster: local events to every peer, over one connection per peer.
+
+The IO shell around three sans-IO parts:
+
+* :mod:`nvpair_wm.peers` decides who the peers are (``nodes:update`` records that are not us
+  and are pinned now);
+* :mod:`nvpair_wm.outbox` decides what each peer is sent and when (coalescing bounded queue,
+  batching, retry with backoff);
+* :mod:`nvpair_wm.sync` decides how a peer is brought up to date (a snapshot on every new
+  connection; its docstring is the convergence design);
+
+and :mod:`nvpair_wm.client` speaks HTTP/2 or HTTP/1.1 over pin-checked mutual TLS.
+
+One task per peer link keeps a connection open (connecting again as soon as it is lost, with
+backoff while the peer does not answer), starts a request whenever the connection has a free
+slot and the outbox has a batch, and sleeps otherwise. Before each connection attempt and each
+batch it re-checks that the peer is still a peer (pinned, not us) and that we still have an
+identity; the set of links is reconciled on every ``nodes:update``, and every
+``reconcile_interval`` for changes to ``trusted/`` and to our own certificate. A node without
+an identity has no links and sends nothing; once its files appear, links start at the next
+reconcile. A rotated identity closes the connections made with the old one.
+
+Shutdown (:meth:`Broadcaster.close`): no more publishing, snapshots are skipped, each link
+sends what is queued and stops; whatever is left after ``grace`` seconds is abandoned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from nvpair_wm_schema.manager_status_schema import PeerStatus
+from nvpair_wm_schema.node_record_schema import NodeRecord
+from nvpair_wm_schema.workload_info_schema import WorkloadInfo
+
+from nvpair_wm.client import ClientError, PeerConnection, PinRefused, Response, open_connection
+from nvpair_wm.dedup import Removal
+from nvpair_wm.dispatch import Outbound
+from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
+from nvpair_wm.peers import Peer, PeerDirectory, diff
+from nvpair_wm.pins import Identity, PinSet
+from nvpair_wm.tls import ALPN_PROTOCOLS
+
+__all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster"]
+
+log = logging.getLogger(__name__)
+
+EVENTS_PATH = "/v1/workloads/events"
+_LOG_BODY_MAX = 1000
+
+# Answers after which the same frames are sent again (see nvpair_wm.outbox).
+_RETRY_STATUSES = frozenset({403, 408, 429})
+
+_error_list = msgspec.json.Decoder(list[dict[str, Any]])
+
+
+def retry_after(value: bytes | None, now: float | None = None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP-date), None if absent."""
+    if value is None:
+        return None
+    text = value.decode("latin-1").strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def bad_frames(body: bytes, count: int) -> frozenset[int] | None:
+    """Indexes of the frames a 400 refused (``error.data.index`` of each JSON-RPC error).
+
+    None when the body does not say (then the whole batch is taken as refused).
+    """
+    try:
+        errors = _error_list.decode(body)
+    except msgspec.DecodeError:
+        return None
+    bad: set[int] = set()
+    for err in errors:
+        data = err.get("error", {}).get("data") if isinstance(err.get("error"), dict) else None
+        index = data.get("index") if isinstance(data, dict) else None
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
+            return None
+        bad.add(index)
+    return frozenset(bad) if bad else None
+
+
+def _text(body: bytes) -> str:
+    text = body.decode("utf-8", "replace")
+    return text if len(text) <= _LOG_BODY_MAX else text[:_LOG_BODY_MAX] + "..."
+
+
+class _Link:
+    """One peer: its outbox, its connection, and the task that moves one into the other."""
+
+    def __init__(self, peer: Peer, owner: Broadcaster) -> None:
+        self.peer = peer
+        self._owner = owner
+        self._limits = owner.limits
+        self.outbox = PeerOutbox(
+            f"{peer.node_id} ({peer.address}:{peer.port})",
+            owner.limits,
+            owner._originated,
+            rng=owner._rng,
+        )
+        self.conn: PeerConnection | None = None
+        self._conn_identity: str | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._sends: set[asyncio.Task[None]] = set()
+        self._ping: asyncio.Task[None] | None = None
+        self._next_connect_at = 0.0
+        self._was_connected = False
+
+    # -- control --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"peer-{self.peer.node_id}"
+        )
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        return self._task
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def retarget(self, peer: Peer) -> None:
+        """The record moved (address or port): reconnect there; the queue stays."""
+        moved = peer.target != self.peer.target
+        self.peer = peer
+        self.outbox.name = f"{peer.node_id} ({peer.address}:{peer.port})"
+        if moved and self.conn is not None:
+            self.conn.close(f"peer moved to {peer.address}:{peer.port}")
+        self.wake()
+
+    async def stop(self) -> None:
+        """Stop now: cancel everything, close the connection, forget the queue."""
+        tasks = [t for t in (self._task, self._ping, *self._sends) if t is not None]
+        for task in tasks:
+            task.cancel()
+        if self.conn is not None:
+            self.conn.close("peer link stopped")
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.conn is not None:
+            await self.conn.aclose()
+
+    def status(self) -> PeerStatus:
+        conn = self.conn
+        connected = conn is not None and not conn.closed
+        p = self.peer
+        return self.outbox.status(
+            p.node_id, p.address, p.port, connected, conn.protocol if connected and conn else None
+        )
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        lim = self._limits
+        outbox = self.outbox
+        owner = self._owner
+        loop = asyncio.get_running_loop()
+        while True:
+            self._wake.clear()
+            ident = owner._identity.current()
+            if ident is None or not owner._directory.is_peer(self.peer):
+                # Not (or no longer) a peer: send nothing; the next reconcile drops this link.
+                if self.conn is not None:
+                    self.conn.close("no longer a peer")
+                owner._reconcile_soon()
+                await self._sleep(lim.reconcile_interval)
+                continue
+            conn = self.conn
+            if conn is not None and (
+                conn.closed or not conn.usable or self._conn_identity != ident.fingerprint
+            ):
+                if self._sends:
+                    await self._sleep(None)  # let the requests in progress finish first
+                    continue
+                self._forget(conn, ident.fingerprint)
+                conn = None
+            if conn is None:
+                if outbox.flush_only and outbox.idle:
+                    return
+                now = loop.time()
+                at = max(outbox.ready_at(), self._next_connect_at)
+                if at > now:
+                    await self._sleep(at - now)
+                    continue
+                self._next_connect_at = now + lim.min_reconnect_interval
+                conn = await self._connect(ident)
+                if conn is None:
+                    continue
+            cap = conn.capacity(lim.max_in_flight)
+            while conn.usable and len(self._sends) < cap:
+                batch = outbox.next_batch()
+                if batch is None:
+                    break
+                task = loop.create_task(self._send(conn, batch))
+                self._sends.add(task)
+                task.add_done_callback(self._sent)
+            if outbox.flush_only and outbox.idle:
+                return
+            await self._sleep(self._timers(conn, loop.time()))
+
+    def _timers(self, conn: PeerConnection, now: float) -> float | None:
+        """Start a keepalive PING if one is due; seconds until the next thing due without a
+        wake-up (the end of a backoff, the next PING), None if nothing is."""
+        lim = self._limits
+        due: list[float] = []
+        if self.outbox.has_work and self.outbox.ready_at() > now:
+            due.append(self.outbox.ready_at() - now)
+        if conn.protocol == "h2" and not conn.active and self._ping is None:
+            idle_for = now - conn.last_activity
+            if idle_for >= lim.keepalive_interval:
+                self._ping = asyncio.get_running_loop().create_task(self._keepalive(conn))
+            else:
+                due.append(lim.keepalive_interval - idle_for)
+        return min(due) if due else None
+
+    async def _sleep(self, seconds: float | None) -> None:
+        """Until woken (new frames, a request done, the connection changed) or ``seconds``."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
+
+    async def _connect(self, ident: Any) -> PeerConnection | None:
+        p = self.peer
+        pins = self._owner._pins
+        lim = self._limits
+        try:
+            conn = await open_connection(
+                p.address,
+                p.port,
+                identity=ident,
+                expected_fingerprint=p.fingerprint,
+                is_pinned=pins.is_pinned,
+                on_change=self.wake,
+                alpn=self._owner._alpn,
+                connect_timeout=lim.connect_timeout,
+                handshake_timeout=lim.handshake_timeout,
+                tcp_keepalive=lim.tcp_keepalive,
+                max_response_bytes=lim.max_response_bytes,
+            )
+        except PinRefused as exc:
+            log.warning("peer %s: refusing to send: %s", self.outbox.name, exc)
+            self.outbox.failed(None, f"pin check failed: {exc}")
+            return None
+        except ClientError as exc:
+            level = logging.INFO if self._was_connected else logging.DEBUG
+            log.log(level, "peer %s: cannot connect: %s", self.outbox.name, exc)
+            self._was_connected = False
+            self.outbox.failed(None, str(exc))
+            return None
+        self.conn = conn
+        self._conn_identity = ident.fingerprint
+        # A reconnect after an idle close is routine (about once a minute on a quiet link).
+        level = logging.DEBUG if self._was_connected else logging.INFO
+        log.log(level, "peer %s: connected (%s); resynchronising", self.outbox.name, conn.protocol)
+        self._was_connected = True
+        self.outbox.connected()
+        return conn
+
+    def _forget(self, conn: PeerConnection, identity: str) -> None:
+        if not conn.closed:
+            why = "our identity changed" if self._conn_identity != identity else "unusable"
+            conn.close(why)
+        log.debug("peer %s: connection ended: %s", self.outbox.name, conn.close_reason)
+        if self._ping is not None:
+            self._ping.cancel()
+            self._ping = None
+        self.conn = None
+
+    async def _keepalive(self, conn: PeerConnection) -> None:
+        try:
+            await conn.ping(self._limits.keepalive_timeout)
+        except ClientError as exc:
+            self.outbox.failed(None, f"keepalive: {exc}")
+        finally:
+            self._ping = None
+            self.wake()
+
+    # -- one request ----------------------------------------------------------------------------
+
+    async def _send(self, conn: PeerConnection, batch: Batch) -> None:
+        outbox = self.outbox
+        try:
+            response = await conn.post(
+                EVENTS_PATH, batch.body, response_timeout=self._limits.response_timeout
+            )
+        except ClientError as exc:
+            outbox.failed(batch, str(exc))
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug: keep the link alive, keep the frames
+            log.exception("peer %s: sending a batch failed", outbox.name)
+            outbox.failed(batch, f"internal error: {exc!r}")
+            return
+        self._answered(batch, response)
+
+    def _answered(self, batch: Batch, response: Response) -> None:
+        outbox = self.outbox
+        status = response.status
+        if 200 <= status < 300:
+            outbox.delivered(batch)
+        elif status == 400 and (bad := bad_frames(response.body, len(batch))) is not None:
+            log.warning(
+                "peer %s refused %d of %d frames: %s",
+                outbox.name,
+                len(bad),
+                len(batch),
+                _text(response.body),
+            )
+            outbox.delivered(batch, bad, f"HTTP 400: {_text(response.body)}")
+        elif status == 413:
+            outbox.too_large(batch)
+        elif status in _RETRY_STATUSES or status >= 500:
+            wait = retry_after(response.header(b"retry-after"))
+            detail = f"HTTP {status}: {_text(response.body)}"
+            log.debug("peer %s: %s (retrying)", outbox.name, detail)
+            outbox.failed(batch, detail, wait)
+        else:
+            log.warning(
+                "peer %s refused a batch of %d frames with HTTP %d: %s",
+                outbox.name,
+                len(batch),
+                status,
+                _text(response.body),
+            )
+            outbox.rejected(batch, status, _text(response.body))
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._sends.discard(task)
+        self.wake()
+
+
+class Broadcaster:
+    """Pushes local events and removals to every peer (see the module docstring)."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        pins: PinSet,
+        originated: Callable[[], tuple[list[WorkloadInfo], list[Removal]]],
+        limits: BroadcastLimits = BroadcastLimits(),  # noqa: B008 - frozen, shared on purpose
+        *,
+        rng: random.Random | None = None,
+        alpn: tuple[bytes, ...] = ALPN_PROTOCOLS,
+    ) -> None:
+        self.limits = limits
+        self._identity = identity
+        self._pins = pins
+        self._originated = originated
+        self._rng = rng or random.Random()
+        self._alpn = alpn  # tests narrow it to force HTTP/1.1
+        self._directory = PeerDirectory(identity, pins)
+        self._links: dict[str, _Link] = {}
+        self._started = False
+        self._closing = False
+        self._ticker: asyncio.Task[None] | None = None
+        self._stopping: set[asyncio.Task[None]] = set()
+        self._no_identity_logged = False
+
+    # -- the API node.py uses ---------------------------------------------------------------------
+
+    def update_nodes(self, nodes: list[NodeRecord]) -> None:
+        """A ``nodes:update`` snapshot: it replaces the last one; peers follow at once."""
+        self._directory.update(nodes)
+        self._reconcile()
+
+    def publish(self, items: list[Outbound]) -> None:
+        """Local events and removals, for every peer's queue."""
+        if not items or self._closing:
+            return
+        for link in self._links.values():
+            link.outbox.push(items)
+            link.wake()
+
+    def status(self) -> list[PeerStatus]:
+        """One PeerStatus per current peer, ordered by nodeId."""
+        links = sorted(self._links.values(), key=lambda lk: (lk.peer.node_id, lk.peer.fingerprint))
+        return [link.status() for link in links]
+
+    async def start(self) -> None:
+        self._started = True
+        self._reconcile()
+        for link in self._links.values():
+            if link.task is None:
+                link.start()
+        self._ticker = asyncio.get_running_loop().create_task(self._tick(), name="peers-tick")
+
+    async def close(self, grace: float) -> None:
+        """Stop publishing, send what is queued within ``grace`` seconds, then stop."""
+        self._closing = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+        links = list(self._links.values())
+        for link in links:
+            link.outbox.flush_only = True
+            link.wake()
+        tasks = [lk.task for lk in links if lk.task is not None and not lk.task.done()]
+        if tasks and grace > 0:
+            await asyncio.wait(tasks, timeout=grace)
+        leftover = sum(lk.outbox.depth for lk in links)
+        if leftover:
+            log.warning("shutting down with %d frames unsent to peers", leftover)
+        await asyncio.gather(*(lk.stop() for lk in links), *self._stopping, return_exceptions=True)
+        if self._ticker is not None:
+            await asyncio.gather(self._ticker, return_exceptions=True)
+        self._links.clear()
+
+    # -- peers ------------------------------------------------------------------------------------
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.limits.reconcile_interval)
+            self._reconcile()
+
+    def _reconcile_soon(self) -> None:
+        if self._started and not self._closing:
+            asyncio.get_running_loop().call_soon(self._reconcile)
+
+    def _reconcile(self) -> None:
+        """Make the links match the peers as records, pins and identity are now."""
+        if self._closing:
+            return
+        wanted = self._directory.evaluate()
+        if not wanted and self._directory.records and self._directory.own_fingerprint() is None:
+            if not self._no_identity_logged:
+                log.warning(
+                    "no cluster identity: sending nothing to the %d cluster nodes",
+                    len(self._directory.records),
+                )
+                self._no_identity_logged = True
+        else:
+            self._no_identity_logged = False
+        changes = diff({fp: lk.peer for fp, lk in self._links.items()}, wanted)
+        for peer in changes.removed:
+            link = self._links.pop(peer.fingerprint)
+            log.info(
+                "peer %s removed (not in nodes:update, unpinned, or we lost our identity); "
+                "dropping %d queued frames",
+                link.outbox.name,
+                link.outbox.depth,
+            )
+            if self._started:
+                task = asyncio.get_running_loop().create_task(link.stop())
+                self._stopping.add(task)
+                task.add_done_callback(self._stopping.discard)
+        for _, peer in changes.changed:
+            self._links[peer.fingerprint].retarget(peer)
+        for peer in changes.added:
+            link = _Link(peer, self)
+            self._links[peer.fingerprint] = link
+            log.info("peer %s added", link.outbox.name)
+            if self._started:
+                link.start()
