@@ -28,6 +28,16 @@ def _port(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="nvpair-wm",
@@ -67,7 +77,13 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     logs.configure(args.log_level)
-    config = Config(port=args.port, ipc=args.ipc, cluster_dir=args.cluster_dir)
+    config = Config(
+        port=args.port,
+        ipc=args.ipc,
+        cluster_dir=args.cluster_dir,
+        host=args.bind,
+        broker_queue=args.broker_queue,
+    )
     try:
         code = asyncio.run(Node(config).run())
     except KeyboardInterrupt:  # pragma: no cover - SIGINT is handled inside run()
