@@ -595,3 +595,75 @@ def test_three_nodes_converge_and_a_restarted_node_catches_up(tls_cluster: TLSCl
         assert b2.broker.drain() == []
 
     run(go())
+
+
+# -- liveness -----------------------------------------------------------------------------------
+
+
+def test_h2_keepalive_finds_a_silent_peer(servers: Servers, tls_cluster: TLSCluster) -> None:
+    a = servers.start(tls_cluster.dirs["a"])
+    limits = BroadcastLimits(
+        keepalive_interval=0.1, keepalive_timeout=0.2, retry_base=0.02, retry_max_delay=0.1
+    )
+    b = Node(tls_cluster, limits=limits)
+    frozen = threading.Event()
+
+    async def go() -> None:
+        b.bc.update_nodes([record(tls_cluster, "a", a.port)])
+        await b.bc.start()
+        await eventually(lambda: b.peer().connected, "connected")
+        # a's process hangs (no FIN, no answers): its event loop stops running.
+        a.loop.call_soon_threadsafe(frozen.wait, WAIT)
+        await eventually(
+            lambda: "PING unanswered" in (b.peer().lastError or ""), "the PING times out"
+        )
+        frozen.set()  # a recovers: b reconnects (and resynchronises)
+        await eventually(lambda: b.peer().connected, "reconnected")
+        await b.bc.close(1.0)
+
+    try:
+        run(go())
+    finally:
+        frozen.set()
+
+
+def test_idle_close_by_the_server_is_followed_by_a_reconnect_and_a_resync(
+    servers: Servers, tls_cluster: TLSCluster, alpn: tuple[bytes, ...]
+) -> None:
+    handler = Scripted()
+    a = servers.start(tls_cluster.dirs["a"], handler=handler, idle_timeout=0.2)
+    b = Node(tls_cluster, alpn=alpn)
+    b.report(submitted("1"))
+
+    async def go() -> None:
+        b.bc.update_nodes([record(tls_cluster, "a", a.port)])
+        await b.bc.start()
+        assert ids((await handler.next())[1]) == [("1", 1)]
+        # a closes the idle connection; b cannot tell that from a restart: it resyncs.
+        assert ids((await handler.next())[1]) == [("1", 1)]
+        await b.bc.close(1.0)
+
+    run(go())
+
+
+def test_403_from_a_peer_that_does_not_pin_us_yet_is_retried_until_it_does(
+    servers: Servers, tls_cluster: TLSCluster
+) -> None:
+    pin = tls_cluster.dirs["a"] / "trusted" / "b.crt"
+    saved = pin.read_bytes()
+    pin.unlink()  # a does not trust b (yet); b trusts a
+    a = servers.start(tls_cluster.dirs["a"])
+    b = Node(tls_cluster)
+    b.report(submitted("1"))
+
+    async def go() -> None:
+        b.bc.update_nodes([record(tls_cluster, "a", a.port)])
+        await b.bc.start()
+        await eventually(lambda: b.peer().retried >= 2, "b retries after 403")
+        st = b.peer()
+        assert (st.lastError or "").startswith("HTTP 403") and st.sent == 0
+        pin.write_bytes(saved)  # a now pins b
+        assert await upserts(a.sink, 1) == [("1", 1, "queued")]
+        await b.bc.close(1.0)
+
+    run(go())
