@@ -599,6 +599,24 @@ def test_large_request_body_through_a_small_server_window() -> None:
     run(main())
 
 
+def test_concurrent_bodies_over_the_buffer_budget_all_complete() -> None:
+    """Past h2_body_buffer_budget the server withholds WINDOW_UPDATEs, yet the oldest body
+    always progresses: no deadlock, every upload completes."""
+    bodies = [bytes([65 + i]) * 300_000 for i in range(6)]  # 1.8 MB against a 200 KB budget
+
+    async def main() -> list[Reply]:
+        budget = H2Limits(h2_body_buffer_budget=200_000, h2_connection_window=256 * 1024)
+        async with H2TestServer(h2_limits=budget) as server:
+            client = await H2Client.connect(server.port)
+            sids = [client.start("POST", "/echo", body) for body in bodies]
+            replies = await client.wait(*sids)
+            client.close()
+            return replies
+
+    replies = run(main())
+    assert [bytes(r.body) for r in replies] == bodies
+
+
 def test_large_response_respects_a_small_client_window() -> None:
     size = MIB - 1000
 

@@ -23,9 +23,9 @@ user, and the bounds h2 does not enforce:
 * content-length checked per stream (a mismatch resets that stream with PROTOCOL_ERROR
   instead of h2's connection error), the body limit (413), timeouts (preface, header block,
   body, a response stuck on a closed window, idle);
-* flow control both ways: received DATA is acknowledged as it is buffered, but only while the
-  connection holds less than ``h2_body_buffer_budget`` of request bodies (the oldest body in
-  flight always progresses); responses go out as the peer's windows allow;
+* flow control both ways: the connection window is reopened for every DATA byte, stream windows
+  as bodies are buffered while the connection holds less than ``h2_body_buffer_budget`` of them
+  (the oldest body always progresses); responses go out as the peer's windows allow;
 * graceful shutdown (:meth:`H2Session.goaway` or :class:`ShutdownRequested` from ``read``):
   GOAWAY NO_ERROR with the last stream id, in-flight streams finish, newer ones are refused.
   h2 cannot do this itself (sending GOAWAY closes its state machine, python-hyper/h2#1181), so
@@ -268,7 +268,7 @@ class _Stream:
     mode: str = "body"  # "body": buffering for complete(); "discard": answered early
     body: bytearray = field(default_factory=bytearray)
     received: int = 0  # DATA payload bytes, checked against request.content_length
-    owed: int = 0  # flow-controlled bytes buffered but not yet acknowledged
+    owed: int = 0  # flow-controlled bytes received whose stream window is not yet reopened
     remote_done: bool = False
     out: bytes | None = None  # response body still to send (None: no response yet)
     out_off: int = 0
@@ -312,6 +312,8 @@ class H2Session:
         # Recently closed by END_STREAM both ways (bounded; older ids fall back to h2's rules).
         self._ended: dict[int, None] = {}
         self._buffered = 0  # request-body bytes held across streams
+        self._conn_window = max(65535, self._x.h2_connection_window)
+        self._conn_owed = 0  # DATA bytes whose connection window is not yet reopened
         self._out = bytearray()  # frames of our own, ahead of h2's next output
         self._settings_seen = False
         self._started = self._loop.time()
@@ -643,29 +645,28 @@ class H2Session:
         sid = event.stream_id
         data = event.data or b""
         flow = event.flow_controlled_length or 0
+        self._ack_connection(flow)
         st = self._streams.get(sid)
         if st is None or st.remote_done:
-            self._conn.acknowledge_received_data(flow, sid)
             return
         st.received += len(data)
+        st.owed += flow
         declared = st.request.content_length if st.request is not None else None
         if declared is not None and st.received > declared:
-            self._conn.acknowledge_received_data(flow, sid)
             self._malformed(st, "body longer than content-length")
             return
         if st.mode == "discard":
-            self._conn.acknowledge_received_data(flow, sid)
             if st.received > self._discard_cap:
                 self._end_discard(st)
+            else:
+                self._settle_acks()
             return
         if st.received > self._max_body:
-            self._conn.acknowledge_received_data(flow, sid)
             self._release_body(st)
             self._answer_early(st, too_large(self._max_body))
             return
         st.body += data
         self._buffered += len(data)
-        st.owed += flow
         self._settle_acks()
 
     def _on_end(self, sid: int) -> None:
@@ -705,22 +706,40 @@ class H2Session:
 
     # -- flow control of request bodies ------------------------------------------------------
 
+    def _ack_connection(self, flow: int) -> None:
+        """Return connection window for every DATA byte at once (batched to half a window).
+
+        Only stream windows are withheld (see :meth:`_settle_acks`): a connection window
+        held back would be spent by the peer on younger streams and starve the oldest one.
+        """
+        self._conn_owed += flow
+        if self._conn_owed >= self._conn_window // 2:
+            self._conn.increment_flow_control_window(self._conn_owed)
+            self._conn_owed = 0
+
     def _settle_acks(self) -> None:
-        """Hand window back for buffered body bytes while under budget; the oldest always."""
-        first = True
+        """Reopen stream windows: for bodies being dropped always; for buffered bodies while
+        the connection holds under ``h2_body_buffer_budget`` of them, and for the oldest one
+        in any case (so one body always completes). Batched to half a stream window.
+
+        Memory per connection stays under the budget + ``max_body`` + one initial stream
+        window per open stream.
+        """
+        half = max(1, self._limits.h2_initial_window_size // 2)
+        under_budget = self._buffered <= self._x.h2_body_buffer_budget
+        oldest = True
         for st in list(self._streams.values()):
-            if st.owed and (first or self._buffered <= self._x.h2_body_buffer_budget):
-                self._conn.acknowledge_received_data(st.owed, st.sid)
+            receiving = not st.remote_done
+            if receiving and st.owed >= half and (st.mode == "discard" or oldest or under_budget):
+                with contextlib.suppress(h2.exceptions.StreamClosedError):
+                    self._conn.increment_flow_control_window(st.owed, stream_id=st.sid)
                 st.owed = 0
-            if st.mode == "body" and not st.remote_done:
-                first = False
+            if receiving and st.mode == "body":
+                oldest = False
 
     def _release_body(self, st: _Stream) -> None:
         self._buffered -= len(st.body)
         st.body = bytearray()
-        if st.owed:
-            self._conn.acknowledge_received_data(st.owed, st.sid)
-            st.owed = 0
         self._settle_acks()
 
     # -- sending ------------------------------------------------------------------------------
@@ -820,7 +839,7 @@ class H2Session:
     def _drop(self, st: _Stream) -> None:
         if self._streams.pop(st.sid, None) is None:
             return
-        if st.body or st.owed:
+        if st.body:
             self._release_body(st)
         if not self._streams:
             self._idle_since = self._loop.time()
