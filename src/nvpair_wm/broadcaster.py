@@ -33,22 +33,29 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 from nvpair_wm_schema.manager_status_schema import PeerStatus
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 
-from nvpair_wm.client import ClientError, PeerConnection, PinRefused, Response, open_connection
+from nvpair_wm.client import (
+    ClientError,
+    PeerConnection,
+    PinRefused,
+    Response,
+    ResponseTimeout,
+    open_connection,
+)
 from nvpair_wm.dedup import Removal
 from nvpair_wm.dispatch import Outbound
 from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
 from nvpair_wm.peers import Peer, PeerDirectory, diff
-from nvpair_wm.pins import Identity, PinSet
+from nvpair_wm.pins import NodeIdentity
 from nvpair_wm.tls import ALPN_PROTOCOLS
 
-__all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster"]
+__all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster", "IdentitySource", "PinSource"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +66,20 @@ _LOG_BODY_MAX = 1000
 _RETRY_STATUSES = frozenset({403, 408, 429})
 
 _error_list = msgspec.json.Decoder(list[dict[str, Any]])
+
+
+class IdentitySource(Protocol):
+    """``nvpair_wm.pins.Identity`` (or a stand-in that never has one)."""
+
+    def current(self) -> NodeIdentity | None: ...
+
+
+class PinSource(Protocol):
+    """``nvpair_wm.pins.PinSet`` (or a stand-in that pins nothing)."""
+
+    def current(self) -> frozenset[str]: ...
+
+    def is_pinned(self, fingerprint: str) -> bool: ...
 
 
 def retry_after(value: bytes | None, now: float | None = None) -> float | None:
@@ -120,6 +141,7 @@ class _Link:
         self._ping: asyncio.Task[None] | None = None
         self._next_connect_at = 0.0
         self._was_connected = False
+        self._last_refusal: str | None = None
 
     # -- control --------------------------------------------------------------------------------
 
@@ -234,7 +256,7 @@ class _Link:
             async with asyncio.timeout(seconds):
                 await self._wake.wait()
 
-    async def _connect(self, ident: Any) -> PeerConnection | None:
+    async def _connect(self, ident: NodeIdentity) -> PeerConnection | None:
         p = self.peer
         pins = self._owner._pins
         lim = self._limits
@@ -253,7 +275,10 @@ class _Link:
                 max_response_bytes=lim.max_response_bytes,
             )
         except PinRefused as exc:
-            log.warning("peer %s: refusing to send: %s", self.outbox.name, exc)
+            # Warn once per distinct refusal; the probes that follow repeat it at debug level.
+            level = logging.WARNING if str(exc) != self._last_refusal else logging.DEBUG
+            log.log(level, "peer %s: refusing to send: %s", self.outbox.name, exc)
+            self._last_refusal = str(exc)
             self.outbox.failed(None, f"pin check failed: {exc}")
             return None
         except ClientError as exc:
@@ -264,6 +289,7 @@ class _Link:
             return None
         self.conn = conn
         self._conn_identity = ident.fingerprint
+        self._last_refusal = None
         # A reconnect after an idle close is routine (about once a minute on a quiet link).
         level = logging.DEBUG if self._was_connected else logging.INFO
         log.log(level, "peer %s: connected (%s); resynchronising", self.outbox.name, conn.protocol)
@@ -284,8 +310,10 @@ class _Link:
     async def _keepalive(self, conn: PeerConnection) -> None:
         try:
             await conn.ping(self._limits.keepalive_timeout)
-        except ClientError as exc:
+        except ResponseTimeout as exc:  # the peer is silent: count it, back off, reconnect
             self.outbox.failed(None, f"keepalive: {exc}")
+        except ClientError:
+            pass  # the connection closed meanwhile: the link loop reconnects
         finally:
             self._ping = None
             self.wake()
@@ -350,8 +378,8 @@ class Broadcaster:
 
     def __init__(
         self,
-        identity: Identity,
-        pins: PinSet,
+        identity: IdentitySource,
+        pins: PinSource,
         originated: Callable[[], tuple[list[WorkloadInfo], list[Removal]]],
         limits: BroadcastLimits = BroadcastLimits(),  # noqa: B008 - frozen, shared on purpose
         *,

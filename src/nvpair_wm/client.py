@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -685,7 +686,12 @@ async def open_connection(
     except TimeoutError:
         raise ConnectFailed(f"connect to {host}:{port} timed out") from None
     except OSError as exc:
-        raise ConnectFailed(f"connect to {host}:{port}: {exc.strerror or exc}") from exc
+        # asyncio's own text repeats the address ("Connect call failed (...)"): use errno's.
+        if isinstance(exc, socket.gaierror) or not exc.errno:
+            why = exc.strerror or str(exc)
+        else:
+            why = os.strerror(exc.errno)
+        raise ConnectFailed(f"connect to {host}:{port}: {why}") from exc
     try:
         async with asyncio.timeout(handshake_timeout):
             await tls.handshake()
