@@ -63,7 +63,43 @@ def _check_outputs(impls: list[Impl], chunks: list[bytes], res: BenchResult) -> 
         f"outputs checked: {', '.join(i.key for i in kept)} produce the same "
         f"{len(reference)} upserts (parsed JSON equal, same order) on the corpus"
     )
+    # And each really validates: every one must refuse these (the schema does).
+    good = json.loads(chunks[0].split(b"\n", 1)[0])
+    rows = []
+    for impl in kept:
+        verdicts = [impl.accepts(_mutate(good, *m[1:])) for m in BAD_FRAMES]
+        rows.append([impl.label, *("ACCEPTED" if v else "refused" for v in verdicts)])
+    res.tables.append(
+        {
+            "title": "sanity: frames the schema refuses (the timed corpus has none)",
+            "columns": ["variant", *(m[0] for m in BAD_FRAMES)],
+            "rows": rows,
+        }
+    )
+    res.params["bad_frames"] = {r[0]: r[1:] for r in rows}
     return kept
+
+
+BAD_FRAMES: list[tuple[str, str, Any]] = [
+    ("seq 0", "seq", 0),
+    ('seq "3"', "seq", "3"),
+    ("seq 1.5", "seq", 1.5),
+    ("no runId", "runId", KeyError),
+    ("scheduledOn null", "scheduledOn", None),
+    ("state bogus", "state", "bogus"),
+    ("model too long", "model", "m" * 513),
+    ("unknown method", "method", "workload:bogus"),
+]
+
+
+def _mutate(frame: dict[str, Any], field: str, value: Any) -> bytes:
+    f = json.loads(json.dumps(frame))
+    target = f if field == "method" else f["params"]["workloadInfo"]
+    if value is KeyError:
+        del target[field]
+    else:
+        target[field] = value
+    return json.dumps(f, separators=(",", ":")).encode()
 
 
 def _ns(m: Measurement) -> Measurement:
@@ -185,7 +221,7 @@ def run(ctx: Context) -> BenchResult:
             )
             for impl in impls
         ]
-        res.measurements = measure_rates(cases, ctx, unit="frames/s", min_rep_seconds=min_rep)
+        res.measurements = measure_rates(cases, ctx, unit="frames/CPU-s", min_rep_seconds=min_rep)
         sub = ctx.size(1_000, 300)
         stages, skipped = _breakdown(impls, frames[:sub], ctx, min_rep / 3)
     finally:
@@ -232,6 +268,7 @@ def run(ctx: Context) -> BenchResult:
         f"corpus: {c['frames']} frames, {c['bytes_per_frame']:.0f} B each, {c['workloads']} "
         f"workloads, {c['duplicates']} duplicates, {c['stale']} stale, "
         f"{c['with_unknown_field']} with an unknown field; one core (cpu {core}); "
-        "frames/s = frames in / wall time of a pass, fresh dedup state per pass"
+        "frames/CPU-s = frames in / CPU time of this thread for a pass (wall-clock "
+        "medians alongside), fresh dedup state per pass"
     )
     return res

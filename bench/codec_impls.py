@@ -28,6 +28,7 @@ loop (the headline number) and the stage functions used for the per-stage breakd
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -123,6 +124,14 @@ class Impl:
 
     def encode(self, info: Any) -> bytes:
         raise NotImplementedError
+
+    def accepts(self, line: bytes) -> bool:
+        """Whether the validator lets this frame through (for the sanity check on bad frames)."""
+        try:
+            self.decode(line)
+        except Exception:
+            return False
+        return True
 
 
 # ------------------------------------------------------------------------------ dict baselines
@@ -258,7 +267,8 @@ class Pydantic(Impl):
         return DedupDict()
 
     def decode(self, line: bytes) -> Any:
-        return self.frame_model.model_validate_json(line).root
+        # strict: a JSON string is not an integer, as in the schema (lax mode would take "3").
+        return self.frame_model.model_validate_json(line, strict=True).root
 
     def apply(self, state: DedupDict, frame: Any) -> Any:
         new_state = STATE.get(frame.method)
@@ -330,6 +340,9 @@ class OursComposed(Impl):
     def decode(self, line: bytes) -> Any:
         return self.codec.decode(line).items[0]
 
+    def accepts(self, line: bytes) -> bool:
+        return not isinstance(self.decode(line), self.codec.RpcError)
+
     def apply(self, table: Any, frame: Any) -> Any:
         if not isinstance(frame, self.events.LIFECYCLE_TYPES):
             return None
@@ -380,6 +393,14 @@ class OursDispatcher(Impl):
 
     def new(self) -> Any:
         return self.make()
+
+    def accepts(self, line: bytes) -> bool:
+        logger = logging.getLogger("nvpair_wm.dispatch")
+        level, logger.disabled = logger.disabled, True  # refusals are logged at warning
+        try:
+            return bool(self.new().peer(line).status == 202)
+        finally:
+            logger.disabled = level
 
     def full(self, disp: Any, chunks: list[bytes]) -> list[bytes]:
         lb = self.codec.LineBuffer()

@@ -89,6 +89,7 @@ class Measurement:
     higher_is_better: bool = True
     role: Literal["subject", "baseline", "info"] = "info"
     note: str = ""
+    wall: list[float] = field(default_factory=list)  # the same, by wall clock, when timed
 
     @property
     def median(self) -> float:
@@ -106,6 +107,7 @@ class Measurement:
             "q3": q3,
             "iqr_pct": 100.0 * (q3 - q1) / med if med else math.nan,
             "n": len(xs),
+            "wall_median": statistics.median(self.wall) if self.wall else math.nan,
         }
 
 
@@ -199,11 +201,13 @@ class Case:
     warmup: int | None = None  # untimed passes; None: the context's
 
 
-def _time_pass(case: Case) -> float:
+def _time_pass(case: Case) -> tuple[float, float]:
+    """(CPU seconds of this thread, wall seconds) for one pass."""
     state = case.setup()
-    t0 = time.perf_counter()
+    w0, c0 = time.perf_counter(), time.thread_time()
     case.run(state)
-    return time.perf_counter() - t0
+    c1, w1 = time.thread_time(), time.perf_counter()
+    return c1 - c0, w1 - w0
 
 
 def measure_rates(
@@ -214,7 +218,12 @@ def measure_rates(
     min_rep_seconds: float,
     per: float = 1.0,
 ) -> list[Measurement]:
-    """Throughput of each case, in ``work / second * per``, interleaved round-robin.
+    """Throughput of each case, in ``work / CPU-second * per``, interleaved round-robin.
+
+    The clock is this thread's CPU time (``time.thread_time``): on a machine shared with other
+    work, wall time also counts the moments the process was not running at all, which says
+    nothing about the code. Wall-clock rates are kept too (``Measurement.wall``); on an idle
+    machine the two agree.
 
     Each case gets ``ctx.warmup`` untimed passes first; the last warm-up pass calibrates how many
     passes make one repetition (at least ``min_rep_seconds``), so fast cases are not at the mercy
@@ -228,16 +237,20 @@ def measure_rates(
     for c in cases:
         t = 0.0
         for _ in range(max(1, ctx.warmup if c.warmup is None else c.warmup)):
-            t = _time_pass(c)
+            t = _time_pass(c)[0]
         passes[c.key] = max(1, math.ceil(min_rep_seconds / max(t, 1e-9)))
     samples: dict[str, list[float]] = {c.key: [] for c in cases}
+    walls: dict[str, list[float]] = {c.key: [] for c in cases}
     for _ in range(ctx.reps):
         for c in cases:
             gc.collect()
-            total = 0.0
+            cpu = wall = 0.0
             for _ in range(passes[c.key]):
-                total += _time_pass(c)
-            samples[c.key].append(c.work * passes[c.key] / total * per)
+                dc, dw = _time_pass(c)
+                cpu += dc
+                wall += dw
+            samples[c.key].append(c.work * passes[c.key] / cpu * per)
+            walls[c.key].append(c.work * passes[c.key] / wall * per)
     return [
         Measurement(
             c.key,
@@ -247,6 +260,7 @@ def measure_rates(
             True,
             c.role,
             (c.note + "; " if c.note else "") + f"{passes[c.key]} pass(es) of {c.work} per rep",
+            wall=walls[c.key],
         )
         for c in cases
     ]
@@ -280,9 +294,13 @@ def git_commit() -> dict[str, Any]:
     def git(*args: str) -> str:
         return subprocess.run(
             ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
+        ).stdout.rstrip()
 
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+    # Only what can change the numbers: uncommitted changes elsewhere (other people's work in
+    # progress, docs) do not make a run unreproducible.
+    changed = git("status", "--porcelain", "--", "bench", "src", "generated", "schema")
+    paths = [line[3:] for line in changed.splitlines()]
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(paths), "changed": paths[:20]}
 
 
 def cpu_model() -> str:
@@ -361,6 +379,7 @@ def render(results: list[BenchResult], console: Any) -> None:
             ("min .. max", "right"),
             ("IQR", "right"),
             ("n", "right"),
+            ("wall-clock median", "right"),
         ):
             t.add_column(col, justify=just)  # type: ignore[arg-type]
         for m in res.measurements:
@@ -373,6 +392,7 @@ def render(results: list[BenchResult], console: Any) -> None:
                 f"{fmt(s['min'])} .. {fmt(s['max'])}",
                 f"{s['iqr_pct']:.1f}%",
                 str(s["n"]),
+                fmt(s["wall_median"]),
                 style=style,
             )
         console.print(t)

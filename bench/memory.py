@@ -111,7 +111,7 @@ def _fill(n: int, path: str, trace: bool) -> dict[str, Any]:
     }
 
 
-def _soak(events: int, every: int) -> dict[str, Any]:
+def _soak(events: int, every: int, ttl_events: int | None = None) -> dict[str, Any]:
     from bench.codec_impls import make_dispatcher
     from bench.frames import stream
     from nvpair_wm.dedup import TableLimits
@@ -122,7 +122,9 @@ def _soak(events: int, every: int) -> dict[str, Any]:
         EXPIRE_EVERY = 1.0
 
     limits = TableLimits()  # the daemon's defaults
-    dt = limits.terminal_ttl / (0.25 * events)  # the TTL has elapsed at 25 % of the run
+    # Simulated seconds per event: the terminal TTL has elapsed after ``ttl_events`` events
+    # (by default 25 % of the run).
+    dt = limits.terminal_ttl / (ttl_events or 0.25 * events)
     now = [0.0]
     disp = make_dispatcher(clock=lambda: now[0])
     table = disp.table
