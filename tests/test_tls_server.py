@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import socket
 import ssl
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -190,11 +192,45 @@ def test_tls_1_1_is_refused(start_wm_server: StartServer, tls_cluster: TLSCluste
 
 
 def test_server_context_disables_renegotiation_and_resumption(tls_cluster: TLSCluster) -> None:
-    ctx = ServerTLS(Identity(tls_cluster.server_dir)).context
-    options = ctx.set_options(0)  # returns the options in force
-    assert options & SSL.OP_NO_RENEGOTIATION
-    assert options & SSL.OP_NO_TICKET
-    assert ctx.get_session_cache_mode() == SSL.SESS_CACHE_OFF
+    server = ServerTLS(Identity(tls_cluster.server_dir))
+    # The certificate-less fallback and the Context of the identity (not yet used: a used
+    # Context cannot be asked for its options, set_options(0) mutates).
+    for ctx in (server.context, server.current_context()):
+        assert ctx is not None
+        options = ctx.set_options(0)  # returns the options in force
+        assert options & SSL.OP_NO_RENEGOTIATION
+        assert options & SSL.OP_NO_TICKET
+        assert ctx.get_session_cache_mode() == SSL.SESS_CACHE_OFF
+        assert ctx.get_verify_mode() == SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT
+
+
+def test_one_context_per_identity_no_deprecation_and_one_load_log(
+    tls_cluster: TLSCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    node = tmp_path / "node"
+    shutil.copytree(tls_cluster.server_dir, node)
+    with warnings.catch_warnings(), caplog.at_level(logging.INFO):
+        # pyOpenSSL >= 24.3 deprecates X509/PKey objects: cryptography objects are used.
+        warnings.simplefilter("error", DeprecationWarning)
+        server = ServerTLS(Identity(node))
+        first = server.new_connection().get_context()
+        assert first is server.current_context()
+        assert server.new_connection().get_context() is first  # loaded once, not per handshake
+        cert, key = make_self_signed("a")
+        staging = tmp_path / "rotated"
+        staging.mkdir()
+        (staging / "node.crt").write_bytes(cert)
+        (staging / "node.key").write_bytes(key)
+        _install(staging, node)
+        rotated = server.new_connection().get_context()
+        assert rotated is not first
+        assert server.new_connection().get_context() is rotated
+        ident = Identity(tls_cluster.dirs["b"]).current()
+        assert ident is not None
+        client_context(ident, lambda fp: True)
+    loaded = [r for r in caplog.records if "identity loaded" in r.getMessage()]
+    # One line per identity (pins logs it; tls.py does not repeat it): node, rotated, "b".
+    assert len(loaded) == 3, [r.getMessage() for r in loaded]
 
 
 @pytest.mark.parametrize(

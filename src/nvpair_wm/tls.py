@@ -10,11 +10,16 @@ Server side (:class:`ServerTLS`): TLS >= 1.2, renegotiation off, no session resu
 handshake is a full one with a client certificate), client certificate REQUIRED but any
 certificate accepted (authorization is the endpoint's job, by pin), ALPN ``h2`` then
 ``http/1.1``. The node certificate is resolved per handshake from an :class:`IdentitySource`
-(``nvpair_wm.pins.Identity``: stat-cached, so this is cheap): no identity means that handshake
-fails while the listener stays up; a new identity is used from the next handshake on.
+(``nvpair_wm.pins.Identity``: stat-cached, parsed and checked there, so this is cheap): no
+identity means that handshake fails while the listener stays up; a new identity is used from
+the next handshake on. Each identity gets its own ``SSL.Context`` with the certificate and key
+loaded once, so a handshake costs no certificate or key conversion.
 
 Client side (:func:`client_context` + :func:`connect`): presents the node identity and accepts
 the server only if the SHA-256 of its leaf certificate is pinned.
+
+Certificates and keys go to pyOpenSSL as cryptography objects (``NodeIdentity.certificate`` /
+``private_key``): passing pyOpenSSL ``X509``/``PKey`` objects is deprecated since 24.3.
 
 :class:`TLSConnection` is the asyncio face of one connection: ``handshake()``, ``read()``,
 ``write()``, ``drain()``, ``close()``; it satisfies :class:`nvpair_wm.http.core.ByteStream`.
@@ -24,18 +29,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Protocol
 
-from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 from OpenSSL import SSL, crypto
 
 from nvpair_wm.http.core import ShutdownRequested
+from nvpair_wm.pins import NodeIdentity, fingerprint_der
 
 __all__ = [
     "ALPN_PROTOCOLS",
@@ -47,7 +49,6 @@ __all__ = [
     "TLSProtocol",
     "client_context",
     "connect",
-    "fingerprint_der",
 ]
 
 log = logging.getLogger(__name__)
@@ -56,105 +57,22 @@ ALPN_PROTOCOLS: tuple[bytes, ...] = (b"h2", b"http/1.1")
 _READ_CHUNK = 64 * 1024
 _INCOMING_HIGH_WATER = 256 * 1024  # ciphertext buffered ahead of the reader → pause_reading()
 
+#: Old name of :class:`nvpair_wm.pins.NodeIdentity`, still imported by ``client.py``.
+NodeIdentityLike = NodeIdentity
+
 
 class TLSError(ConnectionError):
     """A TLS failure (handshake refused, protocol error, peer vanished mid-handshake)."""
 
 
-class NodeIdentityLike(Protocol):
-    """What this module needs from ``nvpair_wm.pins.NodeIdentity``."""
-
-    @property
-    def cert_pem(self) -> bytes: ...
-    @property
-    def key_pem(self) -> bytes: ...
-    @property
-    def fingerprint(self) -> str: ...
-
-
 class IdentitySource(Protocol):
     """``nvpair_wm.pins.Identity``: the node identity now, or None when there is none."""
 
-    def current(self) -> NodeIdentityLike | None: ...
+    def current(self) -> NodeIdentity | None: ...
 
 
-def fingerprint_der(der: bytes) -> str:
-    """SHA-256 hex (lowercase) of a DER certificate: the pin of a peer."""
-    return hashlib.sha256(der).hexdigest()
-
-
-def _cert_fingerprint(cert: crypto.X509 | x509.Certificate) -> str:
-    if isinstance(cert, crypto.X509):
-        cert = cert.to_cryptography()
-    return fingerprint_der(cert.public_bytes(serialization.Encoding.DER))
-
-
-_PrivateKey = (
-    rsa.RSAPrivateKey
-    | ec.EllipticCurvePrivateKey
-    | ed25519.Ed25519PrivateKey
-    | ed448.Ed448PrivateKey
-    | dsa.DSAPrivateKey
-)
-_PRIVATE_KEY_TYPES = (
-    rsa.RSAPrivateKey,
-    ec.EllipticCurvePrivateKey,
-    ed25519.Ed25519PrivateKey,
-    ed448.Ed448PrivateKey,
-    dsa.DSAPrivateKey,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class _LoadedIdentity:
-    key: tuple[str, bytes]  # (fingerprint, key_pem): what the cache is keyed by
-    cert: x509.Certificate
-    pkey: _PrivateKey
-
-
-def _load_identity(identity: NodeIdentityLike) -> _LoadedIdentity:
-    """Parse the PEMs and check that the key belongs to the certificate (raises ValueError)."""
-    cert = x509.load_pem_x509_certificate(identity.cert_pem)
-    key = serialization.load_pem_private_key(identity.key_pem, password=None)
-    if not isinstance(key, _PRIVATE_KEY_TYPES):
-        raise ValueError("unsupported private key type")
-    fmt = serialization.PublicFormat.SubjectPublicKeyInfo
-    enc = serialization.Encoding.DER
-    if cert.public_key().public_bytes(enc, fmt) != key.public_key().public_bytes(enc, fmt):
-        raise ValueError("node.key does not match node.crt")
-    return _LoadedIdentity((identity.fingerprint, identity.key_pem), cert, key)
-
-
-class _IdentityCache:
-    """The last loaded identity; reloaded when the source hands out a different one."""
-
-    def __init__(self, source: IdentitySource) -> None:
-        self._source = source
-        self._loaded: _LoadedIdentity | None = None
-        self._failed_key: tuple[str, bytes] | None = None
-
-    def get(self) -> _LoadedIdentity | None:
-        try:
-            ident = self._source.current()
-        except Exception:  # a broken source must not take the listener down
-            log.exception("resolving the node identity failed")
-            return None
-        if ident is None:
-            return None
-        key = (ident.fingerprint, ident.key_pem)
-        if self._loaded is not None and self._loaded.key == key:
-            return self._loaded
-        if self._failed_key == key:
-            return None
-        try:
-            self._loaded = _load_identity(ident)
-        except ValueError as exc:
-            self._failed_key = key
-            log.warning("node identity unusable: %s", exc)
-            return None
-        self._failed_key = None
-        log.info("node identity loaded: %s", ident.fingerprint)
-        return self._loaded
+def _cert_fingerprint(cert: crypto.X509) -> str:
+    return fingerprint_der(crypto.dump_certificate(crypto.FILETYPE_ASN1, cert))
 
 
 def _accept_any_client_cert(
@@ -184,18 +102,66 @@ def _base_context() -> SSL.Context:
     return ctx
 
 
+def _use_identity(ctx: SSL.Context, identity: NodeIdentity) -> None:
+    """Load ``identity`` into ``ctx``; raises ValueError if OpenSSL refuses it."""
+    try:
+        ctx.use_certificate(identity.certificate)
+        ctx.use_privatekey(identity.private_key)
+        ctx.check_privatekey()
+    except (SSL.Error, TypeError) as exc:
+        reason = _describe(exc) if isinstance(exc, SSL.Error) else str(exc)
+        raise ValueError(f"node identity {identity.fingerprint} unusable: {reason}") from exc
+
+
+def _server_context(identity: NodeIdentity | None) -> SSL.Context:
+    """The server Context; without ``identity`` it has no certificate (handshakes fail)."""
+    ctx = _base_context()
+    ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, _accept_any_client_cert)
+    ctx.set_alpn_select_callback(_select_alpn)
+    if identity is not None:
+        _use_identity(ctx, identity)
+    return ctx
+
+
 class ServerTLS:
-    """Server-side TLS: one shared Context; the node certificate is set per connection."""
+    """Server-side TLS: the Context of the current identity, rebuilt when the identity changes.
+
+    ``context`` is the certificate-less Context used while there is no (usable) identity; the
+    Context in use for a connection is ``conn.get_context()``.
+    """
 
     def __init__(self, identity: IdentitySource) -> None:
-        self._identity = _IdentityCache(identity)
-        ctx = _base_context()
-        ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, _accept_any_client_cert)
-        ctx.set_alpn_select_callback(_select_alpn)
-        self.context = ctx
+        self._identity = identity
+        self.context = _server_context(None)
+        self._current: tuple[NodeIdentity, SSL.Context] | None = None
+        self._unusable: NodeIdentity | None = None  # warned about once; retried when it changes
+
+    def current_context(self) -> SSL.Context | None:
+        """The Context of the identity of this moment, or None without a usable identity."""
+        try:
+            ident = self._identity.current()
+        except Exception:  # a broken source must not take the listener down
+            log.exception("resolving the node identity failed")
+            return None
+        if ident is None:
+            return None
+        current = self._current
+        if current is not None and current[0] == ident:
+            return current[1]
+        if ident == self._unusable:
+            return None
+        try:
+            ctx = _server_context(ident)
+        except ValueError as exc:
+            self._unusable = ident
+            log.warning("%s", exc)
+            return None
+        self._unusable = None
+        self._current = (ident, ctx)  # the old Context lives on in its open connections
+        return ctx
 
     def has_identity(self) -> bool:
-        return self._identity.get() is not None
+        return self.current_context() is not None
 
     def new_connection(self) -> SSL.Connection:
         """A server-side SSL connection over memory BIOs, with the identity of this moment.
@@ -203,29 +169,24 @@ class ServerTLS:
         Without an identity the connection carries no certificate and its handshake fails
         (the client gets a handshake_failure alert); the listener is not affected.
         """
-        conn = SSL.Connection(self.context, None)
-        loaded = self._identity.get()
-        if loaded is not None:
-            conn.use_certificate(loaded.cert)
-            conn.use_privatekey(loaded.pkey)
+        conn = SSL.Connection(self.current_context() or self.context, None)
         conn.set_accept_state()
         return conn
 
 
 def client_context(
-    identity: NodeIdentityLike,
+    identity: NodeIdentity,
     is_pinned: Callable[[str], bool],
     alpn: Iterable[bytes] = ALPN_PROTOCOLS,
 ) -> SSL.Context:
     """Client-side Context: presents ``identity``, accepts a server only if its leaf is pinned.
 
     ``is_pinned`` is typically ``PinSet(trusted_dir).is_pinned``. Build a new context when the
-    identity changes (cheap); the pin check runs at every handshake.
+    identity changes (cheap); the pin check runs at every handshake. Raises ValueError if
+    OpenSSL refuses the identity (``nvpair_wm.pins.Identity`` has already checked it).
     """
-    loaded = _load_identity(identity)
     ctx = _base_context()
-    ctx.use_certificate(loaded.cert)
-    ctx.use_privatekey(loaded.pkey)
+    _use_identity(ctx, identity)
 
     def verify(conn: SSL.Connection, cert: crypto.X509, errno: int, depth: int, ok: int) -> bool:
         if depth > 0:
