@@ -26,7 +26,6 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
-from nvpair_wm.http.h2 import H2Limits
 from tests.test_http2 import (
     WAIT,
     EchoHandler,
@@ -214,11 +213,12 @@ def test_empty_data_priority_and_dead_stream_data_floods_get_goaway() -> None:
 
 
 def test_streams_over_the_limit_are_refused_then_goaway() -> None:
-    limits = fast_limits(h2_max_concurrent_streams=4, h2_rate_window=60.0)
-    extra = H2Limits(h2_max_refused_per_window=20)
+    limits = fast_limits(
+        h2_max_concurrent_streams=4, h2_rate_window=60.0, h2_max_refused_per_window=20
+    )
 
     async def main() -> tuple[int, GoAwayFrame]:
-        async with H2TestServer(limits=limits, h2_limits=extra) as srv:
+        async with H2TestServer(limits=limits) as srv:
             peer = await RawPeer.connect(srv.port)
             for sid in (1, 3, 5, 7):  # four open request bodies: the limit
                 peer.send(peer.headers_frame(sid, "POST", "/echo", end_stream=False))

@@ -39,7 +39,7 @@ from hyperframe.frame import (
 )
 
 from nvpair_wm.http.core import Limits, Request, Response, ShutdownRequested
-from nvpair_wm.http.h2 import DISCARD_LIMIT, H2_PREFACE, H2Limits, H2Session
+from nvpair_wm.http.h2 import DISCARD_LIMIT, H2_PREFACE, H2Session
 
 T = TypeVar("T")
 WAIT = 10.0  # upper bound for anything a test waits for; reactions come much sooner
@@ -152,14 +152,12 @@ class H2TestServer:
         self,
         handler: EchoHandler | None = None,
         limits: Limits | None = None,
-        h2_limits: H2Limits | None = None,
         *,
         sniff_preface: bool = False,
         port: int = 0,
     ) -> None:
         self.handler = handler or EchoHandler()
         self.limits = limits or fast_limits()
-        self.h2_limits = h2_limits
         self.sniff_preface = sniff_preface
         self.sessions: list[H2Session] = []
         self.streams: list[TcpStream] = []
@@ -194,9 +192,7 @@ class H2TestServer:
             preface = b""
             if self.sniff_preface:  # what the real server does without ALPN
                 preface = await reader.readexactly(len(H2_PREFACE))
-            session = H2Session(
-                stream, self.handler, self.limits, preface=preface, h2_limits=self.h2_limits
-            )
+            session = H2Session(stream, self.handler, self.limits, preface=preface)
             self.sessions.append(session)
             await session.run()
         except asyncio.CancelledError:
@@ -586,9 +582,8 @@ def test_large_request_body_through_a_small_server_window() -> None:
     body = bytes(range(256)) * (MIB // 256 - 4)  # just under 1 MiB
 
     async def main() -> None:
-        limits = fast_limits(h2_initial_window_size=16 * 1024)
-        small = H2Limits(h2_connection_window=32 * 1024)
-        async with H2TestServer(limits=limits, h2_limits=small) as server:
+        limits = fast_limits(h2_initial_window_size=16 * 1024, h2_connection_window=32 * 1024)
+        async with H2TestServer(limits=limits) as server:
             client = await H2Client.connect(server.port)
             reply = await client.request("POST", "/echo", body)
             client.close()
@@ -605,8 +600,8 @@ def test_concurrent_bodies_over_the_buffer_budget_all_complete() -> None:
     bodies = [bytes([65 + i]) * 300_000 for i in range(6)]  # 1.8 MB against a 200 KB budget
 
     async def main() -> list[Reply]:
-        budget = H2Limits(h2_body_buffer_budget=200_000, h2_connection_window=256 * 1024)
-        async with H2TestServer(h2_limits=budget) as server:
+        budget = fast_limits(h2_body_buffer_budget=200_000, h2_connection_window=256 * 1024)
+        async with H2TestServer(limits=budget) as server:
             client = await H2Client.connect(server.port)
             sids = [client.start("POST", "/echo", body) for body in bodies]
             replies = await client.wait(*sids)

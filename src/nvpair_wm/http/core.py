@@ -148,6 +148,11 @@ class Limits:
     h2_rate_window: float = 1.0  # seconds of the flood budgets below
     h2_max_resets_per_window: int = 200  # client RST_STREAMs (rapid reset, CVE-2023-44487)
     h2_max_control_frames_per_window: int = 200  # SETTINGS + PING + empty frames (floods)
+    h2_max_header_block_bytes: int = 64 * 1024  # encoded HEADERS+CONTINUATION per block
+    h2_max_decoded_header_list: int = 64 * 1024  # where HPACK decoding stops (HPACK bomb)
+    h2_max_refused_per_window: int = 100  # REFUSED_STREAMs per window → GOAWAY
+    h2_connection_window: int = 1024 * 1024  # connection receive window
+    h2_body_buffer_budget: int = 4 * 1024 * 1024  # buffered bodies before stream windows wait
 
 
 def get_header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -74,7 +73,7 @@ from nvpair_wm.http.core import (
     too_large,
 )
 
-__all__ = ["DISCARD_LIMIT", "H2_PREFACE", "H2Limits", "H2Session", "serve_h2"]
+__all__ = ["DISCARD_LIMIT", "H2_PREFACE", "H2Session", "serve_h2"]
 
 log = logging.getLogger(__name__)
 
@@ -108,50 +107,18 @@ _DROPPED_RESPONSE_FIELDS = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class H2Limits:
-    """HTTP/2 bounds that :class:`Limits` does not carry (yet), named as they would be there.
-
-    :meth:`from_limits` takes a field from ``limits`` when it has one, so merging these into
-    ``core.Limits`` needs no change here.
-    """
-
-    #: Encoded HEADERS + CONTINUATION payload of one header block (CONTINUATION flood).
-    h2_max_header_block_bytes: int = 64 * 1024
-    #: Decoded header list at which hpack stops (HPACK bomb): GOAWAY. Above
-    #: ``Limits.max_header_bytes`` and up to this, the request gets 431 instead.
-    h2_max_decoded_header_list: int = 64 * 1024
-    #: Streams refused (over MAX_CONCURRENT_STREAMS) per ``h2_rate_window`` before GOAWAY.
-    h2_max_refused_per_window: int = 100
-    #: The connection's receive window (RFC 9113 starts it at 65535 whatever SETTINGS say).
-    h2_connection_window: int = 1024 * 1024
-    #: Request-body bytes a connection may hold before it withholds WINDOW_UPDATEs.
-    h2_body_buffer_budget: int = 4 * 1024 * 1024
-
-    @classmethod
-    def from_limits(cls, limits: object) -> H2Limits:
-        """These limits, overridden by same-named fields of ``limits`` where present."""
-        defaults = cls()
-        values = {
-            f.name: int(getattr(limits, f.name, getattr(defaults, f.name)))
-            for f in dataclasses.fields(cls)
-        }
-        return cls(**values)
-
-
 async def serve_h2(
     stream: ByteStream,
     handler: Handler,
     limits: Limits,
     *,
     preface: bytes = b"",
-    h2_limits: H2Limits | None = None,
 ) -> None:
     """Serve HTTP/2 on ``stream`` until the connection is done. Never closes ``stream``.
 
     ``preface`` holds bytes the server already read (while sniffing for prior knowledge).
     """
-    session = H2Session(stream, handler, limits, preface=preface, h2_limits=h2_limits)
+    session = H2Session(stream, handler, limits, preface=preface)
     await session.run()
 
 
@@ -288,12 +255,10 @@ class H2Session:
         limits: Limits,
         *,
         preface: bytes = b"",
-        h2_limits: H2Limits | None = None,
     ) -> None:
         self._io = stream
         self._handler = handler
         self._limits = limits
-        self._x = h2_limits if h2_limits is not None else H2Limits.from_limits(limits)
         self._preface = preface
         self._max_body = min(handler.max_body, limits.max_body)
         self._discard_cap = self._max_body + DISCARD_LIMIT
@@ -301,18 +266,18 @@ class H2Session:
         self._conn = self._new_connection()
         self._scanner = _FrameScanner(
             limits.h2_max_frame_size,
-            self._x.h2_max_header_block_bytes,
+            self._limits.h2_max_header_block_bytes,
             limits.h2_max_continuation_frames,
         )
         window = limits.h2_rate_window
         self._resets = _Rate(window, limits.h2_max_resets_per_window)
         self._control = _Rate(window, limits.h2_max_control_frames_per_window)
-        self._refused = _Rate(window, self._x.h2_max_refused_per_window)
+        self._refused = _Rate(window, self._limits.h2_max_refused_per_window)
         self._streams: dict[int, _Stream] = {}
         # Recently closed by END_STREAM both ways (bounded; older ids fall back to h2's rules).
         self._ended: dict[int, None] = {}
         self._buffered = 0  # request-body bytes held across streams
-        self._conn_window = max(65535, self._x.h2_connection_window)
+        self._conn_window = max(65535, self._limits.h2_connection_window)
         self._conn_owed = 0  # DATA bytes whose connection window is not yet reopened
         self._out = bytearray()  # frames of our own, ahead of h2's next output
         self._settings_seen = False
@@ -369,7 +334,7 @@ class H2Session:
         }
         conn.local_settings = h2.settings.Settings(client=False, initial_values=advertised)
         conn.max_inbound_frame_size = limits.h2_max_frame_size
-        conn.decoder.max_header_list_size = self._x.h2_max_decoded_header_list
+        conn.decoder.max_header_list_size = self._limits.h2_max_decoded_header_list
         conn.initiate_connection()
         # h2 answers a stream over MAX_CONCURRENT_STREAMS with a connection error; we refuse it
         # with REFUSED_STREAM ourselves, so h2 keeps only a backstop. Streams are handled frame
@@ -379,7 +344,7 @@ class H2Session:
             2 * limits.h2_max_concurrent_streams + 1
         )
         conn.local_settings = h2.settings.Settings(client=False, initial_values=backstop)
-        extra = self._x.h2_connection_window - 65535
+        extra = self._limits.h2_connection_window - 65535
         if extra > 0:
             conn.increment_flow_control_window(extra)
         return conn
@@ -726,7 +691,7 @@ class H2Session:
         window per open stream.
         """
         half = max(1, self._limits.h2_initial_window_size // 2)
-        under_budget = self._buffered <= self._x.h2_body_buffer_budget
+        under_budget = self._buffered <= self._limits.h2_body_buffer_budget
         oldest = True
         for st in list(self._streams.values()):
             receiving = not st.remote_done
