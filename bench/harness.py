@@ -372,29 +372,23 @@ def render(results: list[BenchResult], console: Any) -> None:
             console.print(f"[yellow]{res.name}: skipped[/yellow] - {res.skipped}")
             continue
         t = Table(title=f"{res.name} - {res.description}", title_justify="left")
-        for col, just in (
-            ("variant", "left"),
-            ("median", "right"),
-            ("unit", "left"),
-            ("min .. max", "right"),
-            ("IQR", "right"),
-            ("n", "right"),
-            ("wall-clock median", "right"),
-        ):
-            t.add_column(col, justify=just)  # type: ignore[arg-type]
+        timed = any(m.wall for m in res.measurements)
+        cols = ["variant", "median", "unit", "min .. max", "IQR", "n"]
+        for col in cols + (["wall-clock median"] if timed else []):
+            t.add_column(col, justify="left" if col in ("variant", "unit") else "right")
         for m in res.measurements:
             s = m.summary()
-            style = "bold" if m.role == "subject" else ""
-            t.add_row(
+            row = [
                 m.label,
                 fmt(s["median"]),
                 m.unit,
                 f"{fmt(s['min'])} .. {fmt(s['max'])}",
                 f"{s['iqr_pct']:.1f}%",
                 str(s["n"]),
-                fmt(s["wall_median"]),
-                style=style,
-            )
+            ]
+            if timed:
+                row.append(fmt(s["wall_median"]))
+            t.add_row(*row, style="bold" if m.role == "subject" else "")
         console.print(t)
         if res.ratios:
             rt = Table(title=f"{res.name}: ratios (by medians; range from the spread)")
