@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
 import importlib
@@ -115,6 +116,7 @@ _GEN_ARGS = [
 def pydantic_models() -> dict[str, ModuleType]:
     """Generate pydantic v2 models from schema/ into a temporary package and import it."""
     tmp = Path(tempfile.mkdtemp(prefix="nvpair-bench-pydantic-"))
+    atexit.register(shutil.rmtree, tmp, True)
     staged = tmp / "schema"
     staged.mkdir()
     for f in sorted(SCHEMA_DIR.glob("*.schema.json")):
