@@ -237,6 +237,7 @@ def test_version_and_help() -> None:
         (["--port", "http"], "not a port number"),
         (["--log-level", "loud"], "invalid choice"),
         (["--bogus"], "unrecognized arguments"),
+        (["--broker-queue", "0"], "must be at least 1"),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(args: list[str], needle: str) -> None:
@@ -265,3 +266,30 @@ def test_missing_params_is_invalid_params(wm: WmProcess) -> None:
     wm.send_frame({"jsonrpc": "2.0", "method": "workload:started", "id": 4})
     rid, code, data = error_of(wm.recv())
     assert (rid, code, data["path"]) == (4, -32602, "$.params")
+
+
+def test_every_documented_flag_is_accepted(tmp_path: Path) -> None:
+    """Each flag of the README's table parses and the process starts (then stdin closes)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nvpair_wm",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--broker-queue",
+            "7",
+            "--cluster-dir",
+            str(tmp_path),
+            "--log-level",
+            "warn",
+        ],
+        capture_output=True,
+        timeout=WAIT,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["method"] == "ready"

@@ -65,6 +65,19 @@ def parser() -> argparse.ArgumentParser:
         "the node has no cluster identity and exchanges no inter-node traffic",
     )
     p.add_argument(
+        "--bind",
+        metavar="ADDR",
+        help="listen on this address only (default: every interface, IPv4 and IPv6)",
+    )
+    p.add_argument(
+        "--broker-queue",
+        type=_positive,
+        default=10_000,
+        metavar="N",
+        help="frames that may wait for the broker before peers get 503 and the broker's own "
+        "input is paused (default 10000)",
+    )
+    p.add_argument(
         "--log-level",
         choices=list(logs.LEVELS),
         default="info",

@@ -17,6 +17,7 @@ import contextlib
 import io
 import logging
 import os
+import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -170,27 +171,30 @@ class BrokerChannel:
         await self._writer.drain()
 
 
+def _pollable(fd: int) -> bool:
+    """Only pipes and sockets can be watched by epoll; files, /dev/null and TTYs are not
+    reliably (epoll refuses regular files and /dev/null outright)."""
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
 async def open_stdio() -> tuple[asyncio.StreamReader, Writer]:
-    """asyncio streams over fds 0 and 1 (pipes, sockets, TTYs or regular files)."""
+    """asyncio streams over fds 0 and 1, whatever they are (pipes, sockets, files, devices)."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=2**31 - 1)
-    rproto = asyncio.StreamReaderProtocol(reader)
-    stdin = os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=0)
-    try:
-        await loop.connect_read_pipe(lambda: rproto, stdin)
-    except ValueError:
-        # A regular file: asyncio cannot watch it; a thread feeds the reader instead.
+    stdin = io.FileIO(os.dup(sys.stdin.fileno()), "rb")
+    if _pollable(stdin.fileno()):
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+    else:
         _feed_from_thread(loop, reader, stdin)
-    out_fd = os.dup(sys.stdout.fileno())
+    stdout = io.FileIO(os.dup(sys.stdout.fileno()), "wb")
     # Nothing else may write to stdout: it is the protocol.
     sys.stdout = sys.stderr
-    stdout = io.FileIO(out_fd, "wb")
-    try:
-        wtransport, wproto = await loop.connect_write_pipe(
-            lambda: asyncio.streams.FlowControlMixin(loop), stdout
-        )
-    except ValueError:
+    if not _pollable(stdout.fileno()):
         return reader, FileWriter(stdout)
+    wtransport, wproto = await loop.connect_write_pipe(
+        lambda: asyncio.streams.FlowControlMixin(loop), stdout
+    )
     return reader, asyncio.StreamWriter(wtransport, wproto, reader, loop)
 
 
