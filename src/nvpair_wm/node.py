@@ -21,6 +21,7 @@ from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
 from nvpair_wm import __version__, codec
+from nvpair_wm.broadcaster import Broadcaster, BroadcastLimits
 from nvpair_wm.dedup import TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.endpoint import EventsEndpoint
@@ -45,6 +46,7 @@ class Config:
     shutdown_grace: float = 5.0
     table: TableLimits = field(default_factory=TableLimits)
     http: Limits = field(default_factory=Limits)
+    broadcast: BroadcastLimits = field(default_factory=BroadcastLimits)
 
 
 class _NoIdentity:
@@ -76,10 +78,13 @@ class Node:
         self.server = InterNodeServer(
             endpoint, self.identity, port=config.port, hosts=hosts, limits=config.http
         )
+        self.broadcaster = Broadcaster(
+            self.identity, self.pins, self.table.originated, config.broadcast
+        )
         self._stop = asyncio.Event()
 
     def _peers(self) -> list[PeerStatus]:
-        return []
+        return self.broadcaster.status()
 
     def _bound_port(self) -> int | None:
         return self.server.port or None
@@ -89,10 +94,11 @@ class Node:
         return (True, ident.fingerprint) if ident else (False, None)
 
     def publish(self, outbound: list[Outbound]) -> None:
-        """Local events for the peers; until a broadcaster is attached they go nowhere."""
+        self.broadcaster.publish(outbound)
 
     def update_nodes(self, nodes: list[NodeRecord]) -> None:
         log.info("nodes:update with %d records", len(nodes))
+        self.broadcaster.update_nodes(nodes)
 
     def _status(self) -> StatusResult:
         has_identity, fingerprint = self._identity()
@@ -160,10 +166,11 @@ class Node:
     async def start(self) -> None:
         """Start the inter-node parts: the port is bound whether or not there is an identity."""
         await self.server.start()
+        await self.broadcaster.start()
 
     async def stop(self, grace: float) -> None:
         """Stop the inter-node parts, letting in-flight work finish within ``grace``."""
-        await self.server.close(grace)
+        await asyncio.gather(self.server.close(grace), self.broadcaster.close(grace))
 
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("%s received; shutting down", sig.name)
