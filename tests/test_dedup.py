@@ -5,6 +5,7 @@ Time is injected (``now``), so nothing here sleeps.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -12,11 +13,22 @@ from msgspec.structs import replace
 from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 
 from nvpair_wm.dedup import Removal, TableLimits, WorkloadTable
+from nvpair_wm.dispatch import outbound_event
+from nvpair_wm.events import Outbound, lifecycle_frame
 from tests.frames import info
 
 LIMITS = TableLimits(
     terminal_ttl=10.0, live_ttl=100.0, tombstone_ttl=20.0, max_workloads=50, max_tombstones=50
 )
+
+
+def kept(info: WorkloadInfo) -> Outbound:
+    """The encoded frame the table keeps for replay of a local event."""
+    return outbound_event(lifecycle_frame(info))
+
+
+def observe_local(table: WorkloadTable, info: WorkloadInfo, now: float) -> str:
+    return table.observe(info, now, replay=kept(info))
 
 
 def ev(
@@ -43,7 +55,9 @@ def check_invariants(t: WorkloadTable) -> None:
     for (_origin, wid), run in t._runs.items():
         assert (run, wid) in t._live or (run, wid) in t._done
     assert all(
-        e.info is None or e.info.state not in ("queued", "running") for e in t._done.values()
+        e.replay is None
+        or json.loads(e.replay.body)["params"]["workloadInfo"]["state"] not in ("queued", "running")
+        for e in t._done.values()
     )
 
 
@@ -370,19 +384,20 @@ class TestCaps:
 
 class TestOriginated:
     def test_newest_kept_events_and_local_removals_only(self, table: WorkloadTable) -> None:
-        table.observe(ev(id="mine", seq=1), 0, keep=True)
-        table.observe(ev(id="mine", seq=2, state="running"), 1, keep=True)
-        table.observe(ev(id="mine", seq=2, state="running", model="dup"), 2, keep=True)
-        table.observe(ev(id="done", seq=1, state="completed"), 0, keep=True)
+        observe_local(table, ev(id="mine", seq=1), 0)
+        observe_local(table, ev(id="mine", seq=2, state="running"), 1)
+        observe_local(table, ev(id="mine", seq=2, state="running", model="dup"), 2)
+        observe_local(table, ev(id="done", seq=1, state="completed"), 0)
         table.observe(ev(id="theirs", origin="node-b"), 0)
-        table.observe(ev(id="gone"), 0, keep=True)
+        observe_local(table, ev(id="gone"), 0)
         table.remove("node-a", "gone", None, 3, local=True)
         table.remove("node-b", "x", None, 3, local=False)
-        infos, removals = table.originated()
-        by_id = {i.id: i for i in infos}
+        events, removals = table.originated()
+        by_id = {e.key[1]: e for e in events}
         assert set(by_id) == {"mine", "done"}
         assert by_id["mine"].seq == 2
-        assert by_id["mine"].model != "dup"  # a duplicate does not replace what is kept
+        kept_info = json.loads(by_id["mine"].body)["params"]["workloadInfo"]
+        assert kept_info["model"] != "dup"  # a duplicate does not replace what is kept
         assert removals == [Removal("node-a", "gone", "run-a")]
 
     def test_empty(self, table: WorkloadTable) -> None:

@@ -166,8 +166,9 @@ class TestLocalEvents:
     def test_local_events_are_kept_for_replay(self, disp: Dispatcher) -> None:
         disp.local(event("workload:started", workload(seq=4)))
         disp.local(remove("9", "node-a"))
-        infos, removals = disp.table.originated()
-        assert [(i.id, i.seq, i.state) for i in infos] == [("1", 4, "running")]
+        events, removals = disp.table.originated()
+        kept = [json.loads(e.body)["params"]["workloadInfo"] for e in events]
+        assert [(k["id"], k["seq"], k["state"]) for k in kept] == [("1", 4, "running")]
         assert [(r.origin, r.workload_id) for r in removals] == [("node-a", "9")]
 
     def test_absent_and_null_preserved_in_outbound(self, disp: Dispatcher) -> None:

@@ -10,13 +10,22 @@ import pytest
 from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 
 from nvpair_wm.dedup import Removal, WorkloadTable
-from nvpair_wm.dispatch import Outbound, outbound_event, outbound_removal
-from nvpair_wm.events import lifecycle_frame
+from nvpair_wm.dispatch import outbound_event, outbound_removal
+from nvpair_wm.events import Outbound, lifecycle_frame
 from nvpair_wm.outbox import Backoff, Batch, BroadcastLimits, PeerOutbox, RetryRun
 from nvpair_wm.sync import Snapshot
 from tests.frames import info
 
 STATES = {1: "queued", 2: "running", 3: "completed"}
+
+
+def kept(info: WorkloadInfo) -> Outbound:
+    """The encoded frame the table keeps for replay of a local event."""
+    return outbound_event(lifecycle_frame(info))
+
+
+def observe_local(table: WorkloadTable, info: WorkloadInfo, now: float) -> str:
+    return table.observe(info, now, replay=kept(info))
 
 
 class Clock:
@@ -120,7 +129,7 @@ def test_bounds_count_frames_in_flight() -> None:
 def test_drops_schedule_a_snapshot_once_the_queue_is_empty() -> None:
     table = WorkloadTable()
     for i in range(4):
-        table.observe(info(id=str(i)), 0.0, keep=True)
+        observe_local(table, info(id=str(i)), 0.0)
     box = make(table.originated, max_queue_frames=2)
     box.push([ev("0"), ev("1"), ev("2"), ev("3")])
     assert box.dropped == 2
@@ -220,7 +229,7 @@ def test_exhausted_retries_drop_the_queue_then_resync_when_the_peer_answers() ->
     clock = Clock()
     table = WorkloadTable()
     for i in range(3):
-        table.observe(info(id=str(i)), 0.0, keep=True)
+        observe_local(table, info(id=str(i)), 0.0)
     box = make(table.originated, clock=clock, retry_max_attempts=3)
     box.push([ev("0"), ev("1"), ev("2")])
     for _ in range(3):
@@ -302,9 +311,9 @@ def test_413_halves_the_batch_and_retries() -> None:
 
 def test_a_new_connection_sends_the_snapshot_first_and_it_supersedes_the_queue() -> None:
     table = WorkloadTable()
-    table.observe(info(id="1", seq=1), 0.0, keep=True)
-    table.observe(info(id="1", seq=2, state="running"), 0.0, keep=True)
-    table.observe(info(id="2", seq=1), 0.0, keep=True)
+    observe_local(table, info(id="1", seq=1), 0.0)
+    observe_local(table, info(id="1", seq=2, state="running"), 0.0)
+    observe_local(table, info(id="2", seq=1), 0.0)
     table.remove("node-a", "2", "run-a", 0.0, local=True)
     table.observe(info(id="3", seq=1, originatedFrom="node-b"), 0.0)  # not ours: not replayed
     box = make(table.originated)
@@ -314,14 +323,14 @@ def test_a_new_connection_sends_the_snapshot_first_and_it_supersedes_the_queue()
     assert ids(batch) == [("1", 2), ("2", float("inf"))]
     assert box.queued == 0 and box.snapshots == 1
     # after the snapshot, newer events follow as usual
-    table.observe(info(id="1", seq=3, state="completed"), 0.0, keep=True)
+    observe_local(table, info(id="1", seq=3, state="completed"), 0.0)
     box.push([ev("1", 3)])
     assert ids(box.next_batch()) == [("1", 3)]
 
 
 def test_snapshot_frames_are_the_lifecycle_frame_of_each_state() -> None:
     table = WorkloadTable()
-    table.observe(info(id="7", seq=4, state="failed", error="boom"), 0.0, keep=True)
+    observe_local(table, info(id="7", seq=4, state="failed", error="boom"), 0.0)
     box = make(table.originated)
     box.connected()
     frame = json.loads(box.next_batch().body)[0]  # type: ignore[union-attr]
@@ -332,7 +341,7 @@ def test_snapshot_frames_are_the_lifecycle_frame_of_each_state() -> None:
 def test_a_big_snapshot_goes_out_in_bounded_batches_and_a_reconnect_restarts_it() -> None:
     table = WorkloadTable()
     for i in range(25):
-        table.observe(info(id=str(i)), 0.0, keep=True)
+        observe_local(table, info(id=str(i)), 0.0)
     box = make(table.originated, max_batch_frames=10)
     box.connected()
     first = box.next_batch()
@@ -349,7 +358,7 @@ def test_a_big_snapshot_goes_out_in_bounded_batches_and_a_reconnect_restarts_it(
 
 def test_flush_only_skips_snapshots() -> None:
     table = WorkloadTable()
-    table.observe(info(id="1"), 0.0, keep=True)
+    observe_local(table, info(id="1"), 0.0)
     box = make(table.originated)
     box.push([ev("2")])
     box.connected()
@@ -362,7 +371,7 @@ def test_flush_only_skips_snapshots() -> None:
 
 
 def test_snapshot_unpop_and_covered() -> None:
-    snap = Snapshot([info(id="1"), info(id="2")], [Removal("node-a", "3", None)])
+    snap = Snapshot([kept(info(id="1")), kept(info(id="2"))], [Removal("node-a", "3", None)])
     assert len(snap) == 3
     assert list(snap.covered()) == [
         (("node-a", "1", "run-a"), 1),

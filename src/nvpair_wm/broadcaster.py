@@ -32,13 +32,11 @@ import email.utils
 import logging
 import random
 import time
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import msgspec
 from nvpair_wm_schema.manager_status_schema import PeerStatus
 from nvpair_wm_schema.node_record_schema import NodeRecord
-from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 
 from nvpair_wm.client import (
     ClientError,
@@ -48,11 +46,11 @@ from nvpair_wm.client import (
     ResponseTimeout,
     open_connection,
 )
-from nvpair_wm.dedup import Removal
 from nvpair_wm.dispatch import Outbound
 from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
 from nvpair_wm.peers import Peer, PeerDirectory, diff
 from nvpair_wm.pins import NodeIdentity
+from nvpair_wm.sync import Originated
 from nvpair_wm.tls import ALPN_PROTOCOLS
 
 __all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster", "IdentitySource", "PinSource"]
@@ -380,7 +378,7 @@ class Broadcaster:
         self,
         identity: IdentitySource,
         pins: PinSource,
-        originated: Callable[[], tuple[list[WorkloadInfo], list[Removal]]],
+        originated: Originated,
         limits: BroadcastLimits = BroadcastLimits(),  # noqa: B008 - frozen, shared on purpose
         *,
         rng: random.Random | None = None,

@@ -31,7 +31,7 @@ from typing import Final, Literal
 
 from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 
-from nvpair_wm.events import TERMINAL
+from nvpair_wm.events import TERMINAL, Outbound
 
 Outcome = Literal["applied", "duplicate", "stale", "removed"]
 APPLIED: Final = "applied"
@@ -47,16 +47,16 @@ class TableLimits:
 
 
 class _Entry:
-    """One workload; ``info`` (its newest event) is kept only for workloads this node originated,
-    because only those are replayed to peers when they (re)connect."""
+    """One workload; ``replay`` (its newest event, encoded) is kept only for workloads this node
+    originated, because only those are replayed to peers when they (re)connect."""
 
-    __slots__ = ("info", "origin", "seq", "touched")
+    __slots__ = ("origin", "replay", "seq", "touched")
 
-    def __init__(self, origin: str, seq: int, touched: float, info: WorkloadInfo | None) -> None:
+    def __init__(self, origin: str, seq: int, touched: float, replay: Outbound | None) -> None:
         self.origin = origin
         self.seq = seq
         self.touched = touched
-        self.info = info
+        self.replay = replay
 
 
 class _Tomb:
@@ -102,8 +102,9 @@ class WorkloadTable:
     def tombstones(self) -> int:
         return len(self._tombs)
 
-    def observe(self, info: WorkloadInfo, now: float, *, keep: bool = False) -> Outcome:
-        """Record one event. ``keep`` stores it for replay (events this node originated)."""
+    def observe(self, info: WorkloadInfo, now: float, *, replay: Outbound | None = None) -> Outcome:
+        """Record one event. ``replay`` is its encoded form, kept for peers that (re)connect
+        (only for events this node originated)."""
         wid = info.id
         run = info.runId
         if self._tombs:
@@ -119,8 +120,10 @@ class WorkloadTable:
             entry = table.get(key)
         if entry is None:
             origin = sys.intern(info.originatedFrom)
-            entry = _Entry(origin, info.seq, now, info if keep else None)
-            self._runs[(origin, wid)] = sys.intern(run)
+            run = sys.intern(run)  # one copy per run, not one per workload
+            key = (run, wid)
+            entry = _Entry(origin, info.seq, now, replay)
+            self._runs[(origin, wid)] = run
         else:
             # A redelivery changes nothing, not even the entry's age.
             if info.seq == entry.seq:
@@ -132,8 +135,8 @@ class WorkloadTable:
             del table[key]
             entry.seq = info.seq
             entry.touched = now
-            if keep:
-                entry.info = info
+            if replay is not None:
+                entry.replay = replay
         (self._done if info.state in TERMINAL else self._live)[key] = entry
         self._enforce_cap(key)
         return APPLIED
@@ -187,12 +190,12 @@ class WorkloadTable:
             dropped += 1
         return dropped
 
-    def originated(self) -> tuple[list[WorkloadInfo], list[Removal]]:
+    def originated(self) -> tuple[list[Outbound], list[Removal]]:
         """The newest event of every kept workload, and the local removals: what a peer that
         (re)connects is sent so that it converges without waiting for new events."""
-        infos = [e.info for t in (self._live, self._done) for e in t.values() if e.info]
+        events = [e.replay for t in (self._live, self._done) for e in t.values() if e.replay]
         removals = [Removal(o, w, t.run_id) for (o, w), t in self._tombs.items() if t.local]
-        return infos, removals
+        return events, removals
 
     def _enforce_cap(self, just_recorded: _Key) -> None:
         """Evict least recently updated entries, terminal first, never the one just recorded

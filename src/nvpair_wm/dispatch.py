@@ -35,26 +35,30 @@ from nvpair_wm_schema.workloads_remove_schema import RemoveParams, WorkloadsRemo
 from nvpair_wm import codec
 from nvpair_wm.codec import METHOD_NOT_FOUND, RpcError
 from nvpair_wm.dedup import Outcome, Removal, WorkloadTable
-from nvpair_wm.events import LIFECYCLE_TYPES, LifecycleFrame, lifecycle_frame, translate, upsert
+from nvpair_wm.events import (
+    LIFECYCLE_TYPES,
+    LifecycleFrame,
+    Outbound,
+    lifecycle_frame,
+    translate,
+    upsert,
+)
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "Dispatcher",
+    "LocalResult",
+    "Outbound",
+    "PeerResult",
+    "outbound_event",
+    "outbound_removal",
+    "removal_frame",
+]
 
 PEER_METHODS: Final = frozenset(
     {t.__struct_config__.tag for t in LIFECYCLE_TYPES} | {"workloads:remove"}
 )
-
-
-@dataclass(slots=True, frozen=True)
-class Outbound:
-    """A local event or removal to push to every peer.
-
-    ``key`` identifies the workload, so a broadcaster may replace a queued event by a newer one
-    for the same workload (coalescing); ``seq`` orders them (a removal sorts after every event).
-    """
-
-    key: tuple[str, str, str]
-    seq: float
-    body: bytes
 
 
 @dataclass(slots=True)
@@ -141,9 +145,10 @@ class Dispatcher:
                 continue
             if isinstance(item, LIFECYCLE_TYPES):
                 frame = lifecycle_frame(translate(item))
-                outcome = self.table.observe(frame.params.workloadInfo, now, keep=True)
+                out = outbound_event(frame)
+                outcome = self.table.observe(frame.params.workloadInfo, now, replay=out)
                 if outcome == "applied":
-                    result.outbound.append(outbound_event(frame))
+                    result.outbound.append(out)
                 self._answer(item, outcome, replies)
             elif isinstance(item, WorkloadsRemove):
                 p = item.params
@@ -160,8 +165,7 @@ class Dispatcher:
             elif isinstance(item, ManagerStatus):
                 replies.append(StatusResponse(jsonrpc="2.0", id=item.id, result=self.status()))
         if replies:
-            out = replies if decoded.batch else replies[0]
-            result.replies.append(codec.encode_line(out))
+            result.replies.append(codec.encode_line(replies if decoded.batch else replies[0]))
         return result
 
     def oversize(self, limit: int = codec.MAX_FRAME_BYTES) -> bytes:

@@ -7,6 +7,7 @@ generated types, which are the allow-list of what leaves this process.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 import msgspec
@@ -41,6 +42,21 @@ STATE_OF: Final[dict[type[LifecycleFrame], WorkloadState]] = {
 }
 FRAME_OF: Final[dict[str, type[LifecycleFrame]]] = {s: t for t, s in STATE_OF.items()}
 TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(slots=True, frozen=True)
+class Outbound:
+    """A local event or removal, encoded once, on its way to every peer.
+
+    ``key`` identifies the workload, so a broadcaster may replace a queued event by a newer one
+    for the same workload (coalescing); ``seq`` orders them (a removal sorts after every event).
+    The workload table keeps the newest one of each workload this node originated, ready to be
+    replayed to a peer that (re)connects.
+    """
+
+    key: tuple[str, str, str]
+    seq: float
+    body: bytes
 
 
 def translate(frame: LifecycleFrame) -> WorkloadInfo:

@@ -53,11 +53,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Final
 
-from nvpair_wm_schema.workload_info_schema import WorkloadInfo
-
 from nvpair_wm.dedup import Removal
-from nvpair_wm.dispatch import Outbound, outbound_event, outbound_removal
-from nvpair_wm.events import lifecycle_frame
+from nvpair_wm.dispatch import Outbound, outbound_removal
 
 __all__ = ["REMOVAL_SEQ", "Originated", "Snapshot"]
 
@@ -65,11 +62,7 @@ __all__ = ["REMOVAL_SEQ", "Originated", "Snapshot"]
 REMOVAL_SEQ: Final = float("inf")
 
 Key = tuple[str, str, str]
-Originated = Callable[[], tuple[list[WorkloadInfo], list[Removal]]]
-
-
-def _info_key(info: WorkloadInfo) -> Key:
-    return (info.originatedFrom, info.id, info.runId)
+Originated = Callable[[], tuple[list[Outbound], list[Removal]]]
 
 
 def _removal_key(removal: Removal) -> Key:
@@ -77,55 +70,56 @@ def _removal_key(removal: Removal) -> Key:
 
 
 class Snapshot:
-    """A snapshot being sent: the table's state at one moment, encoded one frame at a time.
+    """A snapshot being sent: the table's state at one moment, one frame at a time.
 
-    Encoding is lazy (a table can hold many workloads, and a link that reconnects mid-snapshot
-    throws the rest away), so the only cost up front is the two lists ``originated()`` returns.
+    The events are already encoded (the table keeps each workload's newest outbound frame), so
+    the only cost up front is the two lists ``originated()`` returns; removals are encoded as
+    they go out.
     Frames that went out in a batch that must be retried are handed back with :meth:`unpop`.
     """
 
-    __slots__ = ("_infos", "_next", "_removals", "_returned", "taken")
+    __slots__ = ("_events", "_next", "_removals", "_returned", "taken")
 
-    def __init__(self, infos: list[WorkloadInfo], removals: list[Removal]) -> None:
-        self._infos = infos
+    def __init__(self, events: list[Outbound], removals: list[Removal]) -> None:
+        self._events = events
         self._removals = removals
         self._next = 0
         self._returned: deque[Outbound] = deque()
-        self.taken = len(infos) + len(removals)
+        self.taken = len(events) + len(removals)
 
     @classmethod
     def of(cls, originated: Originated) -> Snapshot:
-        infos, removals = originated()
-        return cls(infos, removals)
+        events, removals = originated()
+        return cls(events, removals)
 
     def __len__(self) -> int:
         """Frames still to send."""
-        return len(self._returned) + len(self._infos) + len(self._removals) - self._next
+        return len(self._returned) + len(self._events) + len(self._removals) - self._next
 
     def covered(self) -> Iterator[tuple[Key, float]]:
         """(workload key, seq) of every frame not yet sent: what queued events it supersedes."""
-        n_infos = len(self._infos)
+        n_events = len(self._events)
         for out in self._returned:
             yield out.key, out.seq
-        for i in range(self._next, n_infos + len(self._removals)):
-            if i < n_infos:
-                info = self._infos[i]
-                yield _info_key(info), info.seq
+        for i in range(self._next, n_events + len(self._removals)):
+            if i < n_events:
+                event = self._events[i]
+                yield event.key, event.seq
             else:
-                yield _removal_key(self._removals[i - n_infos]), REMOVAL_SEQ
+                yield _removal_key(self._removals[i - n_events]), REMOVAL_SEQ
 
     def pop(self) -> Outbound | None:
         """The next frame, or None when the snapshot has been sent."""
         if self._returned:
             return self._returned.popleft()
-        n_infos = len(self._infos)
+        n_events = len(self._events)
         i = self._next
-        if i < n_infos:
+        if i < n_events:
             self._next += 1
-            return outbound_event(lifecycle_frame(self._infos[i]))
-        if i < n_infos + len(self._removals):
+            return self._events[i]
+        if i < n_events + len(self._removals):
             self._next += 1
-            return outbound_removal(self._removals[i - n_infos])
+            return outbound_removal(self._removals[i - n_events])
         return None
 
     def unpop(self, items: list[Outbound]) -> None:
