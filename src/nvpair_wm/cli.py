@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from nvpair_wm import __version__, logs
+from nvpair_wm import __version__, allocator, logs
 from nvpair_wm.node import Config, Node
 
 
@@ -90,6 +90,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     logs.configure(args.log_level)
+    allocator.pin_mmap_threshold()
     config = Config(
         port=args.port,
         ipc=args.ipc,

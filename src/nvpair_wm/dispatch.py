@@ -15,6 +15,7 @@ The IO layers own sockets, queues and time; this module owns what the frames mea
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -84,7 +85,8 @@ def removal_frame(removal: Removal) -> WorkloadsRemove:
 
 def outbound_event(frame: LifecycleFrame) -> Outbound:
     info = frame.params.workloadInfo
-    key = (info.originatedFrom, info.id, info.runId)
+    # Interned: the table keeps this key for every local workload, and origin and run repeat.
+    key = (sys.intern(info.originatedFrom), info.id, sys.intern(info.runId))
     return Outbound(key, info.seq, codec.encode(frame))
 
 
