@@ -242,7 +242,7 @@ class TestDecodeAccepted:
         assert item.id is msgspec.UNSET
         assert isinstance(item.params.workloadInfo, WorkloadInfo)
 
-    @pytest.mark.parametrize("rid", ["abc", "", 0, -7, 2**62, None])
+    @pytest.mark.parametrize("rid", ["abc", "", 0, -7, 2**53 - 1, -(2**53 - 1), None])
     def test_request_ids(self, rid: object) -> None:
         item = one(event("workload:started", id=rid))
         assert isinstance(item, WorkloadStarted)
@@ -370,12 +370,20 @@ class TestDecodeErrors:
         err = error(dumps({"jsonrpc": "2.0", "method": 5}))
         assert (err.code, err.respond) == (INVALID_REQUEST, False)
 
-    @pytest.mark.parametrize("rid", [1.5, -0.25, 1e300, True, False, [1], {"a": 1}, "x" * 257])
+    @pytest.mark.parametrize(
+        "rid", [1.5, -0.25, 1e300, 1e20, 2.0**53, True, False, [1], {"a": 1}, "x" * 257]
+    )
     def test_bad_id_is_invalid_request_with_null_id(self, rid: object) -> None:
         err = error(dumps(frame("manager:status", id=rid)))
         assert err.code == INVALID_REQUEST
         assert err.id is None
         assert err.respond
+
+    @pytest.mark.parametrize("rid", [2**53, -(2**53), 2**64])
+    def test_integer_id_out_of_range_is_invalid_request(self, rid: int) -> None:
+        # RequestId integers are bounded by +-(2**53 - 1), so that every language holds them.
+        err = error(dumps(frame("manager:status", id=rid)))
+        assert (err.code, err.path) == (INVALID_REQUEST, "$.id")
 
     def test_unknown_method(self) -> None:
         err = error(dumps(frame("workload:exploded", {}, id="u")))
@@ -600,3 +608,80 @@ class TestValidate:
             codec.validate(text, WorkloadInfo)
         assert exc.value.path == "$.createdAt"
         assert "Expected `int` >= 0" in exc.value.reason
+
+    def test_integers_are_bounded_by_2_53(self) -> None:
+        text = dumps(workload(seq=3)).replace(b'"seq":3', b'"seq":9007199254740991.0')
+        assert codec.validate(text, WorkloadInfo).seq == 2**53 - 1
+        for spelling in (b"9007199254740992", b"9.007199254740992e15", b"1e20"):
+            with pytest.raises(codec.InvalidFrame) as exc:
+                codec.validate(
+                    dumps(workload(seq=3)).replace(b'"seq":3', b'"seq":' + spelling), WorkloadInfo
+                )
+            assert exc.value.path == "$.seq"
+
+    def test_integral_floats_to_int(self) -> None:
+        out = codec._integral_floats_to_int(
+            {"a": [1.0, -0.0, 1.5, 9007199254740991.0, -9007199254740991.0, 2.0**53, 1e20, "1.0"]}
+        )
+        assert out == {"a": [1, 0, 1.5, 2**53 - 1, -(2**53 - 1), 2.0**53, 1e20, "1.0"]}
+        assert [type(v) for v in out["a"]] == [int, int, float, int, int, float, float, str]
+
+
+# -- validate: a tagged frame type on its own requires its tag -----------------------------------
+
+LONE = [
+    (WorkloadsRemove, json.loads(remove())),
+    (NodesUpdate, json.loads(nodes_update())),
+    (ManagerStatus, json.loads(manager_status(1))),
+    *[(TYPES[m], json.loads(event(m))) for m in METHODS],
+]
+
+
+class TestValidateTag:
+    @pytest.mark.parametrize(("typ", "obj"), LONE)
+    def test_with_its_tag(self, typ: type, obj: dict[str, object]) -> None:
+        assert type(codec.validate(dumps(obj), typ)) is typ
+
+    @pytest.mark.parametrize(("typ", "obj"), LONE)
+    def test_without_its_tag(self, typ: type, obj: dict[str, object]) -> None:
+        # msgspec alone takes a missing tag as the type's own when the type is not in a union;
+        # the schema requires it (required + const).
+        untagged = {k: v for k, v in obj.items() if k != "method"}
+        assert type(msgspec.json.decode(dumps(untagged), type=typ)) is typ
+        with pytest.raises(codec.InvalidFrame) as exc:
+            codec.validate(dumps(untagged), typ)
+        assert "missing required field `method`" in exc.value.reason
+
+    @pytest.mark.parametrize(("typ", "obj"), LONE)
+    def test_with_another_tag(self, typ: type, obj: dict[str, object]) -> None:
+        with pytest.raises(codec.InvalidFrame) as exc:
+            codec.validate(dumps({**obj, "method": "workload:exploded"}), typ)
+        assert exc.value.path == "$.method"
+
+    def test_the_sentinel_tag_is_refused(self) -> None:
+        sentinel = codec._target(WorkloadsRemove).sentinel
+        assert sentinel is not None
+        tag = sentinel.__struct_config__.tag
+        obj = json.loads(remove())
+        for text in (
+            dumps({**obj, "method": tag}),
+            # The strict pass sees the first method, the re-read the last.
+            dumps(obj)[:-1] + b',"method":' + json.dumps(tag).encode() + b"}",
+        ):
+            with pytest.raises(codec.InvalidFrame) as exc:
+                codec.validate(text, WorkloadsRemove)
+            assert exc.value.path == "$.method"
+        head = b'{"method":' + json.dumps(tag).encode() + b"," + dumps(obj)[1:]
+        assert type(codec.validate(head, WorkloadsRemove)) is WorkloadsRemove
+
+    def test_duplicate_method_last_one_counts(self) -> None:
+        body = dumps(json.loads(remove()))[1:]
+        last_ok = b'{"method":"workload:started",' + body
+        assert type(codec.validate(last_ok, WorkloadsRemove)) is WorkloadsRemove
+        last_bad = body[:-1] + b',"method":"workload:started"}'
+        with pytest.raises(codec.InvalidFrame):
+            codec.validate(b"{" + last_bad, WorkloadsRemove)
+
+    def test_untagged_types_unchanged(self) -> None:
+        assert codec._target(WorkloadInfo).sentinel is None
+        assert type(codec.validate(dumps(workload()), WorkloadInfo)) is WorkloadInfo

@@ -1,7 +1,7 @@
 """Property tests: instances generated from schema/ by hypothesis-jsonschema.
 
 For each target (WorkloadInfo, NodeRecord, every frame of the inbound union, the broker frames and
-the responses a manager writes):
+the responses a manager writes, and the generic JSON-RPC envelopes):
 
 * every generated instance is valid JSON Schema (sanity) and is accepted by the generated msgspec
   type through ``nvpair_wm.codec.validate``; frames are also accepted by the ``InboundFrame`` /
@@ -32,7 +32,6 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.internal.conjecture import utils as _cu
 from hypothesis_jsonschema import from_schema
 from jsonschema import Draft202012Validator
 from nvpair_wm_schema.broker_frame_schema import BrokerFrame
@@ -41,26 +40,6 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from nvpair_wm import codec
-
-# hypothesis-jsonschema 0.23.1 drives hypothesis' private ``many`` helper through ``.more()``,
-# which hypothesis 6.170.10 replaced with a context-manager/iterator protocol. Until one of them is
-# pinned or fixed, give ``many`` the old method on top of the new protocol (it is used by nothing
-# else). Proposed pin: hypothesis<6.170.10.
-if not hasattr(_cu.many, "more"):  # pragma: no cover - depends on the installed hypothesis
-
-    def _more(self: Any) -> bool:
-        it = getattr(self, "_compat_iter", None)
-        if it is None:
-            self.__enter__()
-            it = self._compat_iter = iter(self)
-        try:
-            next(it)
-        except StopIteration:
-            self.__exit__(None, None, None)
-            return False
-        return True
-
-    _cu.many.more = _more  # type: ignore[attr-defined]
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_DIR = ROOT / "schema"
@@ -203,6 +182,10 @@ TARGETS: dict[str, list[str]] = {
     "status-response": [f"{BASE}manager-status.schema.json#/$defs/StatusResponse"],
     "error-response": [f"{BASE}jsonrpc.schema.json#/$defs/ErrorResponse"],
     "event-response": [f"{BASE}jsonrpc.schema.json#/$defs/EventResponse"],
+    "generic-envelopes": [
+        f"{BASE}jsonrpc.schema.json#/$defs/{d}"
+        for d in ("Request", "Notification", "SuccessResponse", "Batch")
+    ],
 }
 
 # Responses are what a manager writes, not what it accepts; StatusResponse (lists of 12-member

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeAlias
 from msgspec import Meta, Struct, UNSET, UnsetType
-from . import jsonrpc_schema
+from . import jsonrpc_schema, node_record_schema, workload_info_schema
 
 
 class ManagerStatus(Struct, tag_field="method", tag="manager:status"):
@@ -28,93 +28,125 @@ class ManagerStatus(Struct, tag_field="method", tag="manager:status"):
     """
 
 
+Count: TypeAlias = Annotated[
+    int,
+    Meta(
+        description="A counter or a gauge: an integer from 0 to 2^53-1, the largest integer that every language's JSON number type holds exactly.",
+        ge=0,
+        le=9007199254740991,
+        title="Count",
+    ),
+]
+"""
+A counter or a gauge: an integer from 0 to 2^53-1, the largest integer that every language's JSON number type holds exactly.
+"""
+
+
+Port: TypeAlias = Annotated[
+    int,
+    Meta(
+        description="The bound inter-node port (the real one when --port 0 was given, never 0); null when not listening.",
+        ge=1,
+        le=65535,
+    ),
+]
+"""
+The bound inter-node port (the real one when --port 0 was given, never 0); null when not listening.
+"""
+
+
 class Counters(Struct):
     """
-    Monotonic counters since the process started, except the gauges workloads, tombstones and brokerQueue.
+    Monotonic counters since the process started, except the gauges workloads, tombstones and brokerQueue, which say how many there are now.
     """
 
     framesIn: Annotated[
-        int,
+        Count,
         Meta(
-            description="Frames received on either channel (each batch element counts).",
-            ge=0,
+            description="Frames received on either channel (each batch element counts)."
         ),
     ]
     """
     Frames received on either channel (each batch element counts).
     """
-    framesOut: Annotated[int, Meta(description="Frames written to the broker.", ge=0)]
+    framesOut: Annotated[Count, Meta(description="Frames written to the broker.")]
     """
     Frames written to the broker.
     """
     invalid: Annotated[
-        int,
+        Count,
         Meta(
-            description="Frames refused with a JSON-RPC error or dropped as invalid notifications.",
-            ge=0,
+            description="Frames refused with a JSON-RPC error or dropped as invalid notifications."
         ),
     ]
     """
     Frames refused with a JSON-RPC error or dropped as invalid notifications.
     """
-    duplicates: Annotated[
-        int, Meta(description="Events collapsed as duplicates.", ge=0)
-    ]
+    duplicates: Annotated[Count, Meta(description="Events collapsed as duplicates.")]
     """
     Events collapsed as duplicates.
     """
     stale: Annotated[
-        int,
-        Meta(description="Events older than the newest seen for their workload.", ge=0),
+        Count, Meta(description="Events older than the newest seen for their workload.")
     ]
     """
     Events older than the newest seen for their workload.
     """
     suppressed: Annotated[
-        int, Meta(description="Events for removed (tombstoned) workloads.", ge=0)
+        Count, Meta(description="Events for removed (tombstoned) workloads.")
     ]
     """
     Events for removed (tombstoned) workloads.
     """
     evicted: Annotated[
-        int, Meta(description="Entries evicted by the hard cap before their TTL.", ge=0)
+        Count, Meta(description="Entries evicted by the hard cap before their TTL.")
     ]
     """
     Entries evicted by the hard cap before their TTL.
     """
-    workloads: Annotated[int, Meta(description="Workloads tracked now.", ge=0)]
+    workloads: Annotated[Count, Meta(description="Workloads tracked now.")]
     """
     Workloads tracked now.
     """
-    tombstones: Annotated[int, Meta(description="Tombstones held now.", ge=0)]
+    tombstones: Annotated[Count, Meta(description="Tombstones held now.")]
     """
     Tombstones held now.
     """
     brokerQueue: Annotated[
-        int, Meta(description="Frames waiting to be written to the broker now.", ge=0)
+        Count, Meta(description="Frames waiting to be written to the broker now.")
     ]
     """
     Frames waiting to be written to the broker now.
     """
 
 
-LastErrorAt: TypeAlias = Annotated[
-    int, Meta(description="Epoch milliseconds of lastError.", ge=0)
-]
-"""
-Epoch milliseconds of lastError.
-"""
-
-
 class PeerStatus(Struct):
     """
-    One peer's outbound link.
+    One peer's outbound link: where it is, whether it is connected, and what happened to the frames queued for it.
     """
 
-    nodeId: str
-    address: str
-    port: Annotated[int, Meta(ge=0, le=65535)]
-    connected: bool
+    nodeId: Annotated[str, Meta(description="The peer's node id, from its NodeRecord.")]
+    """
+    The peer's node id, from its NodeRecord.
+    """
+    address: Annotated[
+        str, Meta(description="The address dialled, from its NodeRecord.")
+    ]
+    """
+    The address dialled, from its NodeRecord.
+    """
+    port: Annotated[
+        int, Meta(description="The port dialled, from its NodeRecord.", ge=1, le=65535)
+    ]
+    """
+    The port dialled, from its NodeRecord.
+    """
+    connected: Annotated[
+        bool, Meta(description="Whether a connection to the peer is up now.")
+    ]
+    """
+    Whether a connection to the peer is up now.
+    """
     protocol: (
         Annotated[
             Literal["h2", "http/1.1"],
@@ -127,62 +159,75 @@ class PeerStatus(Struct):
     """
     Negotiated protocol of the live connection, null when not connected.
     """
-    queueDepth: Annotated[int, Meta(ge=0)]
-    sent: Annotated[int, Meta(description="Frames the peer accepted.", ge=0)]
+    queueDepth: Annotated[
+        Count, Meta(description="Frames waiting to be sent to the peer now (a gauge).")
+    ]
+    """
+    Frames waiting to be sent to the peer now (a gauge).
+    """
+    sent: Annotated[Count, Meta(description="Frames the peer accepted.")]
     """
     Frames the peer accepted.
     """
     retried: Annotated[
-        int, Meta(description="Send attempts repeated after a failure.", ge=0)
+        Count, Meta(description="Send attempts repeated after a failure.")
     ]
     """
     Send attempts repeated after a failure.
     """
     coalesced: Annotated[
-        int,
+        Count,
         Meta(
-            description="Queued events replaced by a newer event of the same workload.",
-            ge=0,
+            description="Queued events replaced by a newer event of the same workload."
         ),
     ]
     """
     Queued events replaced by a newer event of the same workload.
     """
     dropped: Annotated[
-        int,
+        Count,
         Meta(
-            description="Frames dropped (queue full after coalescing, retries exhausted, or refused with a 4xx).",
-            ge=0,
+            description="Frames dropped (queue full after coalescing, retries exhausted, or refused with a 4xx)."
         ),
     ]
     """
     Frames dropped (queue full after coalescing, retries exhausted, or refused with a 4xx).
     """
-    lastError: str | None
-    lastErrorAt: (
-        Annotated[LastErrorAt, Meta(description="Epoch milliseconds of lastError.")]
+    lastError: (
+        Annotated[
+            str,
+            Meta(
+                description="The last failure on this link, in words; null if there has been none."
+            ),
+        ]
         | None
     )
     """
-    Epoch milliseconds of lastError.
+    The last failure on this link, in words; null if there has been none.
+    """
+    lastErrorAt: (
+        Annotated[
+            workload_info_schema.EpochMillis,
+            Meta(
+                description="When lastError happened, in epoch milliseconds; null if there has been none."
+            ),
+        ]
+        | None
+    )
+    """
+    When lastError happened, in epoch milliseconds; null if there has been none.
     """
 
 
-Port: TypeAlias = Annotated[
-    int,
-    Meta(
-        description="The bound inter-node port (the real one when --port 0 was given); null when not listening.",
-        ge=0,
-        le=65535,
-    ),
-]
-"""
-The bound inter-node port (the real one when --port 0 was given); null when not listening.
-"""
-
-
 class StatusResult(Struct):
-    version: str
+    """
+    The result of manager:status: this node's version, identity and bound port, one PeerStatus per current peer, and the counters.
+    """
+
+    version: Annotated[str, Meta(description="nvpair-wm version (as in ready).")]
+    """
+    nvpair-wm version (as in ready).
+    """
     hasIdentity: Annotated[
         bool,
         Meta(
@@ -194,33 +239,40 @@ class StatusResult(Struct):
     """
     fingerprint: (
         Annotated[
-            str,
+            node_record_schema.Fingerprint,
             Meta(
-                description="SHA-256 of this node's certificate, null without identity."
+                description="This node's certificate fingerprint (the same Fingerprint as in NodeRecord, by which peers pin it); null without identity."
             ),
         ]
         | None
     )
     """
-    SHA-256 of this node's certificate, null without identity.
+    This node's certificate fingerprint (the same Fingerprint as in NodeRecord, by which peers pin it); null without identity.
     """
     port: (
         Annotated[
             Port,
             Meta(
-                description="The bound inter-node port (the real one when --port 0 was given); null when not listening."
+                description="The bound inter-node port (the real one when --port 0 was given, never 0); null when not listening."
             ),
         ]
         | None
     )
     """
-    The bound inter-node port (the real one when --port 0 was given); null when not listening.
+    The bound inter-node port (the real one when --port 0 was given, never 0); null when not listening.
     """
-    peers: list[PeerStatus]
+    peers: Annotated[list[PeerStatus], Meta(description="One entry per current peer.")]
+    """
+    One entry per current peer.
+    """
     counters: Counters
 
 
 class StatusResponse(Struct):
+    """
+    Answer to manager:status: the SuccessResponse whose result is a StatusResult.
+    """
+
     jsonrpc: Literal["2.0"]
     id: jsonrpc_schema.RequestId
     result: StatusResult

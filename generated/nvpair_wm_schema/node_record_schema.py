@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypeAlias
 from msgspec import Meta, Struct, UnsetType
+
+
+Fingerprint: TypeAlias = Annotated[
+    str,
+    Meta(
+        description="Lowercase hex SHA-256 of a node's DER-encoded certificate: exactly 64 characters 0-9 and a-f. The length bounds repeat what the pattern says because '$' in some regex dialects (Python's among them) matches before a trailing newline; with them, a trailing newline is invalid in every dialect.",
+        max_length=64,
+        min_length=64,
+        pattern="^[0-9a-f]{64}$",
+        title="Fingerprint",
+    ),
+]
+"""
+Lowercase hex SHA-256 of a node's DER-encoded certificate: exactly 64 characters 0-9 and a-f. The length bounds repeat what the pattern says because '$' in some regex dialects (Python's among them) matches before a trailing newline; with them, a trailing newline is invalid in every dialect.
+"""
 
 
 class NodeRecord(Struct):
@@ -34,16 +49,13 @@ class NodeRecord(Struct):
     Host name or IP literal (IPv6 without brackets) at which the node's inter-node port is reached.
     """
     fingerprint: Annotated[
-        str,
+        Fingerprint,
         Meta(
-            description="Lowercase hex SHA-256 of the node's DER-encoded certificate. Exactly 64 characters: the length bounds make a trailing newline invalid in every regex dialect.",
-            max_length=64,
-            min_length=64,
-            pattern="^[0-9a-f]{64}$",
+            description="The node's certificate fingerprint; a record is a peer only if it is pinned."
         ),
     ]
     """
-    Lowercase hex SHA-256 of the node's DER-encoded certificate. Exactly 64 characters: the length bounds make a trailing newline invalid in every regex dialect.
+    The node's certificate fingerprint; a record is a peer only if it is pinned.
     """
     port: (
         Annotated[int, Meta(description="Inter-node port.", ge=1, le=65535)] | UnsetType

@@ -5,7 +5,13 @@ one call into msgspec: the generated ``InboundFrame`` union decodes, validates a
 ``method`` in a single pass. Only a frame that fails that strict pass takes the slow path, which
 re-reads it generically to give the precise JSON-RPC error (-32700 / -32600 / -32601 / -32602)
 and to accept what JSON Schema calls an integer but msgspec's strict mode does not (``1.0``,
-``1e3``), so that the code and ``schema/`` agree.
+``1e3``), so that the code and ``schema/`` agree. The re-read also keeps the last of duplicate
+member names, as the contract says.
+
+:func:`validate` checks JSON text against any one generated type, with the same rules; a tagged
+frame type decoded on its own still requires its ``method``, as the schema does (msgspec by itself
+requires a tag only inside a union). The conformance vectors in ``schema/conformance/`` run
+through :func:`validate`, and the frame vectors through :func:`decode` as well.
 """
 
 from __future__ import annotations
@@ -180,9 +186,15 @@ def _split_validation_error(message: str) -> tuple[str, str | None]:
 
 
 def _integral_floats_to_int(obj: Any) -> Any:
-    """JSON Schema counts 1.0 and 1e3 as integers; msgspec's strict mode does not."""
+    """JSON Schema counts 1.0 and 1e3 as integers; msgspec's strict mode does not.
+
+    Every integer in the contract lies within +-(2**53 - 1), where a double holds each integer
+    exactly, so an integral float in that range becomes that int. A larger one stays a float and
+    is refused as not an integer: the schema refuses it too (out of range), and an id such as
+    ``1e20`` never becomes an int that an error response would echo.
+    """
     if isinstance(obj, float):
-        return int(obj) if obj.is_integer() and abs(obj) <= 2**63 else obj
+        return int(obj) if obj.is_integer() and abs(obj) <= 2**53 - 1 else obj
     if isinstance(obj, dict):
         return {k: _integral_floats_to_int(v) for k, v in obj.items()}
     if isinstance(obj, list):
@@ -190,26 +202,77 @@ def _integral_floats_to_int(obj: Any) -> Any:
     return obj
 
 
+@dataclass(slots=True, frozen=True)
+class _Target:
+    """How :func:`validate` decodes one type: through ``decoder``, refusing ``sentinel``."""
+
+    decoder: msgspec.json.Decoder[Any]
+    union: Any
+    sentinel: type[msgspec.Struct] | None = None
+
+
+_targets: dict[Any, _Target] = {}
+
+
+def _target(typ: Any) -> _Target:
+    """The decoder for ``typ``, built once per type.
+
+    msgspec requires the tag field (``method``) of a tagged Struct only when it picks a variant
+    of a union; a tagged Struct decoded on its own takes an object without the tag as its own.
+    The schema requires it (``required`` plus ``const``). So a lone tagged Struct is decoded
+    through the union of itself and a sentinel Struct with the same tag field and another tag:
+    the tag is then required. No frame should name the sentinel's tag; one that does is refused.
+    """
+    target = _targets.get(typ)
+    if target is None:
+        config = getattr(typ, "__struct_config__", None)
+        if config is None or config.tag is None:
+            target = _Target(msgspec.json.Decoder(typ), typ)
+        else:
+            tag = config.tag
+            other = f"{tag}\x00(no such tag)" if isinstance(tag, str) else tag + 1
+            sentinel = msgspec.defstruct(
+                f"_TagRequired{typ.__name__}", [], tag_field=config.tag_field, tag=other
+            )
+            union = typ | sentinel
+            target = _Target(msgspec.json.Decoder(union), union, sentinel)
+        _targets[typ] = target
+    return target
+
+
 def validate(data: bytes, typ: type[T]) -> T:
     """Decode and validate JSON text against a generated type, as the schema defines it.
 
+    Beyond msgspec's strict decode: integers may be written ``1.0`` or ``1e3``, the last of
+    duplicate member names counts, and a tagged frame type requires its tag (``method``) even
+    when it is decoded on its own rather than through a union.
+
     Raises :class:`InvalidFrame`. Not the hot path: :func:`decode` is.
     """
+    target = _target(typ)
     try:
-        return msgspec.json.decode(data, type=typ)
+        obj = target.decoder.decode(data)
     except msgspec.DecodeError:
         pass
+    else:
+        # The strict pass read the first of duplicate names; a sentinel may hide behind it.
+        if target.sentinel is None or not isinstance(obj, target.sentinel):
+            return obj  # type: ignore[no-any-return]
     try:
         generic = _any_decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise InvalidFrame(f"malformed JSON: {exc}") from exc
     try:
-        return msgspec.convert(_integral_floats_to_int(generic), typ)
+        obj = msgspec.convert(_integral_floats_to_int(generic), target.union)
     except msgspec.ValidationError as exc:
         # Report this error, not the strict pass's: that one may blame an integral float
         # (1.0) that the schema accepts, and hide the real fault.
         reason, path = _split_validation_error(str(exc))
         raise InvalidFrame(reason, path) from exc
+    if target.sentinel is not None and isinstance(obj, target.sentinel):
+        config = target.sentinel.__struct_config__
+        raise InvalidFrame(f"Invalid value {config.tag!r}", f"$.{config.tag_field}")
+    return obj  # type: ignore[no-any-return]
 
 
 def _is_request_id(value: object) -> bool:
