@@ -383,7 +383,7 @@ class TestDecodeErrors:
     def test_integer_id_out_of_range_is_invalid_request(self, rid: int) -> None:
         # RequestId integers are bounded by +-(2**53 - 1), so that every language holds them.
         err = error(dumps(frame("manager:status", id=rid)))
-        assert (err.code, err.path) == (INVALID_REQUEST, "$.id")
+        assert (err.code, err.path, err.id) == (INVALID_REQUEST, "$.id", None)
 
     def test_unknown_method(self) -> None:
         err = error(dumps(frame("workload:exploded", {}, id="u")))

@@ -293,3 +293,10 @@ def test_every_documented_flag_is_accepted(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[0])["method"] == "ready"
+
+
+def test_an_out_of_range_id_is_not_echoed(wm: WmProcess) -> None:
+    wm.send(b'{"jsonrpc":"2.0","method":"manager:status","id":9007199254740992}\n')
+    rid, code, data = error_of(wm.recv())
+    assert (rid, code) == (None, -32600)
+    assert "2^53" in data["reason"]

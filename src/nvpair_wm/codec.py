@@ -32,6 +32,8 @@ from nvpair_wm_schema.jsonrpc_schema import (
 )
 
 MAX_FRAME_BYTES: Final = 1 << 20
+# Every integer of the contract: exactly representable as a double in every language.
+MAX_SAFE_INT: Final = 2**53 - 1
 
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
@@ -194,7 +196,7 @@ def _integral_floats_to_int(obj: Any) -> Any:
     ``1e20`` never becomes an int that an error response would echo.
     """
     if isinstance(obj, float):
-        return int(obj) if obj.is_integer() and abs(obj) <= 2**53 - 1 else obj
+        return int(obj) if obj.is_integer() and abs(obj) <= MAX_SAFE_INT else obj
     if isinstance(obj, dict):
         return {k: _integral_floats_to_int(v) for k, v in obj.items()}
     if isinstance(obj, list):
@@ -276,11 +278,12 @@ def validate(data: bytes, typ: type[T]) -> T:
 
 
 def _is_request_id(value: object) -> bool:
+    """The schema's RequestId: what we may echo back in a response."""
     if isinstance(value, bool):
         return False
     if isinstance(value, str):
         return len(value) <= 256
-    return value is None or isinstance(value, int)
+    return value is None or (isinstance(value, int) and -MAX_SAFE_INT <= value <= MAX_SAFE_INT)
 
 
 def _classify(obj: Any) -> Item:
@@ -291,7 +294,10 @@ def _classify(obj: Any) -> Item:
     has_id = "id" in obj
     rid = obj.get("id")
     if has_id and not _is_request_id(rid):
-        return RpcError(INVALID_REQUEST, "id must be a string, an integer or null")
+        reason = (
+            "id must be null, a string of at most 256 characters or an integer within ±(2^53-1)"
+        )
+        return RpcError(INVALID_REQUEST, reason, path="$.id")
     method = obj.get("method")
     respond = has_id
     if "method" not in obj and ("result" in obj or "error" in obj):
