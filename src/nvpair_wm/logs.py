@@ -41,4 +41,7 @@ def configure(level: str) -> None:
         handler.setFormatter(_PlainFormatter())
     root.addHandler(handler)
     root.setLevel(LEVELS[level])
+    # The protocol libraries log every frame at debug: too much even for our debug level.
+    for noisy in ("hpack", "h2"):
+        logging.getLogger(noisy).setLevel(max(LEVELS[level], logging.INFO))
     logging.captureWarnings(True)
