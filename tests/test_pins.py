@@ -139,14 +139,16 @@ def test_trusted_path_is_a_file(tmp_path: Path) -> None:
     assert PinSet(tmp_path / "trusted").current() == frozenset()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files regardless of their mode")
-def test_unreadable_file_is_skipped(tmp_path: Path, certs: list[tuple[bytes, bytes]]) -> None:
+def test_unreadable_entries_are_skipped(tmp_path: Path, certs: list[tuple[bytes, bytes]]) -> None:
+    """Entries that cannot be read, even by root: a dangling symlink and a directory."""
     trusted = tmp_path / "trusted"
     trusted.mkdir()
     (trusted / "good.crt").write_bytes(certs[0][0])
-    (trusted / "locked.crt").write_bytes(certs[1][0])
-    (trusted / "locked.crt").chmod(0)
+    (trusted / "dangling.crt").symlink_to(tmp_path / "missing.crt")
+    (trusted / "folder.crt").mkdir()
     assert PinSet(trusted).current() == {_fp(certs[0][0])}
+    (tmp_path / "missing.crt").write_bytes(certs[1][0])  # the link now resolves
+    assert PinSet(trusted).current() == {_fp(certs[0][0]), _fp(certs[1][0])}
 
 
 def test_unchanged_files_are_not_reparsed(tmp_path: Path, certs: list[tuple[bytes, bytes]]) -> None:
