@@ -445,7 +445,7 @@ class PeerOutbox:
         run = self.retry
         log.warning(
             "peer %s: giving up after %d failures over %.1fs (%s); dropped %d queued frames; "
-            "probing every <=%.0fs and resynchronising when it answers",
+            "probing every <=%gs and resynchronising when it answers",
             self.name,
             run.failures,
             self._clock() - (run.since or self._clock()),
