@@ -2,48 +2,155 @@
 
 Each node gets its own ``--cluster-dir`` (made by :mod:`nvpair_wm.clusterdir`), binds
 127.0.0.1 on a free port, and is told about the others with ``nodes:update`` records carrying
-their real ports, as a broker would. Helpers wait for frames on a node's broker side with a
-deadline; nothing sleeps to synchronise.
+their real ports, as a broker would. Helpers wait for frames on a node's broker side (or for a
+line in its stderr log) with a deadline; nothing sleeps to synchronise. Where there is no event
+to wait for, :meth:`Node.poll_status` polls ``manager:status`` until a condition holds, with a
+bounded deadline.
+
+Broadcast limits: ``Node(..., broadcast={...})`` starts the process with some fields of
+:class:`nvpair_wm.outbox.BroadcastLimits` overridden (say, a short retry budget, so that a test
+can exhaust it in a second or two). There is no command-line flag for them, on purpose; the
+override is a test-only ``sitecustomize`` module that the harness writes next to the cluster
+directory and puts on the child's ``PYTHONPATH``: when ``NVPAIR_WM_TEST_BROADCAST`` is set it
+makes ``nvpair_wm.cli`` build its ``Config`` with those limits, and says so on stderr (which
+:meth:`Node.start` checks, so that a hook that silently failed to load fails the test).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import queue
+import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from nvpair_wm.clusterdir import cert_fingerprint, init_cluster
+from nvpair_wm.pins import CERT_FILE, KEY_FILE
 from tests.wm_process import WAIT, WmProcess
+
+LIMITS_ENV = "NVPAIR_WM_TEST_BROADCAST"
+LIMITS_BANNER = "test hook: BroadcastLimits overridden:"
+POLL_EVERY = 0.05  # pause between two manager:status polls (a poll interval, not a sync sleep)
+
+_SITECUSTOMIZE = f'''\
+"""Written by tests/cluster.py: test-only BroadcastLimits overrides for nvpair-wm processes."""
+import os
+
+_raw = os.environ.get({LIMITS_ENV!r})
+if _raw:
+    import functools
+    import json
+    import sys
+
+    from nvpair_wm import cli, node
+    from nvpair_wm.outbox import BroadcastLimits
+
+    _limits = BroadcastLimits(**json.loads(_raw))
+    cli.Config = functools.partial(node.Config, broadcast=_limits)
+    print({LIMITS_BANNER!r}, _raw, file=sys.stderr, flush=True)
+'''
+
+
+def limits_hook_dir(root: Path) -> Path:
+    """A directory holding the test-only ``sitecustomize`` (written once per root)."""
+    hook = root / "_limits_hook"
+    hook.mkdir(parents=True, exist_ok=True)
+    path = hook / "sitecustomize.py"
+    if not path.exists():
+        path.write_text(_SITECUSTOMIZE)
+    return hook
 
 
 class Node:
-    def __init__(self, name: str, cluster_dir: Path, port: int = 0, *extra: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        cluster_dir: Path,
+        port: int = 0,
+        *extra: str,
+        broadcast: dict[str, Any] | None = None,
+        use_cluster_dir: bool = True,
+    ) -> None:
         self.name = name
         self.cluster_dir = cluster_dir
         self.extra = extra
         self.requested_port = port
+        self.broadcast = broadcast
+        self.use_cluster_dir = use_cluster_dir  # False: run without --cluster-dir
         self.proc: WmProcess | None = None
         self.port = 0
-        self.fingerprint = cert_fingerprint((cluster_dir / "node.crt").read_bytes())
+        self.fingerprint = cert_fingerprint((cluster_dir / CERT_FILE).read_bytes())
         self.seen: list[dict[str, Any]] = []  # every notification from this node's manager
+        self.runs: list[WmProcess] = []  # every process this node ran (their stderr logs stay)
+        self._stash = cluster_dir.parent / f".{name}-identity"
+
+    # -- process ----------------------------------------------------------------------------
+
+    def spawn(self) -> None:
+        """Start the process (without waiting for ``ready``): a fresh broker, nothing seen."""
+        args = ["--bind", "127.0.0.1"]
+        if self.use_cluster_dir:
+            args += ["--cluster-dir", str(self.cluster_dir)]
+        args += ["--port", str(self.port or self.requested_port), "--log-level", "debug"]
+        env: dict[str, str] = {}
+        if self.broadcast:
+            hook = limits_hook_dir(self.cluster_dir.parent)
+            env[LIMITS_ENV] = json.dumps(self.broadcast)
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p
+            )
+        self.seen = []
+        self.proc = WmProcess(*args, *self.extra, env=env)
+        self.runs.append(self.proc)
+
+    def await_ready(self) -> None:
+        assert self.recv()["method"] == "ready"
+        if self.broadcast:
+            self.wm.wait_stderr(LIMITS_BANNER)
+        self.port = self.status()["port"]
 
     def start(self) -> None:
-        args = ["--cluster-dir", str(self.cluster_dir), "--bind", "127.0.0.1"]
-        args += ["--port", str(self.port or self.requested_port), "--log-level", "debug"]
-        self.proc = WmProcess(*args, *self.extra)
-        assert self.recv()["method"] == "ready"
-        self.port = self.status()["port"]
+        self.spawn()
+        self.await_ready()
 
     @property
     def wm(self) -> WmProcess:
         assert self.proc is not None, f"{self.name} is not running"
         return self.proc
 
+    def signal(self, sig: int) -> None:
+        self.wm.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        """``kill -9`` (a no-op when not running); the broker side is closed with it."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.__exit__(None, None, None)
+            self.proc = None
+
+    def stop(self) -> int:
+        """Close the broker channel (EOF) and return the exit status."""
+        wm = self.wm
+        wm.close_stdin()
+        code = wm.wait()
+        wm.__exit__(None, None, None)
+        self.proc = None
+        return code
+
+    # -- broker side ------------------------------------------------------------------------
+
     def recv(self, timeout: float = WAIT) -> Any:
         return self.wm.recv(timeout)
+
+    def send(self, frame: dict[str, Any]) -> None:
+        self.wm.send_frame(frame)
+
+    def send_all(self, frames: Iterable[dict[str, Any]]) -> None:
+        """Several frames in one write (the manager reads them as one burst)."""
+        self.wm.send(b"".join(json.dumps(f).encode() + b"\n" for f in frames))
 
     def status(self) -> Any:
         """manager:status; notifications that arrive first are kept in ``seen``."""
@@ -57,8 +164,30 @@ class Node:
                 return frame["result"]
             self.seen.append(frame)
 
-    def send(self, frame: dict[str, Any]) -> None:
-        self.wm.send_frame(frame)
+    def poll_status(
+        self, cond: Callable[[Any], bool], timeout: float = WAIT, what: str = ""
+    ) -> Any:
+        """Poll manager:status until ``cond(status)`` holds; for conditions no frame announces.
+
+        Bounded by ``timeout``; between two polls it pauses ``POLL_EVERY`` so as not to keep the
+        node busy answering. Returns the status that satisfied ``cond``.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.status()
+            if cond(st):
+                return st
+            if time.monotonic() > deadline:
+                tail = "\n".join(self.wm.stderr_log[-15:])
+                raise AssertionError(
+                    f"{self.name}: {what or 'condition'} not reached within {timeout}s; last "
+                    f"status: {json.dumps(st)}\nstderr tail:\n{tail}"
+                )
+            time.sleep(POLL_EVERY)
+
+    def peer(self, status: Any, name: str) -> Any:
+        """The PeerStatus for ``name`` in a manager:status result, or None."""
+        return next((p for p in status["peers"] if p["nodeId"] == name), None)
 
     def record(self, address: str = "127.0.0.1") -> dict[str, Any]:
         return {
@@ -81,6 +210,7 @@ class Node:
         self, match: Callable[[dict[str, Any]], bool], timeout: float = WAIT
     ) -> dict[str, Any]:
         """The first frame (already seen or arriving within ``timeout``) that matches."""
+        frame: dict[str, Any]
         for frame in self.seen:
             if match(frame):
                 return frame
@@ -98,32 +228,84 @@ class Node:
             f" stderr tail:\n" + "\n".join(self.wm.stderr_log[-15:])
         )
 
+    def wait_until(
+        self, done: Callable[[list[dict[str, Any]]], bool], timeout: float = WAIT
+    ) -> None:
+        """Wait for frames until ``done(seen)`` holds (checked after each new frame)."""
+        deadline = time.monotonic() + timeout
+        while not done(self.seen):
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise queue.Empty
+                self.seen.append(json.loads(self.wm.raw_lines.get(timeout=left)))
+            except queue.Empty:
+                raise AssertionError(
+                    f"{self.name}: condition not met within {timeout}s; seen {len(self.seen)} "
+                    "frames; stderr tail:\n" + "\n".join(self.wm.stderr_log[-15:])
+                ) from None
+
     def upserts(self) -> list[dict[str, Any]]:
         return [
             f["params"]["workloadInfo"] for f in self.seen if f.get("method") == "workloads:upsert"
         ]
 
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.__exit__(None, None, None)
-            self.proc = None
+    def removals(self) -> list[dict[str, Any]]:
+        return [f["params"] for f in self.seen if f.get("method") == "workloads:remove"]
 
-    def stop(self) -> int:
-        wm = self.wm
-        wm.close_stdin()
-        code = wm.wait()
-        wm.__exit__(None, None, None)
-        self.proc = None
-        return code
+    def view(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """The broker's view from what it was told: (origin, id) → newest workloadInfo,
+        without removed workloads (a removal applies to what came before it)."""
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for f in self.seen:
+            if f.get("method") == "workloads:upsert":
+                info = f["params"]["workloadInfo"]
+                out[(info["originatedFrom"], info["id"])] = info
+            elif f.get("method") == "workloads:remove":
+                p = f["params"]
+                out.pop((p["originatedFrom"], p["workloadId"]), None)
+        return out
+
+    # -- logs -------------------------------------------------------------------------------
+
+    def wait_log(self, needle: str, timeout: float = WAIT) -> str:
+        """The first stderr line (already logged or arriving within ``timeout``) with ``needle``."""
+        return self.wm.wait_stderr(needle, timeout)
+
+    def log_lines(self, needle: str) -> list[str]:
+        return [line for line in self.wm.stderr_log if needle in line]
+
+    def errors(self) -> list[str]:
+        """ERROR lines and tracebacks in the stderr of every process this node ran."""
+        return [
+            line
+            for run in self.runs
+            for line in run.stderr_log
+            if " ERROR " in line or line.startswith("Traceback")
+        ]
+
+    # -- identity ---------------------------------------------------------------------------
+
+    def hide_identity(self) -> None:
+        """Move node.crt/node.key out of the cluster dir (the node then has no identity)."""
+        self._stash.mkdir(exist_ok=True)
+        for name in (CERT_FILE, KEY_FILE):
+            (self.cluster_dir / name).rename(self._stash / name)
+
+    def restore_identity(self) -> None:
+        """Copy node.key then node.crt back in, each atomically (copy to a dotfile, rename)."""
+        for name in (KEY_FILE, CERT_FILE):
+            tmp = self.cluster_dir / f".{name}.tmp"
+            shutil.copy2(self._stash / name, tmp)
+            tmp.rename(self.cluster_dir / name)
 
 
 class Cluster:
-    def __init__(self, root: Path, size: int) -> None:
+    def __init__(self, root: Path, size: int, *, broadcast: dict[str, Any] | None = None) -> None:
         self.root = root
         names = [f"node-{chr(ord('a') + i)}" for i in range(size)]
         dirs = init_cluster(root, names)
-        self.nodes = {name: Node(name, dirs[name]) for name in names}
+        self.nodes = {name: Node(name, dirs[name], broadcast=broadcast) for name in names}
 
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes.values())
@@ -132,19 +314,32 @@ class Cluster:
         return self.nodes[name]
 
     def start(self) -> None:
+        """Start every node (the processes start in parallel), then announce."""
         for node in self:
-            node.start()
+            node.spawn()
+        for node in self:
+            node.await_ready()
         self.announce()
 
-    def announce(self, to: list[Node] | None = None) -> None:
-        """Send every running node (or ``to``) the current records, as its broker would."""
-        records = [n.record() for n in self]
+    def records(self) -> list[dict[str, Any]]:
+        return [n.record() for n in self]
+
+    def announce(
+        self, to: list[Node] | None = None, records: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Send every running node (or ``to``) the current records (or ``records``), as its
+        broker would."""
+        nodes = self.records() if records is None else records
         for node in to or [n for n in self if n.proc is not None]:
-            node.send({"jsonrpc": "2.0", "method": "nodes:update", "params": {"nodes": records}})
+            node.send({"jsonrpc": "2.0", "method": "nodes:update", "params": {"nodes": nodes}})
 
     def close(self) -> None:
         for node in self:
             node.kill()
+
+    def errors(self) -> list[str]:
+        """ERROR lines and tracebacks logged by any process of the cluster (see Node.errors)."""
+        return [f"{node.name}: {line}" for node in self for line in node.errors()]
 
 
 def workload(origin: str, wid: str, seq: int = 1, **overrides: Any) -> dict[str, Any]:
@@ -169,11 +364,25 @@ def event(method: str, info: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "method": method, "params": {"workloadInfo": info}}
 
 
+def removal(origin: str, wid: str, run_id: str | None = None) -> dict[str, Any]:
+    params: dict[str, Any] = {"workloadId": wid, "originatedFrom": origin}
+    if run_id is not None:
+        params["runId"] = run_id
+    return {"jsonrpc": "2.0", "method": "workloads:remove", "params": params}
+
+
 def is_upsert(wid: str, seq: int | None = None) -> Callable[[dict[str, Any]], bool]:
     def match(frame: dict[str, Any]) -> bool:
         if frame.get("method") != "workloads:upsert":
             return False
         info = frame["params"]["workloadInfo"]
         return bool(info["id"] == wid and (seq is None or info["seq"] == seq))
+
+    return match
+
+
+def is_removal(wid: str) -> Callable[[dict[str, Any]], bool]:
+    def match(frame: dict[str, Any]) -> bool:
+        return frame.get("method") == "workloads:remove" and frame["params"]["workloadId"] == wid
 
     return match
