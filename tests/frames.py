@@ -20,6 +20,8 @@ import msgspec
 from nvpair_wm_schema.manager_status_schema import Counters, StatusResult
 from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 
+from nvpair_wm.dispatch import new_counters
+
 
 class _Absent:
     __slots__ = ()
@@ -183,15 +185,4 @@ def status_result(counters: Counters | None = None, **overrides: Any) -> StatusR
 
 
 def zero_counters() -> Counters:
-    return Counters(
-        framesIn=0,
-        framesOut=0,
-        invalid=0,
-        duplicates=0,
-        stale=0,
-        suppressed=0,
-        evicted=0,
-        workloads=0,
-        tombstones=0,
-        brokerQueue=0,
-    )
+    return new_counters()

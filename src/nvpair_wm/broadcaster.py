@@ -32,7 +32,7 @@ import email.utils
 import logging
 import random
 import time
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 from nvpair_wm_schema.manager_status_schema import PeerStatus
@@ -49,11 +49,11 @@ from nvpair_wm.client import (
 from nvpair_wm.dispatch import Outbound
 from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
 from nvpair_wm.peers import Peer, PeerDirectory, diff
-from nvpair_wm.pins import NodeIdentity
+from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
 from nvpair_wm.sync import Originated
 from nvpair_wm.tls import ALPN_PROTOCOLS
 
-__all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster", "IdentitySource", "PinSource"]
+__all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster"]
 
 log = logging.getLogger(__name__)
 
@@ -64,20 +64,6 @@ _LOG_BODY_MAX = 1000
 _RETRY_STATUSES = frozenset({403, 408, 429})
 
 _error_list = msgspec.json.Decoder(list[dict[str, Any]])
-
-
-class IdentitySource(Protocol):
-    """``nvpair_wm.pins.Identity`` (or a stand-in that never has one)."""
-
-    def current(self) -> NodeIdentity | None: ...
-
-
-class PinSource(Protocol):
-    """``nvpair_wm.pins.PinSet`` (or a stand-in that pins nothing)."""
-
-    def current(self) -> frozenset[str]: ...
-
-    def is_pinned(self, fingerprint: str) -> bool: ...
 
 
 def retry_after(value: bytes | None, now: float | None = None) -> float | None:

@@ -48,9 +48,9 @@ import h11
 from h2.errors import ErrorCodes
 from OpenSSL import SSL
 
+from nvpair_wm.pins import NodeIdentity
 from nvpair_wm.tls import (
     ALPN_PROTOCOLS,
-    NodeIdentityLike,
     TLSConnection,
     TLSError,
     TLSProtocol,
@@ -229,15 +229,17 @@ class PeerConnection:
         self._on_change()
 
 
-# -- HTTP/1.1 ---------------------------------------------------------------------------------
-
-
 @dataclass(slots=True)
 class _Exchange:
+    """One request's response as it arrives (an HTTP/1.1 exchange or an HTTP/2 stream)."""
+
     done: asyncio.Future[Response]
     status: int = 0
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     body: bytearray = field(default_factory=bytearray)
+
+
+# -- HTTP/1.1 ---------------------------------------------------------------------------------
 
 
 class H1Connection(PeerConnection):
@@ -342,14 +344,6 @@ class H1Connection(PeerConnection):
 # -- HTTP/2 -----------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Stream:
-    done: asyncio.Future[Response]
-    status: int = 0
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    body: bytearray = field(default_factory=bytearray)
-
-
 class H2Connection(PeerConnection):
     """HTTP/2 on h2: many concurrent requests, flow control both ways, PING, GOAWAY."""
 
@@ -373,7 +367,7 @@ class H2Connection(PeerConnection):
             },
         )
         self._h2.initiate_connection()
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, _Exchange] = {}
         self._goaway_last: int | None = None
         self._inbox = bytearray()  # undecoded frames (split here to catch GOAWAY)
         self._window_waiters: list[asyncio.Future[None]] = []
@@ -398,7 +392,7 @@ class H2Connection(PeerConnection):
         if not self.usable:
             raise ConnectionLost(self.close_reason or "the server sent GOAWAY")
         sid = self._h2.get_next_available_stream_id()
-        st = _Stream(self._loop.create_future())
+        st = _Exchange(self._loop.create_future())
         self._streams[sid] = st
         headers = [
             (b":method", b"POST"),
@@ -428,7 +422,7 @@ class H2Connection(PeerConnection):
             self._streams.pop(sid, None)
             self._on_change()
 
-    async def _send_body(self, sid: int, st: _Stream, body: bytes) -> None:
+    async def _send_body(self, sid: int, st: _Exchange, body: bytes) -> None:
         view = memoryview(body)
         while view:
             if st.done.done():
@@ -446,7 +440,7 @@ class H2Connection(PeerConnection):
             self._flush()
             await self._tls.drain()
 
-    async def _wait_window(self, st: _Stream) -> None:
+    async def _wait_window(self, st: _Exchange) -> None:
         waiter = self._loop.create_future()
         self._window_waiters.append(waiter)
         try:
@@ -653,7 +647,7 @@ async def open_connection(
     host: str,
     port: int,
     *,
-    identity: NodeIdentityLike,
+    identity: NodeIdentity,
     expected_fingerprint: str,
     is_pinned: Callable[[str], bool],
     on_change: Callable[[], None] = lambda: None,

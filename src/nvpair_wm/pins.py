@@ -32,13 +32,13 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 from cryptography.x509 import Certificate
-from OpenSSL import crypto
 
 __all__ = [
     "CERT_FILE",
@@ -222,7 +222,7 @@ class NodeIdentity:
     ``key_pem`` is the key re-encoded as unencrypted PKCS#8. The same pair is also given
     parsed: as cryptography objects (``certificate``, ``private_key``), which is what
     pyOpenSSL >= 24.3 wants for ``Context/Connection.use_certificate/use_privatekey``
-    (passing ``X509``/``PKey`` there is deprecated), and as pyOpenSSL ``x509``/``pkey``.
+    (passing ``X509``/``PKey`` there is deprecated).
     Equality and hashing use the bytes and fingerprint; everything but the fingerprint
     is kept out of ``repr`` so that logging an identity never prints the private key.
     """
@@ -231,10 +231,24 @@ class NodeIdentity:
     key_pem: bytes = field(repr=False)
     cert_der: bytes = field(repr=False)
     fingerprint: str
-    x509: crypto.X509 = field(repr=False, compare=False)
-    pkey: crypto.PKey = field(repr=False, compare=False)
     certificate: Certificate = field(repr=False, compare=False)
     private_key: OpenSSLPrivateKey = field(repr=False, compare=False)
+
+
+class IdentitySource(Protocol):
+    """What the TLS layers and the broadcaster need: :class:`Identity`, or a stand-in that
+    never has one (a node started without ``--cluster-dir``)."""
+
+    def current(self) -> NodeIdentity | None: ...
+
+
+class PinSource(Protocol):
+    """What the endpoint and the broadcaster need: :class:`PinSet`, or a stand-in that pins
+    nothing."""
+
+    def current(self) -> frozenset[str]: ...
+
+    def is_pinned(self, fingerprint: str) -> bool: ...
 
 
 class Identity:
@@ -300,8 +314,6 @@ class Identity:
                 type(key).__name__,
             )
             return None
-        ossl_cert = crypto.X509.from_cryptography(cert)
-        ossl_key = crypto.PKey.from_cryptography_key(key)
         der = _der(cert)
         ident = NodeIdentity(
             cert_pem=cert.public_bytes(serialization.Encoding.PEM),
@@ -312,8 +324,6 @@ class Identity:
             ),
             cert_der=der,
             fingerprint=fingerprint_der(der),
-            x509=ossl_cert,
-            pkey=ossl_key,
             certificate=cert,
             private_key=key,
         )

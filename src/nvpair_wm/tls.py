@@ -31,18 +31,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable
-from typing import Protocol
 
 from cryptography.hazmat.primitives import serialization
 from OpenSSL import SSL, crypto
 
 from nvpair_wm.http.core import ShutdownRequested
-from nvpair_wm.pins import NodeIdentity, fingerprint_der
+from nvpair_wm.pins import IdentitySource, NodeIdentity, fingerprint_der
 
 __all__ = [
     "ALPN_PROTOCOLS",
-    "IdentitySource",
-    "NodeIdentityLike",
     "ServerTLS",
     "TLSConnection",
     "TLSError",
@@ -57,18 +54,9 @@ ALPN_PROTOCOLS: tuple[bytes, ...] = (b"h2", b"http/1.1")
 _READ_CHUNK = 64 * 1024
 _INCOMING_HIGH_WATER = 256 * 1024  # ciphertext buffered ahead of the reader → pause_reading()
 
-#: Old name of :class:`nvpair_wm.pins.NodeIdentity`, still imported by ``client.py``.
-NodeIdentityLike = NodeIdentity
-
 
 class TLSError(ConnectionError):
     """A TLS failure (handshake refused, protocol error, peer vanished mid-handshake)."""
-
-
-class IdentitySource(Protocol):
-    """``nvpair_wm.pins.Identity``: the node identity now, or None when there is none."""
-
-    def current(self) -> NodeIdentity | None: ...
 
 
 def _cert_fingerprint(cert: crypto.X509) -> str:

@@ -27,7 +27,8 @@ from typing import Self
 
 from nvpair_wm.http.core import ByteStream, Handler, Limits, ShutdownRequested
 from nvpair_wm.http.h1 import serve_h1
-from nvpair_wm.tls import IdentitySource, ServerTLS, TLSConnection, TLSError, TLSProtocol
+from nvpair_wm.pins import IdentitySource
+from nvpair_wm.tls import ServerTLS, TLSConnection, TLSError, TLSProtocol
 
 __all__ = ["DEFAULT_PORT", "H2_PREFACE", "InterNodeServer", "bind_sockets"]
 
