@@ -8,6 +8,10 @@ from . import jsonrpc_schema, node_record_schema
 
 
 class NodesUpdateParams(Struct):
+    """
+    The cluster's node records: the full list, replacing the previous snapshot.
+    """
+
     nodes: Annotated[list[node_record_schema.NodeRecord], Meta(max_length=1024)]
 
 

@@ -7,6 +7,10 @@ from msgspec import Meta, Struct
 
 
 class ReadyParams(Struct):
+    """
+    What the manager announces when it is ready to take frames.
+    """
+
     version: Annotated[
         str, Meta(description="nvpair-wm version.", max_length=64, min_length=1)
     ]

@@ -42,6 +42,10 @@ Lifecycle notifications, accepted from the broker (local events, which the manag
 
 
 class LifecycleParams(Struct):
+    """
+    The workload the event is about, as its producer reported it.
+    """
+
     workloadInfo: workload_info_schema.WorkloadInfo
 
 

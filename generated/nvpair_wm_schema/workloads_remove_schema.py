@@ -8,6 +8,10 @@ from . import jsonrpc_schema
 
 
 class RemoveParams(Struct):
+    """
+    Which workload to remove: its id and origin node, and optionally its run.
+    """
+
     workloadId: Annotated[
         str,
         Meta(

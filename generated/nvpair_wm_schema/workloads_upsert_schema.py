@@ -8,6 +8,10 @@ from typing import Literal
 
 
 class UpsertParams(Struct):
+    """
+    The workload after the event, with state set from the lifecycle method.
+    """
+
     workloadInfo: workload_info_schema.WorkloadInfo
 
 
