@@ -6,6 +6,8 @@ Time is injected (``now``), so nothing here sleeps.
 from __future__ import annotations
 
 import json
+import random
+import sys
 from typing import Any
 
 import pytest
@@ -47,18 +49,38 @@ def table() -> WorkloadTable:
     return WorkloadTable(LIMITS)
 
 
+def generations(t: WorkloadTable) -> list[dict[Any, Any]]:
+    return [t._live.cur, t._live.prev, t._done.cur, t._done.prev]
+
+
+def held(t: WorkloadTable, run: str, wid: str) -> bool:
+    return any((run, wid) in gen for gen in generations(t))
+
+
 def check_invariants(t: WorkloadTable) -> None:
-    assert len(t) == len(t._live) + len(t._done) <= t.limits.max_workloads
-    assert t.tombstones == len(t._tombs) <= t.limits.max_tombstones
-    # The (origin, id) → run index only points at workloads that are still held.
+    gens = generations(t)
+    assert len(t) == sum(map(len, gens)) <= t.limits.max_workloads
+    assert t.tombstones == len(t._tombs.cur) + len(t._tombs.prev) <= t.limits.max_tombstones
+    # A workload is in exactly one generation, and tombstones likewise.
+    keys = [k for gen in gens for k in gen]
+    assert len(keys) == len(set(keys))
+    assert not t._tombs.cur.keys() & t._tombs.prev.keys()
+    # The id → (origin, run) index only points at workloads that are still held, holds one
+    # pair per origin, and a list only for several origins.
     assert len(t._runs) <= len(t)
-    for (_origin, wid), run in t._runs.items():
-        assert (run, wid) in t._live or (run, wid) in t._done
-    assert all(
-        e.replay is None
-        or json.loads(e.replay.body)["params"]["workloadInfo"]["state"] not in ("queued", "running")
-        for e in t._done.values()
-    )
+    for wid, entry in t._runs.items():
+        pairs = entry if isinstance(entry, list) else [entry]
+        assert isinstance(entry, tuple) or len(entry) >= 2
+        assert len({origin for origin, _ in pairs}) == len(pairs)
+        for _origin, run in pairs:
+            assert held(t, run, wid)
+    # A workload's class is the state of its newest event (a kept frame, when it is the newest).
+    lives = ((t._live.cur, False), (t._live.prev, False))
+    for gen, terminal in ((t._done.cur, True), (t._done.prev, True), *lives):
+        for value in gen.values():
+            if isinstance(value, Outbound):
+                state = json.loads(value.body)["params"]["workloadInfo"]["state"]
+                assert (state not in ("queued", "running")) == terminal
 
 
 # -- duplicates and stale events ---------------------------------------------------------------
@@ -265,16 +287,99 @@ class TestExpiry:
         assert table.tombstones == 0
         assert table.observe(ev(), 21) == "applied"
 
-    def test_expire_stops_at_first_live_entry_and_counts(self, table: WorkloadTable) -> None:
+    def test_expire_drops_whole_generations_and_counts(self, table: WorkloadTable) -> None:
+        # Replaces a test of per-entry instants: what goes, goes a generation at a time, each
+        # entry no sooner than the TTL after its last event, and expire counts what it drops.
         for i in range(10):
             table.observe(ev(id=str(i), state="completed"), float(i))
         table.remove("node-x", "a", None, 0)
         table.remove("node-x", "b", None, 5)
-        assert table.expire(14.5) == 5  # ids 0..4
+        assert table.expire(14.5) == 0  # ids 0..4 are past the TTL, but 5..9 share their gen
+        assert len(table) == 10
+        for i in range(10, 15):  # a new generation
+            table.observe(ev(id=str(i), state="completed"), float(i))
+        assert table.expire(18.9) == 0
+        assert table.expire(19) == 10  # ids 0..9: the newest of them (9) is now 10 old
         assert len(table) == 5
-        assert table.expire(25) == 5 + 2
+        assert table.expire(23.9) == 0
+        assert table.expire(24) == 5  # ids 10..14, sealed at 19: the newest (14) is 10 old
         assert len(table) == 0
+        assert table._runs == {}
+        assert table.tombstones == 2
+        assert table.expire(25) == 2  # both tombstones: the newer one is now 20 old
         assert table.tombstones == 0
+
+    @pytest.mark.parametrize("period", [1.0, 0.25, 3.0])
+    def test_documented_bound_under_steady_traffic(self, period: float) -> None:
+        # With expire called every E (``period``) and events flowing all the time, every
+        # workload is forgotten no sooner than the TTL and no later than 2 x TTL + 2 x E after
+        # its last applied event (module docstring).
+        ttl = 10.0
+        t = WorkloadTable(TableLimits(terminal_ttl=ttl, live_ttl=ttl, tombstone_ttl=ttl))
+        last: dict[str, float] = {}
+        ages: list[float] = []
+        finished: set[int] = set()
+        now = 0.0
+        next_expiry = period
+        for i in range(2000):
+            now = round(now + 0.05, 6)
+            if now >= next_expiry:
+                t.expire(now)
+                next_expiry += period
+                for wid in [w for w in last if not held(t, "run-a", w)]:
+                    ages.append(now - last.pop(wid))
+            # A new workload every step; an earlier one gets its last event 0 to 8 s late.
+            assert t.observe(ev(id=str(i), seq=1, state="running"), now) == "applied"
+            last[str(i)] = now
+            j = i - (i * 7) % 160
+            if j < i and str(j) in last and j not in finished:
+                finished.add(j)
+                assert t.observe(ev(id=str(j), seq=2, state="completed"), now) == "applied"
+                last[str(j)] = now
+        assert len(ages) > 100
+        assert min(ages) >= ttl
+        assert max(ages) < 2 * ttl + 2 * period
+        assert max(ages) > 1.5 * ttl  # the upper bound is not a formality
+
+    def test_idle_table_expires_exactly_after_ttl(self, table: WorkloadTable) -> None:
+        # No later traffic: a generation goes as soon as its newest entry is TTL old, even
+        # with a single call of expire.
+        table.observe(ev(id="1", state="completed"), 0)
+        table.observe(ev(id="2", state="completed"), 3)
+        assert table.expire(12.9) == 0
+        assert table.expire(13) == 2
+
+    def test_touch_moves_to_current_generation(self, table: WorkloadTable) -> None:
+        table.observe(ev(id="A", seq=1, state="completed"), 0)
+        table.observe(ev(id="B", seq=1, state="completed"), 0)
+        assert table.expire(1) == 0  # sealed: A and B are the previous generation
+        table.observe(ev(id="A", seq=2, state="completed"), 5)
+        assert table.expire(10) == 1  # B went; A, touched at 5, stays
+        assert held(table, "run-a", "A") and not held(table, "run-a", "B")
+        assert table.expire(15) == 1
+
+    def test_tombstone_bound(self, table: WorkloadTable) -> None:
+        table.remove("node-a", "1", None, 0)
+        assert table.expire(1) == 0  # sealed
+        table.remove("node-a", "2", None, 15)  # keeps the class busy
+        assert table.expire(19.9) == 0
+        assert table.observe(ev(id="1"), 19.9) == "removed"
+        assert table.expire(20) == 1
+        assert table.observe(ev(id="1"), 20) == "applied"
+        assert table.expire(34.9) == 0
+        assert table.expire(35) == 1  # the second: at 20 it was sealed, now it is 20 old
+
+    def test_expired_newest_run_leaves_removal_without_run_covering_every_run(
+        self, table: WorkloadTable
+    ) -> None:
+        # The index follows the workloads: when the newest run held is gone, a removal without
+        # runId finds none, and covers every run (as the schema documents).
+        table.observe(ev(run="r1", state="completed"), 0)
+        table.expire(10)
+        assert len(table) == 0
+        assert table.remove("node-a", "1", None, 11) == ("applied", Removal("node-a", "1", None))
+        assert table.observe(ev(run="r1"), 12) == "removed"
+        assert table.observe(ev(run="r9"), 12) == "removed"
 
 
 # -- hard caps ---------------------------------------------------------------------------------
@@ -306,37 +411,59 @@ class TestCaps:
         assert t.observe(ev(id="A", state="running"), 4) == "duplicate"
         assert t.observe(ev(id="B", state="completed"), 4) == "applied"
 
-    def test_oldest_live_evicted_when_no_terminal(self) -> None:
+    def test_live_evicted_when_no_terminal(self) -> None:
+        # Replaces "oldest live evicted": within a generation the victim is arbitrary, but it
+        # is a live one, never the one just recorded, and it leaves the index.
         t = capped(2)
         t.observe(ev(id="A"), 0)
         t.observe(ev(id="B"), 1)
         t.observe(ev(id="C"), 2)
         assert t.evicted == 1
-        assert t.observe(ev(id="B"), 3) == "duplicate"
-        assert t.observe(ev(id="C"), 3) == "duplicate"
-        assert t._runs.get(("node-a", "A")) is None
+        assert len(t) == 2
+        assert held(t, "run-a", "C")
+        [gone] = [w for w in "AB" if not held(t, "run-a", w)]
+        assert gone not in t._runs
+        assert t.remove("node-a", gone, None, 3)[1].run_id is None  # no run held any more
+        check_invariants(t)
 
-    def test_touch_moves_to_the_back(self) -> None:
+    def test_previous_generation_evicted_first(self) -> None:
+        # Replaces "touch moves to the back": a touched entry moves to the current generation,
+        # and the previous one is evicted first.
         t = capped(2)
         t.observe(ev(id="A", seq=1), 0)
         t.observe(ev(id="B", seq=1), 1)
+        t.expire(2)  # seals A and B into the previous generation
         t.observe(ev(id="A", seq=2), 2)
         t.observe(ev(id="C", seq=1), 3)
         assert t.observe(ev(id="A", seq=2), 4) == "duplicate"
-        assert t.observe(ev(id="B", seq=1), 4) == "applied"  # B was the oldest
+        assert t.observe(ev(id="C", seq=1), 4) == "duplicate"
+        assert t.observe(ev(id="B", seq=1), 4) == "applied"  # B was in the older generation
 
-    def test_duplicate_does_not_refresh_position(self) -> None:
-        t = capped(2)
+    def test_entries_recorded_after_the_cap_was_reached_go_last(self) -> None:
+        # At the cap with no older generation, the current one is sealed: what comes after
+        # that moment is evicted only once everything from before it is gone.
+        t = capped(4)
+        for wid in "ABCD":
+            t.observe(ev(id=wid), 0)
+        for wid in "EFG":
+            t.observe(ev(id=wid), 1)
+        assert t.evicted == 3
+        assert all(held(t, "run-a", w) for w in "EFG")
+        assert sum(held(t, "run-a", w) for w in "ABCD") == 1
+
+    def test_duplicate_does_not_refresh_generation(self) -> None:
+        t = capped(1)
         t.observe(ev(id="A"), 0)
-        t.observe(ev(id="B"), 1)
+        t.expire(1)  # A is in the previous generation
         assert t.observe(ev(id="A"), 2) == "duplicate"
         t.observe(ev(id="C"), 3)
-        assert t.observe(ev(id="B"), 4) == "duplicate"
+        assert t.observe(ev(id="C"), 4) == "duplicate"
         assert t.observe(ev(id="A"), 4) == "applied"  # A was evicted, despite its duplicate
 
-    def test_tombstone_cap_evicts_oldest(self) -> None:
+    def test_tombstone_cap_evicts_older_generation_first(self) -> None:
         t = capped(tombstones=2)
         t.remove("node-a", "1", None, 0)
+        t.expire(1)  # sealed
         t.remove("node-a", "2", None, 1)
         t.remove("node-a", "3", None, 2)
         assert t.tombstones == 2
@@ -344,6 +471,14 @@ class TestCaps:
         assert t.observe(ev(id="1"), 3) == "applied"
         assert t.observe(ev(id="2"), 3) == "removed"
         assert t.observe(ev(id="3"), 3) == "removed"
+
+    def test_tombstone_just_left_is_never_evicted(self) -> None:
+        t = capped(tombstones=1)
+        for i in range(5):
+            t.remove("node-a", str(i), None, i)
+            assert t.tombstones == 1
+            assert t.observe(ev(id=str(i)), i) == "removed"
+        assert t.evicted == 4
 
     def test_new_terminal_entry_is_not_evicted_by_its_own_insertion(self) -> None:
         t = capped(2)
@@ -402,3 +537,125 @@ class TestOriginated:
 
     def test_empty(self, table: WorkloadTable) -> None:
         assert table.originated() == ([], [])
+
+    def test_newer_seq_from_a_peer_keeps_our_frame_for_replay(self, table: WorkloadTable) -> None:
+        observe_local(table, ev(id="7", seq=1), 0)
+        assert table.observe(ev(id="7", seq=2, state="running"), 1) == "applied"
+        assert table.observe(ev(id="7", seq=2, state="running"), 2) == "duplicate"
+        assert table.observe(ev(id="7", seq=1), 2) == "stale"
+        [out], _ = table.originated()
+        assert out.seq == 1  # the newest frame we originated, as before
+        observe_local(table, ev(id="7", seq=3, state="completed"), 3)
+        [out], _ = table.originated()
+        assert out.seq == 3
+        check_invariants(table)
+
+
+# -- representation ----------------------------------------------------------------------------
+
+
+class TestRepresentation:
+    def test_remote_workload_is_a_key_and_an_int(self, table: WorkloadTable) -> None:
+        table.observe(ev(id="5", seq=1), 0)
+        table.observe(ev(id="5", seq=2, state="running"), 1)  # in place
+        table.observe(ev(id="5", seq=3, state="completed"), 2)  # moves to the terminal class
+        [(key, value)] = table._done.cur.items()
+        assert value == 3 and type(value) is int
+        assert key[0] is sys.intern("run-a")  # one runId string per run
+        # The id string survives once: the index is keyed on the same object as the table.
+        [index_key] = table._runs
+        assert index_key is key[1]
+        assert table._runs["5"] == ("node-a", "run-a")
+        assert table._runs["5"] is table._runs.get(key[1])
+
+    def test_runs_share_one_pair(self, table: WorkloadTable) -> None:
+        for i in range(5):
+            table.observe(ev(id=str(i)), 0)
+        pairs = list(table._runs.values())
+        assert all(p is pairs[0] for p in pairs)
+        table.observe(ev(id="9", run="run-b", state="completed"), 0)
+        table.expire(10)  # a dropped generation clears the cache of pairs
+        assert table._pairs == {}
+
+    def test_same_id_from_several_origins(self, table: WorkloadTable) -> None:
+        table.observe(ev(origin="node-a", run="ra1"), 0)
+        table.observe(ev(origin="node-b", run="rb1"), 0)
+        table.observe(ev(origin="node-a", run="ra2"), 0)  # a newer run for node-a
+        assert sorted(table._runs["1"]) == [("node-a", "ra2"), ("node-b", "rb1")]
+        check_invariants(table)
+        assert table.remove("node-b", "1", None, 1)[1].run_id == "rb1"
+        assert table._runs["1"] == ("node-a", "ra2")  # back to a single pair
+        assert table.remove("node-a", "1", None, 1)[1].run_id == "ra2"
+        assert "1" not in table._runs  # ra1 is held, but it is not the newest run seen
+        assert held(table, "ra1", "1")
+        check_invariants(table)
+
+
+# -- against a model of the documented semantics ----------------------------------------------
+
+
+class Model:
+    """Duplicates, stale events, tombstones and the newest run, with no expiry or caps."""
+
+    def __init__(self) -> None:
+        self.seqs: dict[tuple[str, str], int] = {}
+        self.newest: dict[tuple[str, str], str] = {}  # (origin, id) → run first seen last
+        self.tombs: dict[tuple[str, str], str | None] = {}
+
+    def observe(self, origin: str, run: str, wid: str, seq: int) -> str:
+        okey = (origin, wid)
+        if okey in self.tombs and self.tombs[okey] in (None, run):
+            return "removed"
+        key = (run, wid)
+        if key not in self.seqs:
+            self.seqs[key] = seq
+            self.newest[okey] = run
+            return "applied"
+        if seq == self.seqs[key]:
+            return "duplicate"
+        if seq < self.seqs[key]:
+            return "stale"
+        self.seqs[key] = seq
+        return "applied"
+
+    def remove(self, origin: str, wid: str, run_id: str | None) -> tuple[str, Removal]:
+        okey = (origin, wid)
+        run = run_id if run_id is not None else self.newest.get(okey)
+        if run is None and okey in self.tombs:
+            run = self.tombs[okey]
+        removal = Removal(origin, wid, run)
+        if okey in self.tombs and self.tombs[okey] in (None, run):
+            return "duplicate", removal
+        if run is not None and self.seqs.pop((run, wid), None) is not None:
+            for k in [k for k, r in self.newest.items() if k[1] == wid and r == run]:
+                del self.newest[k]
+        self.tombs[okey] = run
+        return "applied", removal
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_same_outcomes_as_the_model(seed: int) -> None:
+    rng = random.Random(seed)
+    t = WorkloadTable(TableLimits(max_workloads=10**6, max_tombstones=10**6))
+    m = Model()
+    for step in range(20_000):
+        origin = rng.choice(("node-a", "node-b", "node-c"))
+        wid = str(rng.randint(1, 6))
+        if rng.random() < 0.15:
+            run_id = rng.choice((None, "r1", "r2", "r3"))
+            local = rng.random() < 0.5
+            assert t.remove(origin, wid, run_id, step, local=local) == m.remove(
+                origin, wid, run_id
+            ), step
+        else:
+            run = rng.choice(("r1", "r2", "r3", "r4"))
+            seq = rng.randint(1, 5)
+            state = rng.choice(("queued", "running", "completed", "failed"))
+            info = ev(id=wid, run=run, seq=seq, state=state, origin=origin)
+            expected = m.observe(origin, run, wid, seq)
+            got = observe_local(t, info, step) if rng.random() < 0.3 else t.observe(info, step)
+            assert got == expected, step
+        if step % 500 == 0:
+            check_invariants(t)
+            assert len(t) == len(m.seqs)
+    check_invariants(t)
