@@ -87,7 +87,9 @@ def outbound_event(frame: LifecycleFrame) -> Outbound:
     info = frame.params.workloadInfo
     # Interned: the table keeps this key for every local workload, and origin and run repeat.
     key = (sys.intern(info.originatedFrom), info.id, sys.intern(info.runId))
-    return Outbound(key, info.seq, codec.encode(frame))
+    # The table keeps this body for replay: msgspec's buffer is over-allocated (about 1.5x),
+    # so keep an exact-size copy.
+    return Outbound(key, info.seq, bytes(memoryview(codec.encode(frame))))
 
 
 def outbound_removal(removal: Removal) -> Outbound:

@@ -35,7 +35,8 @@ removed workload. So a snapshot never produces a second ``workloads:upsert`` at 
 already had the state, and the order of a snapshot relative to other batches does not matter.
 
 What a snapshot costs: one frame per workload still in the origin's table (terminal workloads
-leave it ``terminal_ttl`` after their last event, 10 minutes by default) per new connection.
+leave it between ``terminal_ttl`` and twice that after their last event, 10 to 20 minutes by
+default; see :mod:`nvpair_wm.dedup`) per new connection.
 Connections are long-lived, but a server closes an idle one after its ``idle_timeout`` (60 s),
 and the reconnect that follows sends a snapshot again: an idle cluster therefore repeats its
 snapshots about once a minute per link, which doubles as periodic anti-entropy and costs nothing
