@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             res = BenchResult(name, mod.DESCRIPTION, skipped=f"error: {exc!r}")
         res.seconds = time.perf_counter() - t0
         results.append(res)
+        ctx.results[name] = res
         render_results([res], console)
 
     total = time.perf_counter() - t_all

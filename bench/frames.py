@@ -293,3 +293,60 @@ def stream(
         else:
             recent[rng.randrange(64)] = line
         yield line, new
+
+
+# Unique workloads (phase 2: processes and servers, where every frame must be applied)
+
+ID_DIGITS = 12
+_EVENT = (
+    '{"jsonrpc":"2.0","method":"workload:%s","params":{"workloadInfo":{"id":"%%0%dd",'
+    '"model":"%s","engine":"%s","runId":"%s","state":"%s","originatedFrom":"%s",%s'
+    '"createdAt":1764690000000,"startedAt":%s,"completedAt":%s,"error":%s,"seq":%d}}}'
+)
+_KINDS = (  # method, state, scheduledOn, startedAt, completedAt, error, seq
+    ("submitted", "queued", "", "null", "null", "null", 1),
+    ("started", "running", '"scheduledOn":"node-c",', "1764690000250", "null", "null", 2),
+    (
+        "completed",
+        "completed",
+        '"scheduledOn":"node-c",',
+        "1764690000250",
+        "1764690004711",
+        "null",
+        3,
+    ),
+    (
+        "errored",
+        "failed",
+        '"scheduledOn":"node-d",',
+        "1764690000250",
+        "1764690003012",
+        '"CUDA out of memory. Tried to allocate 2.00 GiB"',
+        3,
+    ),
+    ("cancelled", "cancelled", "", "null", "1764690000100", "null", 2),
+)
+_MODELS = ("llama-3.1-8b-instruct", "qwen2.5-14b-instruct", "mistral-7b-instruct-v0.3")
+_ENGINES = ("vllm", "sglang", "llama.cpp")
+
+
+def event_templates(origin: str = "node-b", run_id: str = "r-5f2c9a17") -> list[str]:
+    """Five ``%``-templates (one per lifecycle method, ~320-380 bytes) taking one integer id.
+
+    Each id is a new workload, so every frame is applied (nothing is a duplicate), whatever its
+    method and seq: the receiver does the whole path (validate, dedup, translate, encode) for
+    every frame."""
+    return [
+        _EVENT
+        % (m, ID_DIGITS, _MODELS[i % 3], _ENGINES[i % 3], run_id, st, origin, sched, sa, ca, er, sq)
+        for i, (m, st, sched, sa, ca, er, sq) in enumerate(_KINDS)
+    ]
+
+
+def event_line(templates: list[str], k: int) -> bytes:
+    return (templates[k % len(templates)] % k).encode()
+
+
+def event_batch_template(templates: list[str], n: int) -> str:
+    """A JSON-RPC batch of ``n`` frames (methods in turn) taking ``n`` consecutive ids."""
+    return "[" + ",".join(templates[j % len(templates)] for j in range(n)) + "]"

@@ -35,11 +35,15 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 MIN_REPS = 5
 
-# Registry: benchmark name -> module. Later phases add local_channel, internode, propagation,
-# scale; the order here is the order in which they run and are printed.
+# Registry: benchmark name -> module; the order here is the order in which they run and are
+# printed. ``scale`` comes last: it computes from the measurements of the others.
 BENCHMARKS: dict[str, str] = {
     "codec": "bench.codec",
     "memory": "bench.memory",
+    "local_channel": "bench.local_channel",
+    "internode": "bench.internode",
+    "propagation": "bench.propagation",
+    "scale": "bench.scale",
 }
 
 
@@ -53,6 +57,8 @@ class Context:
     reps: int
     warmup: int
     log: Callable[[str], None] = print
+    # Results of the benchmarks already run in this invocation (``scale`` reads them).
+    results: dict[str, BenchResult] = field(default_factory=dict)
 
     def size(self, full: int, quick: int) -> int:
         return quick if self.quick else full
