@@ -510,11 +510,11 @@ def test_retries_to_a_down_peer_follow_the_documented_backoff(
 def test_sigterm_flushes_events_queued_for_a_live_peer(cluster: Cluster) -> None:
     a, b, c = cluster["node-a"], cluster["node-b"], cluster["node-c"]
     fence(a, [b, c], "warm-a")
-    rounds, per_round = 6, 40
+    rounds, per_round = 24, 10  # more rounds than max_in_flight batches
     count = rounds * per_round
     b.signal(signal.SIGSTOP)  # B is alive but slow: A's frames for it stay queued
     try:
-        # In rounds: one batch can carry a whole round, and at most max_in_flight (4) batches
+        # In rounds: one batch can carry a whole round, and at most max_in_flight (16) batches
         # wait for B's answers, so the last rounds stay in A's queue.
         for r in range(rounds):
             a.send_all(

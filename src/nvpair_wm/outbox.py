@@ -77,7 +77,9 @@ class BroadcastLimits:
     max_batch_bytes: int = 512 * 1024  # well under the server's 1 MiB body limit
     max_queue_frames: int = 10_000  # per peer, in flight included
     max_queue_bytes: int = 16 * MIB  # per peer, in flight included
-    max_in_flight: int = 4  # concurrent requests on one HTTP/2 connection (HTTP/1.1: 1)
+    # Concurrent requests on one HTTP/2 connection (HTTP/1.1: 1). With the server's 64 KiB
+    # stream windows, more batches in flight is what keeps a busy link full (bench/README.md).
+    max_in_flight: int = 16
     retry_base: float = 0.1  # first backoff delay
     retry_max_delay: float = 5.0  # backoff cap; also the probe interval of an exhausted link
     retry_max_attempts: int = 8  # consecutive failures before the queue is given up
