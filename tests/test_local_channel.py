@@ -233,7 +233,7 @@ def test_version_and_help() -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--port", "65536"], "port out of range"),
+        (["--port", "65536"], "must be between 0 and 65535"),
         (["--port", "http"], "not a port number"),
         (["--log-level", "loud"], "invalid choice"),
         (["--bogus"], "unrecognized arguments"),

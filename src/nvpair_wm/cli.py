@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -12,41 +13,37 @@ from nvpair_wm import __version__, allocator, logs
 from nvpair_wm.node import Config, Node
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """A bad flag is one line on stderr and exit status 2 (no usage dump)."""
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port out of range 0-65535: {value}")
-    return value
+def int_in(lo: int, hi: int | None = None, what: str = "a whole number") -> Callable[[str], int]:
+    """An argparse type: a decimal integer within [lo, hi] (no upper bound when hi is None)."""
 
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if value < lo or (hi is not None and value > hi):
+            bound = f"at least {lo}" if hi is None else f"between {lo} and {hi}"
+            raise argparse.ArgumentTypeError(f"must be {bound}: {value}")
+        return value
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
-    return value
+    return parse
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="nvpair-wm",
         description="Relays and deduplicates inference-workload lifecycle events between this "
         "node's broker (stdio or --ipc) and the cluster's other nodes (mutual-TLS HTTP).",
     )
     p.add_argument(
         "--port",
-        type=_port,
+        type=int_in(0, 65535, "a port number"),
         default=14320,
         metavar="N",
         help="inter-node port to listen on and advertise (default 14320; 0 picks a "
@@ -71,7 +68,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--broker-queue",
-        type=_positive,
+        type=int_in(1),
         default=10_000,
         metavar="N",
         help="frames that may wait for the broker before peers get 503 and the broker's own "

@@ -44,7 +44,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal, NoReturn
+from typing import Any, Final, Literal
 
 from rich import box
 from rich.console import Console, Group
@@ -52,6 +52,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from nvpair_wm.cli import OneLineParser, int_in
 from nvpair_wm.clusterdir import cert_fingerprint, init_cluster
 
 __all__ = ["main"]
@@ -670,11 +671,6 @@ async def _main(duration: float, size: int, seed: int | None, console: Console) 
                 loop.remove_signal_handler(sig)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -685,18 +681,8 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _node_count(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 2 <= value <= 9:
-        raise argparse.ArgumentTypeError(f"must be between 2 and 9: {value}")
-    return value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG,
         description="A cluster of nvpair-wm processes on loopback with stand-in brokers: watch "
         "every node's view converge, also after one node is killed and restarted.",
@@ -709,7 +695,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run this long, then stop and print a summary (default 60; Ctrl-C ends sooner)",
     )
     parser.add_argument(
-        "--nodes", type=_node_count, default=3, metavar="N", help="cluster size (default 3)"
+        "--nodes", type=int_in(2, 9), default=3, metavar="N", help="cluster size (default 3)"
     )
     parser.add_argument("--seed", type=int, help="seed the brokers' random choices")
     args = parser.parse_args(argv)
