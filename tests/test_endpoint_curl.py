@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from nvpair_wm.dispatch import Dispatcher
 from nvpair_wm.endpoint import EVENTS_PATH, EventsEndpoint, is_json_content_type
 from nvpair_wm.http.core import MIB, Request
 from tests.conftest import WAIT, CertPair, RecordingSink, TLSCluster, WmServer
+from tests.curl import CurlResult, base_args, parse
 from tests.frames import event, remove, workload
 
 StartServer = Callable[..., WmServer]
@@ -135,16 +135,6 @@ PROTOCOLS = [
         marks=pytest.mark.skipif(not HAS_H2_ADAPTER, reason="HTTP/2 adapter not present yet"),
     ),
 ]
-_MARK = re.compile(rb"\n@@(\d{3}) (\d+) ([\d.]+)@@\n")
-
-
-@dataclass
-class CurlResult:
-    status: int
-    body: bytes
-    new_connections: int  # 0 = the request reused an open connection
-    http_version: str
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -164,10 +154,7 @@ class Curl:
         check: bool = True,
     ) -> tuple[int, list[CurlResult]]:
         urls = urls or [self.wm.url()]
-        args = ["curl", "-sS", "-k", self.proto, "--max-time", str(WAIT), "-D", "-"]
-        args += ["-w", "\n@@%{http_code} %{num_connects} %{http_version}@@\n"]
-        if pair is not None:
-            args += ["--cert", str(pair.cert), "--key", str(pair.key)]
+        args = base_args(self.proto, WAIT, pair and pair.cert, pair and pair.key)
         if body is not None:
             data = self.tmp / "body"
             data.write_bytes(body)
@@ -179,25 +166,7 @@ class Curl:
         proc = subprocess.run([*args, *urls], capture_output=True, timeout=WAIT * 2, check=False)
         if check:
             assert proc.returncode == 0, proc.stderr.decode()
-        return proc.returncode, _parse(proc.stdout)
-
-
-def _parse(out: bytes) -> list[CurlResult]:
-    results: list[CurlResult] = []
-    pos = 0
-    for m in _MARK.finditer(out):
-        chunk = out[pos : m.start()]
-        pos = m.end()
-        headers: dict[str, str] = {}
-        # -D - prints every header block (1xx ones too) before the body: keep the last.
-        while chunk.startswith(b"HTTP/"):
-            head, _, chunk = chunk.partition(b"\r\n\r\n")
-            headers = {}
-            for line in head.decode("latin-1").split("\r\n")[1:]:
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-        results.append(CurlResult(int(m[1]), chunk, int(m[2]), m[3].decode(), headers))
-    return results
+        return proc.returncode, parse(proc.stdout)
 
 
 @pytest.fixture(params=PROTOCOLS)

@@ -24,7 +24,6 @@ import itertools
 import json
 import os
 import queue
-import re
 import shutil
 import signal
 import socket
@@ -32,7 +31,7 @@ import ssl
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +50,12 @@ from hyperframe.frame import (
 from nvpair_wm.clusterdir import cert_fingerprint, remove_member
 from nvpair_wm.http.core import MIB
 from tests.conftest import CertPair, TLSCluster
+from tests.curl import CurlResult, base_args, parse
 from tests.frames import batch, event, event_frame, workload
 from tests.wm_process import WAIT, WmProcess
 
 PROTOCOLS = ["--http2", "--http1.1"]
 EVENTS = "/v1/workloads/events"
-CURL_MARK = re.compile(rb"\n##(\d{3}) (\d+) ([\d.]+)##\n")
 _JSON = {"Content-Type": "application/json"}
 _ids = itertools.count(1)
 
@@ -174,15 +173,6 @@ def start_node() -> Iterator[StartNode]:
 
 
 @dataclass
-class CurlResult:
-    status: int  # 0: no HTTP response (e.g. the handshake failed)
-    body: bytes
-    new_connections: int  # 0 = this request reused an open connection
-    http_version: str
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
 class CurlRun:
     code: int
     results: list[CurlResult]
@@ -193,23 +183,6 @@ class CurlRun:
         assert self.code == 0, self.stderr
         [result] = self.results
         return result
-
-
-def _parse_curl(out: bytes) -> list[CurlResult]:
-    results: list[CurlResult] = []
-    pos = 0
-    for m in CURL_MARK.finditer(out):
-        chunk = out[pos : m.start()]
-        pos = m.end()
-        headers: dict[str, str] = {}
-        while chunk.startswith(b"HTTP/"):  # -D - prints every header block, 1xx too: keep last
-            head, _, chunk = chunk.partition(b"\r\n\r\n")
-            headers = {}
-            for line in head.decode("latin-1").split("\r\n")[1:]:
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-        results.append(CurlResult(int(m[1]), chunk, int(m[2]), m[3].decode(), headers))
-    return results
 
 
 def curl(
@@ -223,15 +196,8 @@ def curl(
 ) -> CurlRun:
     """Run curl once (several URLs reuse one connection). ``data``: one body for every URL;
     ``uploads``: one file per URL, streamed (``-T``), so a FIFO makes curl wait for us."""
-    args = ["curl", "-sS", "-k", proto, "--max-time", str(WAIT), "-D", "-"]
-    args += [
-        "-w",
-        "\n##%{http_code} %{num_connects} %{http_version}##\n",
-        "-H",
-        f"Content-Type: {ctype}",
-    ]
-    if pair is not None:
-        args += ["--cert", str(pair.cert), "--key", str(pair.key)]
+    args = base_args(proto, WAIT, pair and pair.cert, pair and pair.key)
+    args += ["-H", f"Content-Type: {ctype}"]
     if data is not None:
         args += ["--data-binary", f"@{data}", *urls]
     else:
@@ -240,7 +206,7 @@ def curl(
         for upload, url in zip(uploads, urls, strict=True):
             args += ["-T", str(upload), url]
     proc = subprocess.run(args, capture_output=True, timeout=WAIT * 2, check=False)
-    return CurlRun(proc.returncode, _parse_curl(proc.stdout), proc.stderr.decode())
+    return CurlRun(proc.returncode, parse(proc.stdout), proc.stderr.decode())
 
 
 def post(proto: str, node: Node, body: bytes, pair: CertPair, tmp: Path) -> CurlResult:
