@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import platform
-import subprocess
 import sys
 
 import pytest
 
 from nvpair_wm import allocator
+from tests.wm_process import run_cli
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
@@ -25,23 +25,6 @@ def test_operator_setting_wins(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
 def test_the_daemon_pins_at_startup() -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nvpair_wm",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-            "--log-level",
-            "debug",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=10,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    done = run_cli("--port", "0", "--bind", "127.0.0.1", "--log-level", "debug")
     assert done.returncode == 0
     assert "malloc mmap threshold pinned" in done.stderr

@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nvpair_wm import __version__
-from tests.wm_process import WAIT, WmProcess
+from tests.wm_process import WAIT, WmProcess, run_cli
 
 
 def info(**overrides: Any) -> dict[str, Any]:
@@ -210,17 +208,6 @@ def test_unix_socket_ipc(tmp_path: Path) -> None:
             assert wm.stdout_log == []  # nothing on stdout in --ipc mode
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nvpair_wm", *args],
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-
-
 def test_version_and_help() -> None:
     done = run_cli("--version")
     assert (done.returncode, done.stdout.strip()) == (0, f"nvpair-wm {__version__}")
@@ -270,27 +257,10 @@ def test_missing_params_is_invalid_params(wm: WmProcess) -> None:
 
 def test_every_documented_flag_is_accepted(tmp_path: Path) -> None:
     """Each flag of the README's table parses and the process starts (then stdin closes)."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nvpair_wm",
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-            "--broker-queue",
-            "7",
-            "--cluster-dir",
-            str(tmp_path),
-            "--log-level",
-            "warn",
-        ],
-        capture_output=True,
-        timeout=WAIT,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    done = run_cli(
+        "--port", "0", "--bind", "127.0.0.1", "--broker-queue", "7",
+        "--cluster-dir", str(tmp_path), "--log-level", "warn",
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[0])["method"] == "ready"
 

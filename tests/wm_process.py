@@ -20,6 +20,18 @@ from typing import Any
 WAIT = 10.0
 
 
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``nvpair-wm`` to completion with no stdin (it exits 0 at once on EOF)."""
+    return subprocess.run(
+        [sys.executable, "-m", "nvpair_wm", *args],
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
 class WmProcess:
     def __init__(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
         self.args = [sys.executable, "-m", "nvpair_wm", *args]
