@@ -154,15 +154,7 @@ class Node:
 
     def status(self) -> Any:
         """manager:status; notifications that arrive first are kept in ``seen``."""
-        wm = self.wm
-        wm._next_id += 1
-        rid = wm._next_id
-        wm.send_frame({"jsonrpc": "2.0", "method": "manager:status", "id": rid})
-        while True:
-            frame = wm.recv()
-            if frame.get("id") == rid:
-                return frame["result"]
-            self.seen.append(frame)
+        return self.wm.request("manager:status", keep=self.seen)["result"]
 
     def poll_status(
         self, cond: Callable[[Any], bool], timeout: float = WAIT, what: str = ""

@@ -39,8 +39,6 @@ import queue
 import re
 import shutil
 import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -204,23 +202,6 @@ def _check_prerequisites() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-class NetnsWm(WmProcess):
-    """WmProcess run through ``ip netns exec NS`` (which execs: the pid is the node's own)."""
-
-    def __init__(self, netns: str, *args: str) -> None:
-        self.args = ["ip", "netns", "exec", netns, sys.executable, "-m", "nvpair_wm", *args]
-        self.proc = subprocess.Popen(
-            self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        self.raw_lines: queue.Queue[bytes] = queue.Queue()
-        self.stderr_lines: queue.Queue[str] = queue.Queue()
-        self.stderr_log: list[str] = []
-        self.stdout_log: list[bytes] = []
-        threading.Thread(target=self._pump_stdout, daemon=True).start()
-        threading.Thread(target=self._pump_stderr, daemon=True).start()
-        self._next_id = 1000
-
-
 class NsNode:
     """One node in its namespace, on the default port of its own address, and its broker's
     inbox: every frame the node wrote to stdout, in order, in ``seen``."""
@@ -231,17 +212,18 @@ class NsNode:
         self.netns = netns
         self.address = address
         self.fingerprint = cert_fingerprint((cluster_dir / "node.crt").read_bytes())
-        self.proc: NetnsWm | None = None
+        self.proc: WmProcess | None = None
         self.seen: list[dict[str, Any]] = []
 
     @property
-    def wm(self) -> NetnsWm:
+    def wm(self) -> WmProcess:
         assert self.proc is not None, f"{self.name} is not running"
         return self.proc
 
     def launch(self) -> None:
         args = ["--cluster-dir", str(self.cluster_dir), "--port", str(DEFAULT_PORT)]
-        self.proc = NetnsWm(self.netns, *args, "--log-level", "debug")
+        prefix = ("ip", "netns", "exec", self.netns)
+        self.proc = WmProcess(*args, "--log-level", "debug", prefix=prefix)
 
     def await_ready(self) -> None:
         first = self.wm.recv()
@@ -253,15 +235,7 @@ class NsNode:
 
     def status(self) -> Any:
         """manager:status; the notifications written before its response land in ``seen``."""
-        wm = self.wm
-        wm._next_id += 1
-        rid = wm._next_id
-        self.send({"jsonrpc": "2.0", "method": "manager:status", "id": rid})
-        while True:
-            frame = wm.recv()
-            if frame.get("id") == rid:
-                return frame["result"]
-            self.seen.append(frame)
+        return self.wm.request("manager:status", keep=self.seen)["result"]
 
     def drain(self) -> None:
         """Move every frame already written into ``seen`` (non-blocking)."""

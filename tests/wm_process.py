@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,16 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 class WmProcess:
-    def __init__(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
-        self.args = [sys.executable, "-m", "nvpair_wm", *args]
+    def __init__(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        prefix: Sequence[str] = (),
+    ):
+        """``prefix`` runs the daemon through another command, e.g. ``ip netns exec NS``
+        (which execs, so the pid stays the node's own)."""
+        self.args = [*prefix, sys.executable, "-m", "nvpair_wm", *args]
         self.proc = subprocess.Popen(
             self.args,
             stdin=subprocess.PIPE,
@@ -81,15 +90,21 @@ class WmProcess:
             ) from None
         return json.loads(line)
 
-    def request(self, method: str, params: Any = None) -> Any:
-        """Send a request and return the next frame (which must be its response)."""
+    def request(self, method: str, params: Any = None, *, keep: list[Any] | None = None) -> Any:
+        """Send a request and return its response. Without ``keep`` the next frame must be the
+        response; with it, notifications written before the response are appended to ``keep``."""
         self._next_id += 1
-        frame: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": self._next_id}
+        rid = self._next_id
+        frame: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "id": rid}
         if params is not None:
             frame["params"] = params
         self.send_frame(frame)
-        reply = self.recv()
-        assert reply.get("id") == self._next_id, f"expected the response to {frame}, got {reply}"
+        while True:
+            reply = self.recv()
+            if reply.get("id") == rid or keep is None:
+                break
+            keep.append(reply)
+        assert reply.get("id") == rid, f"expected the response to {frame}, got {reply}"
         return reply
 
     def status(self) -> Any:
