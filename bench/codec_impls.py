@@ -40,39 +40,6 @@ MAX_FRAME = 1 << 20
 UPSERT_HEAD = {"jsonrpc": "2.0", "method": "workloads:upsert"}
 
 
-class Framer:
-    """Newline framing for the baselines: partial reads, CRLF, a size limit, resync."""
-
-    __slots__ = ("_buf", "_discarding")
-
-    def __init__(self) -> None:
-        self._buf = bytearray()
-        self._discarding = False
-
-    def feed(self, data: bytes) -> list[bytes]:
-        out: list[bytes] = []
-        if self._discarding:
-            nl = data.find(b"\n")
-            if nl < 0:
-                return out
-            data = data[nl + 1 :]
-            self._discarding = False
-        self._buf += data
-        if b"\n" in data:
-            *lines, rest = self._buf.split(b"\n")
-            self._buf = bytearray(rest)
-            for line in lines:
-                if len(line) > MAX_FRAME:
-                    continue  # a real server answers -32000 here; the corpus has none
-                frame = bytes(line[:-1] if line.endswith(b"\r") else line)
-                if frame:
-                    out.append(frame)
-        if len(self._buf) > MAX_FRAME:
-            self._buf.clear()
-            self._discarding = True
-        return out
-
-
 class DedupDict:
     """The dedup rule in a plain dict: (runId, id) -> newest seq."""
 
@@ -111,10 +78,24 @@ class Impl:
         raise NotImplementedError
 
     def full(self, state: Any, chunks: list[bytes]) -> list[bytes]:
-        raise NotImplementedError
+        """Frame, decode + validate, translate + dedup, encode: the baselines' whole path."""
+        framer = self.framer()
+        decode, apply, encode = self.decode, self.apply, self.encode
+        out = []
+        for chunk in chunks:
+            for line in framer.feed(chunk):
+                if not isinstance(line, bytes):
+                    continue  # over the size limit: a real server answers -32000; none here
+                info = apply(state, decode(line))
+                if info is not None:
+                    out.append(encode(info))
+        return out
 
     def framer(self) -> Any:
-        return Framer()
+        """Framing is not what the baselines compare: every side uses the project's own."""
+        from nvpair_wm.codec import LineBuffer
+
+        return LineBuffer(MAX_FRAME)
 
     def decode(self, line: bytes) -> Any:
         raise NotImplementedError
@@ -157,17 +138,6 @@ class _DictImpl(Impl):
             return None
         out = {k: wi[k] for k in self.allowed if k in wi}
         out["state"] = new_state
-        return out
-
-    def full(self, state: DedupDict, chunks: list[bytes]) -> list[bytes]:
-        framer = Framer()
-        decode, apply, encode = self.decode, self.apply, self.encode
-        out = []
-        for chunk in chunks:
-            for line in framer.feed(chunk):
-                info = apply(state, decode(line))
-                if info is not None:
-                    out.append(encode(info))
         return out
 
 
@@ -286,17 +256,6 @@ class Pydantic(Impl):
             jsonrpc="2.0", method="workloads:upsert", params=self.UpsertParams(workloadInfo=info)
         )
         return frame.model_dump_json(exclude_unset=True).encode() + b"\n"
-
-    def full(self, state: DedupDict, chunks: list[bytes]) -> list[bytes]:
-        framer = Framer()
-        decode, apply, encode = self.decode, self.apply, self.encode
-        out = []
-        for chunk in chunks:
-            for line in framer.feed(chunk):
-                info = apply(state, decode(line))
-                if info is not None:
-                    out.append(encode(info))
-        return out
 
 
 class PydanticTuned(Pydantic):
