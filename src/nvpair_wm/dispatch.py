@@ -57,9 +57,9 @@ __all__ = [
     "removal_frame",
 ]
 
-PEER_METHODS: Final = frozenset(
-    {t.__struct_config__.tag for t in LIFECYCLE_TYPES} | {"workloads:remove"}
-)
+# What peers may send; anything else decodes but is answered -32601 on this channel.
+PEER_TYPES: Final = (*LIFECYCLE_TYPES, WorkloadsRemove)
+_PEER_ITEMS: Final = (RpcError, *PEER_TYPES)  # items the peer loop handles as they are
 
 
 @dataclass(slots=True)
@@ -190,7 +190,7 @@ class Dispatcher:
         for index, decoded_item in enumerate(decoded.items):
             self.counters.framesIn += 1
             item = decoded_item
-            if not isinstance(item, RpcError) and item.__struct_config__.tag not in PEER_METHODS:
+            if not isinstance(item, _PEER_ITEMS):
                 item = _not_from_peers(item)
             if isinstance(item, RpcError):
                 self._refused(item, "peer")
