@@ -272,6 +272,7 @@ BAD: list[tuple[str, Callable[[Path], list[str]], str, str]] = [
         "trusted is not a directory",
     ),
     ("ipc no dir", lambda t: ["--ipc", str(t / "no" / "b.sock")], "--ipc", "does not exist"),
+    ("ipc a directory", lambda t: ["--ipc", str(t)], "--ipc", "is a directory"),
     ("ipc too long", lambda t: ["--ipc", str(t / ("x" * 120))], "--ipc", "longer than"),
     ("broker queue", lambda t: ["--broker-queue", "0"], "--broker-queue", "at least 1"),
     ("log level", lambda t: ["--log-level", "loud"], "--log-level", "invalid choice"),

@@ -318,9 +318,11 @@ def test_missing_params_is_invalid_params(wm: WmProcess) -> None:
 
 def test_every_documented_flag_is_accepted(tmp_path: Path) -> None:
     """Each flag of the README's table parses and the process starts (then stdin closes)."""
+    config = tmp_path / "wm.toml"
+    config.write_text("[broadcast]\nmax_in_flight = 4\n")
     done = run_cli(
         "--port", "0", "--bind", "127.0.0.1", "--broker-queue", "7",
-        "--cluster-dir", str(tmp_path), "--log-level", "warn",
+        "--cluster-dir", str(tmp_path), "--log-level", "warn", "--config", str(config),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[0])["method"] == "ready"

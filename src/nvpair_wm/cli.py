@@ -172,6 +172,8 @@ def ipc_problem(path: str) -> str | None:
     parent = Path(path).parent
     if not parent.is_dir():
         return f"directory {parent} does not exist"
+    if Path(path).is_dir():
+        return "is a directory, not a socket"
     return None
 
 
