@@ -196,7 +196,7 @@ def configure(p: argparse.ArgumentParser, argv: list[str] | None) -> tuple[Confi
     """Flags over ``--config`` over defaults; exits 2 with one line naming what to fix."""
     args = p.parse_args(argv)
     flags = {a.dest: a.option_strings[0] for a in p._actions if a.option_strings}
-    names = {key.name for key in config.every_key()}
+    names = config.key_names()
     given = {k: v for k, v in vars(args).items() if k in names and v is not None}
 
     def where(key: str) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import io
 import math
 import tokenize
@@ -41,6 +42,7 @@ __all__ = [
     "Key",
     "dumps",
     "every_key",
+    "key_names",
     "load",
     "loads",
     "markdown_table",
@@ -152,6 +154,7 @@ def _is_dataclass_type(kind: Any) -> bool:
     return isinstance(kind, type) and dataclasses.is_dataclass(kind)
 
 
+@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
@@ -180,6 +183,7 @@ def unit(name: str, kind: Any) -> str:
     return ""
 
 
+@functools.cache
 def _comments(cls: type) -> dict[str, str]:
     """Trailing ``# comments`` of a dataclass's field lines, by field name (from its source)."""
     import inspect  # noqa: PLC0415 - only the README table and --help need it
@@ -200,15 +204,15 @@ def _comments(cls: type) -> dict[str, str]:
     return out
 
 
-def _walk(cls: type, prefix: str = "") -> Iterator[Key]:
+def _walk(cls: type, prefix: str, meanings: bool) -> Iterator[Key]:
     hints = _hints(cls)
-    comments = _comments(cls)
+    comments = _comments(cls) if meanings else {}
     default = cls()
     for f in dataclasses.fields(cls):
         kind = hints[f.name]
         name = prefix + f.name
         if _is_dataclass_type(kind):
-            yield from _walk(kind, name + ".")
+            yield from _walk(kind, name + ".", meanings)
             continue
         meaning = MEANINGS.get(name) or comments.get(f.name, "")
         yield Key(name, kind, getattr(default, f.name), unit(name, kind), meaning)
@@ -216,7 +220,12 @@ def _walk(cls: type, prefix: str = "") -> Iterator[Key]:
 
 def every_key() -> list[Key]:
     """Every settable key of :class:`Config`, in declaration order (tables after scalars)."""
-    return list(_walk(Config))
+    return list(_walk(Config, "", meanings=True))
+
+
+def key_names() -> frozenset[str]:
+    """The dotted names of every key (cheap: no source is read for meanings)."""
+    return frozenset(key.name for key in _walk(Config, "", meanings=False))
 
 
 # -- reading --------------------------------------------------------------------------------------
