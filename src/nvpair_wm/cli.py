@@ -35,6 +35,16 @@ def int_in(lo: int, hi: int | None = None, what: str = "a whole number") -> Call
     return parse
 
 
+def metrics_address(text: str) -> tuple[str, int]:
+    """An argparse type for --metrics (prometheus_client is imported only with the flag)."""
+    from nvpair_wm.metrics import parse_address  # noqa: PLC0415
+
+    try:
+        return parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="nvpair-wm",
@@ -80,6 +90,14 @@ def parser() -> argparse.ArgumentParser:
         default="info",
         help="error, warn, info (default) or debug; logs go to stderr",
     )
+    p.add_argument(
+        "--metrics",
+        type=metrics_address,
+        metavar="ADDR:PORT",
+        help="serve Prometheus metrics over plain HTTP at http://ADDR:PORT/metrics (ADDR "
+        "defaults to 127.0.0.1 when only :PORT or PORT is given; port 0 picks a free one, "
+        "reported in the log); off by default",
+    )
     p.add_argument("--version", action="version", version=f"nvpair-wm {__version__}")
     return p
 
@@ -94,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         cluster_dir=args.cluster_dir,
         host=args.bind,
         broker_queue=args.broker_queue,
+        metrics=args.metrics,
     )
     try:
         code = asyncio.run(Node(config).run())

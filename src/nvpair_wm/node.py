@@ -15,6 +15,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nvpair_wm_schema.manager_status_schema import PeerStatus, StatusResult
 from nvpair_wm_schema.node_record_schema import NodeRecord
@@ -29,6 +30,9 @@ from nvpair_wm.http.core import Limits
 from nvpair_wm.http.server import InterNodeServer
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, open_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
+
+if TYPE_CHECKING:
+    from nvpair_wm.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,7 @@ class Config:
     table: TableLimits = field(default_factory=TableLimits)
     http: Limits = field(default_factory=Limits)
     broadcast: BroadcastLimits = field(default_factory=BroadcastLimits)
+    metrics: tuple[str, int] | None = None  # --metrics: Prometheus endpoint (host, port)
 
 
 class _NoIdentity:
@@ -82,6 +87,7 @@ class Node:
             self.identity, self.pins, self.table.originated, config.broadcast
         )
         self._stop = asyncio.Event()
+        self.metrics: Metrics | None = None
 
     def _peers(self) -> list[PeerStatus]:
         return self.broadcaster.status()
@@ -167,10 +173,15 @@ class Node:
         """Start the inter-node parts: the port is bound whether or not there is an identity."""
         await self.server.start()
         await self.broadcaster.start()
+        if self.config.metrics:  # opt-in: prometheus_client is imported only then
+            from nvpair_wm.metrics import Metrics  # noqa: PLC0415
+
+            self.metrics = await Metrics.serve(self.config.metrics, self)
 
     async def stop(self, grace: float) -> None:
         """Stop the inter-node parts, letting in-flight work finish within ``grace``."""
-        await asyncio.gather(self.server.close(grace), self.broadcaster.close(grace))
+        metrics = [self.metrics.close()] if self.metrics else []
+        await asyncio.gather(self.server.close(grace), self.broadcaster.close(grace), *metrics)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("%s received; shutting down", sig.name)
