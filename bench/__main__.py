@@ -14,6 +14,7 @@ import math
 import sys
 import time
 import traceback
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,9 @@ from bench.harness import (
     Context,
     Skip,
     environment,
+    estimate,
     loadavg,
+    render_summary,
 )
 from bench.harness import render as render_results
 
@@ -72,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         console = Console(highlight=False, width=140)
     names = args.only or list(BENCHMARKS)
     if args.list:
-        for name, mod in BENCHMARKS.items():
-            console.print(f"{name:16} {importlib.import_module(mod).DESCRIPTION}")
+        for name, module in BENCHMARKS.items():
+            console.print(f"{name:16} {importlib.import_module(module).DESCRIPTION}")
         return 0
 
     reps = max(MIN_REPS, args.reps or (5 if args.quick else 7))
@@ -85,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{' (dirty)' if env['git']['dirty'] else ''}  Python {env['python']}  "
         f"nproc {env['machine']['nproc']}  {env['machine']['cpu']}  "
         f"{'quick' if args.quick else 'full'}: {reps} reps, {warmup} warm-up"
+    )
+    expected = estimate(names, args.quick)
+    console.print(
+        f"expected to take about {expected:.0f} s on a 2-core machine like the one in "
+        "bench/README.md"
     )
 
     results: list[BenchResult] = []
@@ -116,10 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_at_end": loadavg(),
         "benchmarks": {r.name: r.to_json() for r in results},
     }
+    report["targets"] = [asdict(t) for r in results if not r.skipped for t in r.targets()]
+    render_summary(results, console, args.quick)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(_clean(report), indent=2, default=_json_default) + "\n")
     console.print(
-        f"total {total:.1f} s; load average {env['loadavg_at_start']} at start, "
+        f"total {total:.1f} s (expected about {expected:.0f} s); "
+        f"load average {env['loadavg_at_start']} at start, "
         f"{report['loadavg_at_end']} at end; wrote {args.out}"
     )
     return 0

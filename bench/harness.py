@@ -47,6 +47,23 @@ BENCHMARKS: dict[str, str] = {
 }
 
 
+# Seconds each benchmark takes here (full, quick), from the last runs recorded in
+# bench/README.md; `python -m bench` prints the sum before it starts and compares at the end.
+ESTIMATE_SECONDS: dict[str, tuple[float, float]] = {
+    "codec": (93, 17),
+    "memory": (94, 11),
+    "local_channel": (30, 4),
+    "internode": (72, 25),
+    "propagation": (62, 19),
+    "scale": (6, 1),
+}
+
+
+def estimate(names: Iterable[str], quick: bool) -> float:
+    """Expected seconds for these benchmarks (unknown ones count 30 s full, 10 s quick)."""
+    return sum(ESTIMATE_SECONDS.get(n, (30, 10))[1 if quick else 0] for n in names)
+
+
 class Skip(Exception):
     """Raised by a benchmark that cannot run here (a module it measures does not exist yet)."""
 
@@ -127,6 +144,7 @@ class Ratio:
     target: float | None = None  # minimum acceptable value, from the issue
     low: float = math.nan  # worst-case ratio from the spread (subject min vs baseline max)
     high: float = math.nan
+    meaning: str = ""  # what a miss means, for the closing summary
 
     @property
     def met(self) -> bool | None:
@@ -143,6 +161,23 @@ class Check:
     target: str  # human-readable, e.g. "< 500"
     met: bool | None
     note: str = ""
+    meaning: str = ""  # what a miss means, for the closing summary
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target as the closing summary shows it: every benchmark's ratios with a target and
+    its checks become these (``BenchResult.targets``), whatever the benchmark measures."""
+
+    benchmark: str
+    name: str
+    measured: str
+    threshold: str
+    met: bool | None
+    meaning: str
+
+
+MISS_MEANING = "below the issue's target on this run (see bench/README.md, Findings)"
 
 
 @dataclass
@@ -165,9 +200,11 @@ class BenchResult:
                 return m
         raise KeyError(key)
 
-    def ratio(self, subject: str, baseline: str, target: float | None = None) -> Ratio | None:
+    def ratio(
+        self, subject: str, baseline: str, target: float | None = None, meaning: str = ""
+    ) -> Ratio | None:
         """Add the ratio subject/baseline (inverted when lower is better). None if either is
-        missing."""
+        missing. ``meaning``: what missing ``target`` means, for the summary."""
         try:
             s, b = self.get(subject), self.get(baseline)
         except KeyError:
@@ -178,9 +215,36 @@ class BenchResult:
         else:
             val = b.median / s.median
             low, high = min(b.samples) / max(s.samples), max(b.samples) / min(s.samples)
-        r = Ratio(subject, baseline, val, target, low, high)
+        r = Ratio(subject, baseline, val, target, low, high, meaning)
         self.ratios.append(r)
         return r
+
+    def targets(self) -> list[Target]:
+        """Every target of this benchmark: ratios that have one, then the checks."""
+        out = [
+            Target(
+                self.name,
+                f"{self.get(r.subject).label} vs {self.get(r.baseline).label}",
+                f"{r.value:.2f}x",
+                f">= {r.target:g}x",
+                r.met,
+                r.meaning or MISS_MEANING,
+            )
+            for r in self.ratios
+            if r.target is not None
+        ]
+        out += [
+            Target(
+                self.name,
+                c.what,
+                f"{fmt(c.value)} {c.unit}",
+                c.target,
+                c.met,
+                c.meaning or MISS_MEANING,
+            )
+            for c in self.checks
+        ]
+        return out
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -429,3 +493,29 @@ def render(results: list[BenchResult], console: Any) -> None:
         for n in res.notes:
             console.print(f"  [dim]- {n}[/dim]")
         console.print(f"  [dim]({res.seconds:.1f} s)[/dim]\n")
+
+
+def render_summary(results: list[BenchResult], console: Any, quick: bool) -> None:
+    """The closing table: every target of every benchmark, met or missed, and what a miss
+    means, then one line that says what the exit status means."""
+    targets = [t for res in results if not res.skipped for t in res.targets()]
+    t = Table(title="Summary: the issue's targets", title_justify="left")
+    for col in ("benchmark", "target", "measured", "threshold", "met", "what a miss means"):
+        t.add_column(col, overflow="fold")
+    for x in targets:
+        met = {None: "-", True: "[green]yes[/green]", False: "[red]NO[/red]"}[x.met]
+        t.add_row(x.benchmark, x.name, x.measured, x.threshold, met, "" if x.met else x.meaning)
+    console.print(t)
+    missed = sum(x.met is False for x in targets)
+    skipped = [r.name for r in results if r.skipped]
+    console.print(
+        f"{len(targets) - missed} of {len(targets)} targets met, {missed} missed"
+        + (f"; skipped: {', '.join(skipped)}" if skipped else "")
+        + ". Missed targets are findings, not failures: the exit status is 0 either way."
+        + (
+            " Quick mode uses small inputs and few repetitions: confirm a miss with `make bench`"
+            " before acting on it."
+            if quick
+            else ""
+        )
+    )
