@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
+from bench import procs
 from bench.harness import (
     BENCHMARKS,
     MIN_REPS,
@@ -68,7 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=None, help="untimed warm-up passes (>= 1)")
     p.add_argument("--out", type=Path, default=RESULTS / "latest.json", help="JSON report path")
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    p.add_argument(
+        "--wm-arg",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="add FLAG to every nvpair-wm process started (repeatable; --wm-arg=--metrics=:0)",
+    )
     args = p.parse_args(argv)
+    procs.EXTRA_ARGS[:] = args.wm_arg
 
     console = Console(highlight=False)
     if not console.is_terminal:
@@ -118,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         **env,
         "command": " ".join([Path(sys.executable).name, "-m", "bench", *sys.argv[1:]]),
         "mode": "quick" if args.quick else "full",
+        "wm_args": args.wm_arg,
         "reps": reps,
         "warmup": warmup,
         "seconds": total,
