@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -191,3 +192,14 @@ def test_metrics_off_imports_nothing_of_prometheus() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=WAIT, check=True
     )
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_metrics_port_in_use_is_one_line_naming_the_flag_and_exit_1() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli("--port", "0", "--bind", "127.0.0.1", "--metrics", f"127.0.0.1:{port}")
+    assert done.returncode == 1, done
+    errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and f"--metrics 127.0.0.1:{port}" in errors[0], done.stderr

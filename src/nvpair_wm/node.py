@@ -171,12 +171,12 @@ class Node:
 
     async def start(self) -> None:
         """Start the inter-node parts: the port is bound whether or not there is an identity."""
-        await self.server.start()
-        await self.broadcaster.start()
         if self.config.metrics:  # opt-in: prometheus_client is imported only then
             from nvpair_wm.metrics import Metrics  # noqa: PLC0415
 
             self.metrics = await Metrics.serve(self.config.metrics, self)
+        await self.server.start()
+        await self.broadcaster.start()
 
     async def stop(self, grace: float) -> None:
         """Stop the inter-node parts, letting in-flight work finish within ``grace``."""
