@@ -30,6 +30,7 @@ from bench.harness import (
     Skip,
     environment,
     estimate,
+    load_factor,
     loadavg,
     render_summary,
 )
@@ -98,10 +99,12 @@ def main(argv: list[str] | None = None) -> int:
         f"nproc {env['machine']['nproc']}  {env['machine']['cpu']}  "
         f"{'quick' if args.quick else 'full'}: {reps} reps, {warmup} warm-up"
     )
-    expected = estimate(names, args.quick)
+    idle = estimate(names, args.quick)
+    factor = load_factor()
+    expected = idle * factor
     console.print(
-        f"expected to take about {expected:.0f} s on a 2-core machine like the one in "
-        "bench/README.md"
+        f"expected to take about {expected:.0f} s: {idle:.0f} s on this machine when it is "
+        f"otherwise idle (bench/README.md), x{factor:.1f} for the load average now"
     )
 
     results: list[BenchResult] = []

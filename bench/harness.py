@@ -145,6 +145,7 @@ class Ratio:
     low: float = math.nan  # worst-case ratio from the spread (subject min vs baseline max)
     high: float = math.nan
     meaning: str = ""  # what a miss means, for the closing summary
+    name: str = ""  # a short name for the summary; default "<subject> vs <baseline>"
 
     @property
     def met(self) -> bool | None:
@@ -201,10 +202,15 @@ class BenchResult:
         raise KeyError(key)
 
     def ratio(
-        self, subject: str, baseline: str, target: float | None = None, meaning: str = ""
+        self,
+        subject: str,
+        baseline: str,
+        target: float | None = None,
+        meaning: str = "",
+        name: str = "",
     ) -> Ratio | None:
         """Add the ratio subject/baseline (inverted when lower is better). None if either is
-        missing. ``meaning``: what missing ``target`` means, for the summary."""
+        missing. ``meaning`` (what missing ``target`` means) and ``name`` are for the summary."""
         try:
             s, b = self.get(subject), self.get(baseline)
         except KeyError:
@@ -215,7 +221,7 @@ class BenchResult:
         else:
             val = b.median / s.median
             low, high = min(b.samples) / max(s.samples), max(b.samples) / min(s.samples)
-        r = Ratio(subject, baseline, val, target, low, high, meaning)
+        r = Ratio(subject, baseline, val, target, low, high, meaning, name)
         self.ratios.append(r)
         return r
 
@@ -224,7 +230,7 @@ class BenchResult:
         out = [
             Target(
                 self.name,
-                f"{self.get(r.subject).label} vs {self.get(r.baseline).label}",
+                r.name or f"{self.get(r.subject).label} vs {self.get(r.baseline).label}",
                 f"{r.value:.2f}x",
                 f">= {r.target:g}x",
                 r.met,
@@ -496,16 +502,23 @@ def render(results: list[BenchResult], console: Any) -> None:
 
 
 def render_summary(results: list[BenchResult], console: Any, quick: bool) -> None:
-    """The closing table: every target of every benchmark, met or missed, and what a miss
-    means, then one line that says what the exit status means."""
+    """The closing table: every target of every benchmark, met or missed; what a miss means
+    is said once per distinct meaning, under the table; then what the exit status means."""
     targets = [t for res in results if not res.skipped for t in res.targets()]
+    meanings: dict[str, int] = {}
     t = Table(title="Summary: the issue's targets", title_justify="left")
-    for col in ("benchmark", "target", "measured", "threshold", "met", "what a miss means"):
+    for col in ("benchmark", "target", "measured", "threshold", "met"):
         t.add_column(col, overflow="fold")
     for x in targets:
-        met = {None: "-", True: "[green]yes[/green]", False: "[red]NO[/red]"}[x.met]
-        t.add_row(x.benchmark, x.name, x.measured, x.threshold, met, "" if x.met else x.meaning)
+        if x.met is False:
+            ref = meanings.setdefault(x.meaning, len(meanings) + 1)
+            met = f"[red]NO[/red] [{ref}]"
+        else:
+            met = {None: "-", True: "[green]yes[/green]"}[x.met]
+        t.add_row(x.benchmark, x.name, x.measured, x.threshold, met)
     console.print(t)
+    for meaning, ref in meanings.items():
+        console.print(f"  \\[{ref}] a miss means: {meaning}")
     missed = sum(x.met is False for x in targets)
     skipped = [r.name for r in results if r.skipped]
     console.print(
@@ -519,3 +532,11 @@ def render_summary(results: list[BenchResult], console: Any, quick: bool) -> Non
             else ""
         )
     )
+
+
+def load_factor() -> float:
+    """How much longer than on an idle machine a run should take now: the 1-minute load
+    average per core, at least 1 (the benchmarks' processes share the cores with the load)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = loadavg()
+    return max(1.0, load[0] / (cores or 1)) if load else 1.0

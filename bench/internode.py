@@ -457,6 +457,7 @@ def _measure(bench: Bench, ctx: Context, res: BenchResult) -> None:
             "each inter-node request costs the server more CPU than the issue allows: a known "
             "miss (the h2/h11 libraries dominate, bench/README.md Findings); a ratio well below "
             "the recorded one is a regression",
+            f"{v.label.split(', ')[0]}, {v.label.split(', ')[1]} vs hypercorn",
         )
     for v in VARIANTS:
         res.ratio(f"ours/{v.key}/cpu", f"hypercorn/{v.key}/cpu")
