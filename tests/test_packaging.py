@@ -7,6 +7,7 @@ Also ``pipx install .``. pip's cache keeps this to some tens of seconds.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -69,6 +70,7 @@ class Installed:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    assert importlib.util.find_spec("build"), "build is missing: make venv (or pip install build)"
     base = tmp_path_factory.mktemp("packaging")
     src = copy_tree(base / "src")
     dist = base / "dist"
