@@ -1,21 +1,42 @@
 # One entry point for everything: `make run` sets up and runs the service, `make test` runs the suite.
+#
+# Two installs into one .venv, each with its own stamp (named by a hash of pyproject.toml, so an
+# edited pyproject.toml reinstalls): `run` has only the runtime dependencies; `dev` (make test,
+# make bench, make venv) adds the dev and bench extras and also satisfies `run`.
+# `make run` keeps stdout for the daemon alone: no command echo (@), pip and venv write to stderr.
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
+MAKEFLAGS += --no-print-directory
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+HASH   := $(shell sha256sum pyproject.toml | cut -c1-12)
+RUN_STAMP := $(VENV)/.installed-run-$(HASH)
+DEV_STAMP := $(VENV)/.installed-dev-$(HASH)
 ARGS   ?=
+# pip's output goes to stderr; one machine-specific warning about a missing local index is noise.
+PIP_QUIET := 2>&1 | { grep -vE "^WARNING: Location 'file:" || true; } >&2
 
-.PHONY: venv gen check-gen lint typecheck test run bench bench-quick demo clean
+.PHONY: venv venv-run gen check-gen lint typecheck test run bench bench-quick demo clean
 
-venv: $(STAMP)
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,bench]' 2>&1 | { grep -vE "^WARNING: Location 'file:" || true; }
-	rm -f $(VENV)/.installed-*
-	touch $@
+venv: $(DEV_STAMP)
+venv-run: $(RUN_STAMP)
+
+$(PY):
+	@$(PYTHON) -m venv $(VENV) >&2
+	@$(PY) -m pip install --quiet --upgrade pip $(PIP_QUIET)
+
+$(RUN_STAMP): pyproject.toml | $(PY)
+	@echo "make: installing nvpair-wm and its runtime dependencies into $(VENV)" >&2
+	@$(PY) -m pip install --quiet -e . $(PIP_QUIET)
+	@rm -f $(VENV)/.installed-run-*
+	@touch $@
+
+$(DEV_STAMP): pyproject.toml | $(PY)
+	@echo "make: installing nvpair-wm with the dev and bench extras into $(VENV)" >&2
+	@$(PY) -m pip install --quiet -e '.[dev,bench]' $(PIP_QUIET)
+	@rm -f $(VENV)/.installed-*
+	@touch $@ $(RUN_STAMP)
 
 gen: venv
 	$(PY) scripts/gen_types.py
@@ -35,8 +56,8 @@ typecheck: venv
 test: check-gen lint typecheck
 	$(PY) -m pytest $(ARGS)
 
-run: venv
-	$(VENV)/bin/nvpair-wm $(ARGS)
+run: venv-run
+	@$(VENV)/bin/nvpair-wm $(ARGS)
 
 bench: venv
 	$(PY) -m bench $(ARGS)
@@ -44,8 +65,8 @@ bench: venv
 bench-quick: venv
 	$(PY) -m bench --quick $(ARGS)
 
-demo: venv
-	$(PY) -m nvpair_wm.demo $(ARGS)
+demo: venv-run
+	@$(PY) -m nvpair_wm.demo $(ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist

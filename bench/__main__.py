@@ -14,11 +14,13 @@ import math
 import sys
 import time
 import traceback
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from bench import procs
 from bench.harness import (
     BENCHMARKS,
     MIN_REPS,
@@ -27,7 +29,10 @@ from bench.harness import (
     Context,
     Skip,
     environment,
+    estimate,
+    load_factor,
     loadavg,
+    render_summary,
 )
 from bench.harness import render as render_results
 
@@ -65,15 +70,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=None, help="untimed warm-up passes (>= 1)")
     p.add_argument("--out", type=Path, default=RESULTS / "latest.json", help="JSON report path")
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    p.add_argument(
+        "--wm-arg",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="add FLAG to every nvpair-wm process started (repeatable; --wm-arg=--metrics=:0)",
+    )
     args = p.parse_args(argv)
+    procs.EXTRA_ARGS[:] = args.wm_arg
 
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(highlight=False, width=140)
     names = args.only or list(BENCHMARKS)
     if args.list:
-        for name, mod in BENCHMARKS.items():
-            console.print(f"{name:16} {importlib.import_module(mod).DESCRIPTION}")
+        for name, module in BENCHMARKS.items():
+            console.print(f"{name:16} {importlib.import_module(module).DESCRIPTION}")
         return 0
 
     reps = max(MIN_REPS, args.reps or (5 if args.quick else 7))
@@ -85,6 +98,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{' (dirty)' if env['git']['dirty'] else ''}  Python {env['python']}  "
         f"nproc {env['machine']['nproc']}  {env['machine']['cpu']}  "
         f"{'quick' if args.quick else 'full'}: {reps} reps, {warmup} warm-up"
+    )
+    idle = estimate(names, args.quick)
+    factor = load_factor()
+    expected = idle * factor
+    console.print(
+        f"expected to take about {expected:.0f} s: {idle:.0f} s on this machine when it is "
+        f"otherwise idle (bench/README.md), x{factor:.1f} for the load average now"
     )
 
     results: list[BenchResult] = []
@@ -110,16 +130,20 @@ def main(argv: list[str] | None = None) -> int:
         **env,
         "command": " ".join([Path(sys.executable).name, "-m", "bench", *sys.argv[1:]]),
         "mode": "quick" if args.quick else "full",
+        "wm_args": args.wm_arg,
         "reps": reps,
         "warmup": warmup,
         "seconds": total,
         "loadavg_at_end": loadavg(),
         "benchmarks": {r.name: r.to_json() for r in results},
     }
+    report["targets"] = [asdict(t) for r in results if not r.skipped for t in r.targets()]
+    render_summary(results, console, args.quick)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(_clean(report), indent=2, default=_json_default) + "\n")
     console.print(
-        f"total {total:.1f} s; load average {env['loadavg_at_start']} at start, "
+        f"total {total:.1f} s (expected about {expected:.0f} s); "
+        f"load average {env['loadavg_at_start']} at start, "
         f"{report['loadavg_at_end']} at end; wrote {args.out}"
     )
     return 0

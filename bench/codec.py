@@ -34,6 +34,12 @@ NAME = "codec"
 DESCRIPTION = "per-frame path on one core: framing, decode+validate, translate, dedup, encode"
 
 TARGETS = {"jsonschema": 20.0, "pydantic": 1.3}
+MEANINGS = {
+    "jsonschema": "the codec's CPU per frame (decode, validate, dedup, encode) is over the "
+    "issue's budget: look for a regression in codec.py or dispatch.py (bench.profile)",
+    "pydantic": "the generated msgspec path lost its edge over a pydantic model of the same "
+    "schemas: look for a regression in codec.py or dispatch.py (bench.profile)",
+}
 STAGES = ("framing", "decode+validate", "translate+dedup", "encode")
 
 
@@ -235,7 +241,7 @@ def run(ctx: Context) -> BenchResult:
             "pydantic",
             "pydantic_tuned",
         ):
-            res.ratio(subject, base, TARGETS.get(base))
+            res.ratio(subject, base, TARGETS.get(base), MEANINGS.get(base, ""))
         if subject == "ours":
             res.ratio("ours", "ours_composed")
     else:

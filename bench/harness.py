@@ -47,6 +47,23 @@ BENCHMARKS: dict[str, str] = {
 }
 
 
+# Seconds each benchmark takes here (full, quick), from the last runs recorded in
+# bench/README.md; `python -m bench` prints the sum before it starts and compares at the end.
+ESTIMATE_SECONDS: dict[str, tuple[float, float]] = {
+    "codec": (93, 17),
+    "memory": (94, 11),
+    "local_channel": (30, 4),
+    "internode": (72, 25),
+    "propagation": (62, 19),
+    "scale": (6, 1),
+}
+
+
+def estimate(names: Iterable[str], quick: bool) -> float:
+    """Expected seconds for these benchmarks (unknown ones count 30 s full, 10 s quick)."""
+    return sum(ESTIMATE_SECONDS.get(n, (30, 10))[1 if quick else 0] for n in names)
+
+
 class Skip(Exception):
     """Raised by a benchmark that cannot run here (a module it measures does not exist yet)."""
 
@@ -127,6 +144,8 @@ class Ratio:
     target: float | None = None  # minimum acceptable value, from the issue
     low: float = math.nan  # worst-case ratio from the spread (subject min vs baseline max)
     high: float = math.nan
+    meaning: str = ""  # what a miss means, for the closing summary
+    name: str = ""  # a short name for the summary; default "<subject> vs <baseline>"
 
     @property
     def met(self) -> bool | None:
@@ -143,6 +162,23 @@ class Check:
     target: str  # human-readable, e.g. "< 500"
     met: bool | None
     note: str = ""
+    meaning: str = ""  # what a miss means, for the closing summary
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target as the closing summary shows it: every benchmark's ratios with a target and
+    its checks become these (``BenchResult.targets``), whatever the benchmark measures."""
+
+    benchmark: str
+    name: str
+    measured: str
+    threshold: str
+    met: bool | None
+    meaning: str
+
+
+MISS_MEANING = "below the issue's target on this run (see bench/README.md, Findings)"
 
 
 @dataclass
@@ -165,9 +201,16 @@ class BenchResult:
                 return m
         raise KeyError(key)
 
-    def ratio(self, subject: str, baseline: str, target: float | None = None) -> Ratio | None:
+    def ratio(
+        self,
+        subject: str,
+        baseline: str,
+        target: float | None = None,
+        meaning: str = "",
+        name: str = "",
+    ) -> Ratio | None:
         """Add the ratio subject/baseline (inverted when lower is better). None if either is
-        missing."""
+        missing. ``meaning`` (what missing ``target`` means) and ``name`` are for the summary."""
         try:
             s, b = self.get(subject), self.get(baseline)
         except KeyError:
@@ -178,9 +221,36 @@ class BenchResult:
         else:
             val = b.median / s.median
             low, high = min(b.samples) / max(s.samples), max(b.samples) / min(s.samples)
-        r = Ratio(subject, baseline, val, target, low, high)
+        r = Ratio(subject, baseline, val, target, low, high, meaning, name)
         self.ratios.append(r)
         return r
+
+    def targets(self) -> list[Target]:
+        """Every target of this benchmark: ratios that have one, then the checks."""
+        out = [
+            Target(
+                self.name,
+                r.name or f"{self.get(r.subject).label} vs {self.get(r.baseline).label}",
+                f"{r.value:.2f}x",
+                f">= {r.target:g}x",
+                r.met,
+                r.meaning or MISS_MEANING,
+            )
+            for r in self.ratios
+            if r.target is not None
+        ]
+        out += [
+            Target(
+                self.name,
+                c.what,
+                f"{fmt(c.value)} {c.unit}",
+                c.target,
+                c.met,
+                c.meaning or MISS_MEANING,
+            )
+            for c in self.checks
+        ]
+        return out
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -429,3 +499,44 @@ def render(results: list[BenchResult], console: Any) -> None:
         for n in res.notes:
             console.print(f"  [dim]- {n}[/dim]")
         console.print(f"  [dim]({res.seconds:.1f} s)[/dim]\n")
+
+
+def render_summary(results: list[BenchResult], console: Any, quick: bool) -> None:
+    """The closing table: every target of every benchmark, met or missed; what a miss means
+    is said once per distinct meaning, under the table; then what the exit status means."""
+    targets = [t for res in results if not res.skipped for t in res.targets()]
+    meanings: dict[str, int] = {}
+    t = Table(title="Summary: the issue's targets", title_justify="left")
+    for col in ("benchmark", "target", "measured", "threshold", "met"):
+        t.add_column(col, overflow="fold")
+    for x in targets:
+        if x.met is False:
+            ref = meanings.setdefault(x.meaning, len(meanings) + 1)
+            met = f"[red]NO[/red] [{ref}]"
+        else:
+            met = {None: "-", True: "[green]yes[/green]"}[x.met]
+        t.add_row(x.benchmark, x.name, x.measured, x.threshold, met)
+    console.print(t)
+    for meaning, ref in meanings.items():
+        console.print(f"  \\[{ref}] a miss means: {meaning}")
+    missed = sum(x.met is False for x in targets)
+    skipped = [r.name for r in results if r.skipped]
+    console.print(
+        f"{len(targets) - missed} of {len(targets)} targets met, {missed} missed"
+        + (f"; skipped: {', '.join(skipped)}" if skipped else "")
+        + ". Missed targets are findings, not failures: the exit status is 0 either way."
+        + (
+            " Quick mode uses small inputs and few repetitions: confirm a miss with `make bench`"
+            " before acting on it."
+            if quick
+            else ""
+        )
+    )
+
+
+def load_factor() -> float:
+    """How much longer than on an idle machine a run should take now: the 1-minute load
+    average per core, at least 1 (the benchmarks' processes share the cores with the load)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = loadavg()
+    return max(1.0, load[0] / (cores or 1)) if load else 1.0

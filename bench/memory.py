@@ -275,6 +275,8 @@ def run(ctx: Context) -> BenchResult:
                 m.median < PER_WORKLOAD_TARGET,
                 f"tracemalloc {fmt(res.get(key + '_traced').median)} B; "
                 f"{100 * (m.median / PER_WORKLOAD_TARGET - 1):+.0f} % vs target",
+                meaning="a workload costs more memory than budgeted: the table at its cap "
+                "(200,000 workloads) takes more RAM than planned",
             )
         )
 
@@ -337,6 +339,8 @@ def run(ctx: Context) -> BenchResult:
             abs(g) <= FLAT_TOLERANCE * w,
             f"{100 * g / w:+.2f} % of {fmt(w)} B; with glibc's default malloc "
             f"{100 * gm / wm:+.2f} %; allocated blocks {res.get('soak_blocks').median:+,.0f}",
+            meaning="memory keeps growing under a steady load (a leak or an unbounded "
+            "structure): a long-running daemon would grow until restarted",
         )
     )
     res.params["runs"] = runs

@@ -79,12 +79,17 @@ def grow_pipe(fd: int, size: int = PIPE_SIZE) -> None:
 # ---------------------------------------------------------------------------------------- nvpair-wm
 
 
+# Flags added to every nvpair-wm a benchmark starts (``python -m bench --wm-arg FLAG``), e.g.
+# ``--wm-arg=--metrics=127.0.0.1:0`` to measure what a feature costs, in the same benchmarks.
+EXTRA_ARGS: list[str] = []
+
+
 class WmProc:
     """One ``nvpair-wm`` process; its broker is this object (stdin/stdout pipes) unless
     ``stdio=False`` (``--ipc``: stdin and stdout are /dev/null)."""
 
     def __init__(self, *args: str, log_path: Path, stdio: bool = True) -> None:
-        self.args = [sys.executable, "-m", "nvpair_wm", *args]
+        self.args = [sys.executable, "-m", "nvpair_wm", *args, *EXTRA_ARGS]
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in close()
         pipe = subprocess.PIPE if stdio else subprocess.DEVNULL

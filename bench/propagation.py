@@ -487,6 +487,8 @@ def _measure(
             two.median >= TARGET_RATE,
             f"{100 * (two.median / TARGET_RATE - 1):+.0f} % of the target; spread "
             f"{fmt(min(two.samples))} .. {fmt(max(two.samples))}",
+            meaning="two nodes carry fewer events/s than the target: the cluster's peak rate is "
+            "lower (a known miss: HTTP/2 flow control, then the sender's CPU; bench/README.md)",
         )
     )
     for c in clusters:
@@ -500,6 +502,9 @@ def _measure(
                     f"< {target:g} ms",
                     m.median < target,
                     f"spread {m.summary()['min']:.2f} .. {m.summary()['max']:.2f} ms",
+                    meaning="an event reaches the other nodes' brokers later than the target at a "
+                    "low rate: the cluster's views lag by that much"
+                    + (" (p99: the slow tail)" if qn == "p99" else ""),
                 )
             )
     rows = []

@@ -1,8 +1,5 @@
 """nvpair-wm: relays and deduplicates inference-workload lifecycle events across a cluster."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("nvpair-wm")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0.0.0+unknown"
+# The one place the version is written: pyproject.toml reads it (setuptools dynamic version),
+# `nvpair-wm --version`, `ready` and `manager:status` report it.
+__version__ = "0.1.0"

@@ -32,7 +32,7 @@ import email.utils
 import logging
 import random
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from nvpair_wm_schema.manager_status_schema import PeerStatus
@@ -51,6 +51,9 @@ from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
 from nvpair_wm.peers import Peer, PeerDirectory, diff
 from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
 from nvpair_wm.sync import Originated
+
+if TYPE_CHECKING:
+    from nvpair_wm.metrics import DeliveryClock
 
 __all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster"]
 
@@ -325,6 +328,8 @@ class _Link:
         status = response.status
         if 200 <= status < 300:
             outbox.delivered(batch)
+            if self._owner.delivery is not None:  # --metrics: delivery latency
+                self._owner.delivery.delivered(batch.items)
         elif status == 400 and (bad := bad_frames(response.body, len(batch))) is not None:
             log.warning(
                 "peer %s refused %d of %d frames: %s",
@@ -381,6 +386,7 @@ class Broadcaster:
         self._ticker: asyncio.Task[None] | None = None
         self._stopping: set[asyncio.Task[None]] = set()
         self._no_identity_logged = False
+        self.delivery: DeliveryClock | None = None  # set by nvpair_wm.metrics with --metrics
 
     # -- the API node.py uses ---------------------------------------------------------------------
 
@@ -393,6 +399,8 @@ class Broadcaster:
         """Local events and removals, for every peer's queue."""
         if not items or self._closing:
             return
+        if self.delivery is not None:  # --metrics: delivery latency
+            self.delivery.enqueued(items, len(self._links))
         for link in self._links.values():
             link.outbox.push(items)
             link.wake()

@@ -53,6 +53,15 @@ def int_in(lo: int, hi: int | None = None, what: str = "a whole number") -> Call
     return parse
 
 
+def metrics_address(text: str) -> str:
+    """An argparse type for --metrics: checked here, kept as text (the config's form)."""
+    try:
+        config.metrics_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="nvpair-wm",
@@ -104,6 +113,14 @@ def parser() -> argparse.ArgumentParser:
         "--log-level",
         choices=list(logs.LEVELS),
         help="error, warn, info (default) or debug; logs go to stderr",
+    )
+    p.add_argument(
+        "--metrics",
+        type=metrics_address,
+        metavar="ADDR:PORT",
+        help="serve Prometheus metrics over plain HTTP at http://ADDR:PORT/metrics (ADDR "
+        "defaults to 127.0.0.1 when only :PORT or PORT is given; port 0 picks a free one, "
+        "reported in the log); off by default",
     )
     p.add_argument(
         "--print-config",
@@ -186,6 +203,11 @@ def _problems(cfg: Config) -> list[tuple[str, str]]:
         out.append(("cluster_dir", why))
     if cfg.ipc is not None and (why := ipc_problem(cfg.ipc)):
         out.append(("ipc", why))
+    if cfg.metrics is not None:
+        try:
+            config.metrics_address(cfg.metrics)
+        except ValueError as exc:
+            out.append(("metrics", str(exc)))
     return out
 
 

@@ -65,11 +65,32 @@ class Config:
     log_level: str = "info"  # error, warn, info or debug
     max_frame: int = codec.MAX_FRAME_BYTES  # one JSON-RPC frame (broker line or peer body)
     shutdown_grace: float = 5.0  # at exit: time to finish requests and flush queues
+    metrics: str | None = None  # serve Prometheus metrics at ADDR:PORT (plain HTTP); off unset
     broker: BrokerLimits = field(default_factory=BrokerLimits)
     table: TableLimits = field(default_factory=TableLimits)
     http: Limits = field(default_factory=Limits)
     broadcast: BroadcastLimits = field(default_factory=BroadcastLimits)
     pins: PinLimits = field(default_factory=PinLimits)
+
+
+METRICS_DEFAULT_HOST: Final = "127.0.0.1"  # --metrics binds loopback unless told otherwise
+
+
+def metrics_address(text: str) -> tuple[str, int]:
+    """``ADDR:PORT``, ``[V6]:PORT``, ``:PORT`` or ``PORT`` (loopback) → (host, port).
+
+    Raises ValueError with a message fit for the command line.
+    """
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = "", text
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"an IPv6 address goes in brackets, [{host}]:PORT: {text!r}")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"not ADDR:PORT with a port from 0 to 65535: {text!r}")
+    return host or METRICS_DEFAULT_HOST, int(port_text)
 
 
 class ConfigError(ValueError):

@@ -66,6 +66,7 @@ STATUS_EVERY: Final = 0.5  # manager:status polls
 FRAME_LIMIT: Final = 4 * 1024 * 1024  # longest stdout line accepted from a node
 MODELS: Final = ("llama-3.1-8b-instruct", "qwen2.5-7b", "mistral-7b-v0.3", "phi-3-mini")
 ENGINES: Final = ("vllm", "sglang", "llama.cpp")
+IN_FLIGHT: Final = 6  # workloads a stand-in broker keeps queued or running at a time
 STATES: Final = ("queued", "running", "completed", "failed", "cancelled")
 HEADERS: Final = ("queued", "running", "done", "failed", "cancel")  # short, for the table
 # How running workloads end: (method, state, weight).
@@ -125,7 +126,7 @@ class DemoNode:
         self.rng = rng
         self.run_id = f"run-{name}-{rng.getrandbits(32):08x}"
         self.proc: asyncio.subprocess.Process | None = None
-        self.phase: Phase = "down"
+        self.phase: Phase = "starting"  # not "down" before its first start: nothing crashed
         self.port = 0
         self.incarnation = 0
         # The broker's own workloads (the truth for them) and the removals it reported.
@@ -346,7 +347,7 @@ class DemoNode:
         queued = [i for i in self.own.values() if i["state"] == "queued"]
         running = [i for i in self.own.values() if i["state"] == "running"]
         roll = rng.random()
-        if len(queued) + len(running) < 6 and (roll < 0.4 or not (queued or running)):
+        if len(queued) + len(running) < IN_FLIGHT and (roll < 0.4 or not (queued or running)):
             wid = f"{self.name}-w{next(self._next_wid)}"
             self._report(
                 "workload:submitted",
@@ -403,6 +404,7 @@ class Demo:
         self.phase_text = "starting"
         self.victim = nodes[1] if len(nodes) > 1 else None
         self.restarted_at: float | None = None
+        self.finished = False  # the run is over: the table is final, Ctrl-C no longer applies
         self._live: Live | None = None
 
     # -- output -----------------------------------------------------------------------------------
@@ -425,7 +427,7 @@ class Demo:
 
     @staticmethod
     def behind(view: dict[Key, Entry], truth: dict[Key, Entry]) -> int:
-        """Workloads a view lacks, has in another state, or still has though removed."""
+        """Workloads a view lacks, shows in another state, or still shows after removal."""
         wrong = sum(1 for k, v in truth.items() if view.get(k) != v)
         return wrong + sum(1 for k in view if k not in truth)
 
@@ -467,6 +469,10 @@ class Demo:
                 "starting": Text("starting", "yellow"),
                 "down": Text("DOWN", "bold red"),
             }[node.phase]
+            if node.phase == "down":  # no process, so no view to show: not the last one seen
+                blank = ["-"] * (len(STATES) + 4)
+                table.add_row(node.name, status, *([str(node.port)] if wide else []), "-", *blank)
+                continue
             age = "-" if node.last_remote is None else f"{now - node.last_remote:.1f}s"
             table.add_row(
                 node.name,
@@ -484,8 +490,10 @@ class Demo:
     def render(self) -> Group:
         notes = Text("\n".join(self.notes) or "…", style="cyan")
         hint = Text(
-            "behind: workloads the view lacks, has in an older state or has though removed; "
-            "last rx: since the last event from a peer · Ctrl-C ends",
+            "behind: workloads this node's view lacks, shows in another state, or still shows "
+            "after their removal; last rx: time since the last event from a peer; a DOWN node "
+            "has no view. "
+            + ("The run has ended." if self.finished else "Ctrl-C ends the run early."),
             style="dim",
         )
         return Group(self.table(), notes, hint)
@@ -493,6 +501,9 @@ class Demo:
     def plain_status(self) -> None:
         truth = self.truth()
         for node in self.nodes:
+            if node.phase == "down":
+                print(f"  {node.name} DOWN (no process, no view)", flush=True)
+                continue
             view = node.view()
             print(
                 f"  {node.name} {node.phase:<8} known {len(view):4d} behind "
@@ -553,6 +564,7 @@ class Demo:
             try:
                 return await self._run()
             finally:
+                self.finished = True
                 ui.cancel()
                 await asyncio.gather(ui, return_exceptions=True)
                 if self._live is not None:
@@ -614,7 +626,20 @@ class Demo:
         if self.interrupted:
             self.note("interrupted")
         self.note("every node has the same view" if done else "the views differ")
+        self.note(self.unfinished())
         return done
+
+    def unfinished(self) -> str:
+        """Why workloads are still queued or running at the end (it is not a fault)."""
+        states = [state for state, _ in self.truth().values()]
+        active = sum(1 for s in states if s in ("queued", "running"))
+        at = min(self.timeline.quiet_at, self.elapsed())
+        return (
+            f"{active} workloads are still queued or running: each stand-in broker keeps up to "
+            f"{IN_FLIGHT} in flight and stopped reporting at {at:.0f}s, so they never finish "
+            "here (a real broker would report them ending); converged means every node shows "
+            "them, and the finished ones not yet removed, the same way"
+        )
 
     async def restart(self, node: DemoNode) -> None:
         old_port = node.port

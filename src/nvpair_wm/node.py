@@ -13,12 +13,13 @@ import contextlib
 import logging
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from nvpair_wm_schema.manager_status_schema import PeerStatus, StatusResult
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
-from nvpair_wm import __version__, codec
+from nvpair_wm import __version__, codec, config
 from nvpair_wm.broadcaster import Broadcaster
 from nvpair_wm.config import Config
 from nvpair_wm.dedup import WorkloadTable
@@ -27,6 +28,9 @@ from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.http.server import InterNodeServer
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
+
+if TYPE_CHECKING:
+    from nvpair_wm.metrics import Metrics
 
 __all__ = ["Config", "Node"]
 
@@ -68,6 +72,7 @@ class Node:
             self.identity, self.pins, self.table.originated, config.broadcast
         )
         self._stop = asyncio.Event()
+        self.metrics: Metrics | None = None
 
     def _peers(self) -> list[PeerStatus]:
         return self.broadcaster.status()
@@ -155,12 +160,17 @@ class Node:
 
     async def start(self) -> None:
         """Start the inter-node parts: the port is bound whether or not there is an identity."""
+        if self.config.metrics:  # opt-in: prometheus_client is imported only then
+            from nvpair_wm.metrics import Metrics  # noqa: PLC0415
+
+            self.metrics = await Metrics.serve(config.metrics_address(self.config.metrics), self)
         await self.server.start()
         await self.broadcaster.start()
 
     async def stop(self, grace: float) -> None:
         """Stop the inter-node parts, letting in-flight work finish within ``grace``."""
-        await asyncio.gather(self.server.close(grace), self.broadcaster.close(grace))
+        metrics = [self.metrics.close()] if self.metrics else []
+        await asyncio.gather(self.server.close(grace), self.broadcaster.close(grace), *metrics)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("%s received; shutting down", sig.name)

@@ -1,0 +1,362 @@
+"""Prometheus metrics (``--metrics ADDR:PORT``): what ``manager:status`` reports, for operators.
+
+Opt-in. Off, nothing of this module is imported by the daemon and the hot path pays nothing.
+On, the hot path pays almost nothing either:
+
+* :class:`StatusCollector` reads the counters of ``manager:status`` (the same objects, the same
+  call) **at scrape time**: no counter is kept twice, none is updated per frame for Prometheus.
+* Two histograms are observed as things happen, because a latency cannot be read afterwards:
+  ``nvpair_wm_peer_request_duration_seconds`` (the inter-node endpoint: request head → response,
+  by wrapping the endpoint, see :class:`TimedHandler`) and ``nvpair_wm_delivery_seconds``
+  (broker-to-peer delivery: a local event put in the peers' queues → a peer's 2xx, see
+  :class:`DeliveryClock`, hooked into ``Broadcaster.publish`` and the link's 2xx branch).
+
+The endpoint is plain HTTP/1.1 on the asyncio loop (GET ``/metrics``; one request per
+connection): the collector then reads the node's state on the thread that changes it, with no
+locks and no torn reads, which prometheus_client's ``start_http_server`` thread would not give.
+It binds loopback unless an address is given; a scrape is bounded in size and time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Final
+
+import h11
+from nvpair_wm_schema.manager_status_schema import StatusResult
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from nvpair_wm.config import METRICS_DEFAULT_HOST as DEFAULT_HOST
+from nvpair_wm.config import metrics_address as parse_address
+from nvpair_wm.events import Outbound
+from nvpair_wm.http.core import Handler, Request, Response
+
+if TYPE_CHECKING:
+    from nvpair_wm.node import Node
+
+__all__ = [
+    "DEFAULT_HOST",
+    "DeliveryClock",
+    "Metrics",
+    "MetricsLimits",
+    "StatusCollector",
+    "TimedHandler",
+    "parse_address",
+]
+
+log = logging.getLogger(__name__)
+
+PATH: Final = "/metrics"
+
+# Inter-node requests are served in well under a millisecond when healthy; a slow broker queue
+# or a big batch shows up in the upper buckets.
+REQUEST_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# Delivery spans queueing, batching and retries with backoff (up to the retry give-up, 30 s).
+DELIVERY_BUCKETS: Final = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsLimits:
+    """Bounds of the metrics endpoint and of the latency bookkeeping."""
+
+    max_request_head: int = 8 * 1024  # bytes of request line + headers
+    request_timeout: float = 5.0  # seconds to receive a request head
+    pending_requests: int = 4096  # inter-node requests timed at once (abandoned ones age out)
+    pending_deliveries: int = 65_536  # events waiting for a peer's 2xx (oldest forgotten first)
+
+
+_BAD_REQUEST: Final = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: 12\r\nconnection: close\r\n\r\nbad request\n"
+)
+
+
+class StatusCollector(Collector):
+    """The counters of ``manager:status``, read when Prometheus scrapes."""
+
+    def __init__(self, status: Callable[[], StatusResult]) -> None:
+        self._status = status
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._status()
+        c = s.counters
+        info = GaugeMetricFamily(
+            "nvpair_wm_build_info", "Version of this node.", labels=["version"]
+        )
+        info.add_metric([s.version], 1)
+        yield info
+        yield GaugeMetricFamily(
+            "nvpair_wm_has_identity",
+            "1 when the node has a cluster identity (node.crt/node.key), else 0.",
+            value=int(s.hasIdentity),
+        )
+        frames = CounterMetricFamily(
+            "nvpair_wm_frames",
+            "Frames received on either channel (direction=in, each batch element counts) and "
+            "written to the broker (direction=out).",
+            labels=["direction"],
+        )
+        frames.add_metric(["in"], c.framesIn)
+        frames.add_metric(["out"], c.framesOut)
+        yield frames
+        for name, value, text in (
+            ("invalid", c.invalid, "Frames refused with a JSON-RPC error or dropped as invalid."),
+            ("duplicates", c.duplicates, "Events collapsed as duplicates."),
+            ("stale", c.stale, "Events older than the newest seen for their workload."),
+            ("suppressed", c.suppressed, "Events for removed (tombstoned) workloads."),
+            ("evicted", c.evicted, "Table entries evicted by the hard caps before their TTL."),
+        ):
+            yield CounterMetricFamily(f"nvpair_wm_{name}", text, value=value)
+        for name, value, text in (
+            ("workloads", c.workloads, "Workloads in the deduplication table."),
+            ("tombstones", c.tombstones, "Removal tombstones in the deduplication table."),
+            ("broker_queue_frames", c.brokerQueue, "Frames waiting to be written to the broker."),
+        ):
+            yield GaugeMetricFamily(f"nvpair_wm_{name}", text, value=value)
+        yield from _peer_metrics(s)
+
+
+def _peer_metrics(s: StatusResult) -> Iterator[Metric]:
+    labels = ["peer"]
+    depth = GaugeMetricFamily(
+        "nvpair_wm_peer_queue_frames", "Frames queued or in flight to the peer.", labels=labels
+    )
+    connected = GaugeMetricFamily(
+        "nvpair_wm_peer_connected",
+        "1 while a connection to the peer is open (protocol h2 or http/1.1), else 0.",
+        labels=["peer", "protocol"],
+    )
+    last_error = GaugeMetricFamily(
+        "nvpair_wm_peer_last_error_timestamp_seconds",
+        "When the last error on the link to the peer happened (Unix time; absent: none yet).",
+        labels=labels,
+    )
+    counters = {
+        name: CounterMetricFamily(f"nvpair_wm_peer_{name}_frames", text, labels=labels)
+        for name, text in (
+            ("sent", "Frames the peer accepted."),
+            ("retried", "Frames sent again after a failure."),
+            ("coalesced", "Queued frames replaced by a newer event of the same workload."),
+            ("dropped", "Frames given up (queue full, retries exhausted, refused by the peer)."),
+        )
+    }
+    for p in s.peers:
+        peer = [p.nodeId]
+        depth.add_metric(peer, p.queueDepth)
+        connected.add_metric([p.nodeId, p.protocol or ""], int(p.connected))
+        if isinstance(p.lastErrorAt, int):
+            last_error.add_metric(peer, p.lastErrorAt / 1000)
+        counters["sent"].add_metric(peer, p.sent)
+        counters["retried"].add_metric(peer, p.retried)
+        counters["coalesced"].add_metric(peer, p.coalesced)
+        counters["dropped"].add_metric(peer, p.dropped)
+    yield depth
+    yield connected
+    yield last_error
+    yield from counters.values()
+
+
+class TimedHandler:
+    """The inter-node endpoint with its request durations observed (head → response)."""
+
+    def __init__(self, inner: Handler, histogram: Histogram, limits: MetricsLimits) -> None:
+        self._inner = inner
+        self._histogram = histogram
+        self._limit = limits.pending_requests
+        self._started: dict[int, float] = {}  # id(request) → when its head arrived
+        self.max_body = inner.max_body
+
+    def head(self, req: Request) -> Response | None:
+        now = time.perf_counter()
+        response = self._inner.head(req)
+        if response is not None:
+            self._observe(req, response, now)
+            return response
+        if len(self._started) >= self._limit:  # bodies that never came: forget the oldest
+            del self._started[next(iter(self._started))]
+        self._started[id(req)] = now
+        return None
+
+    def complete(self, req: Request, body: bytes) -> Response:
+        response = self._inner.complete(req, body)
+        started = self._started.pop(id(req), None)
+        if started is not None:
+            self._observe(req, response, started)
+        return response
+
+    def _observe(self, req: Request, response: Response, started: float) -> None:
+        self._histogram.labels(req.protocol, str(response.status)).observe(
+            time.perf_counter() - started
+        )
+
+
+class DeliveryClock:
+    """Broker-to-peer delivery latency: from a local event's entry into the peers' queues to
+    each peer's 2xx for it. Keyed by (workload, seq); an event coalesced away or dropped on
+    some link is forgotten when its entry is the oldest of ``pending_deliveries``."""
+
+    def __init__(self, histogram: Histogram, limits: MetricsLimits) -> None:
+        self._histogram = histogram
+        self._limit = limits.pending_deliveries
+        # (key, seq) → [enqueued at, deliveries still expected]
+        self._pending: dict[tuple[tuple[str, str, str], float], list[float]] = {}
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def enqueued(self, items: Iterable[Outbound], links: int) -> None:
+        if not links:
+            return
+        now = time.monotonic()
+        pending = self._pending
+        for item in items:
+            pending[item.key, item.seq] = [now, links]
+        while len(pending) > self._limit:
+            del pending[next(iter(pending))]
+
+    def delivered(self, items: Iterable[Outbound]) -> None:
+        now = time.monotonic()
+        pending = self._pending
+        for item in items:
+            entry = pending.get((item.key, item.seq))
+            if entry is None:
+                continue
+            self._histogram.observe(now - entry[0])
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del pending[item.key, item.seq]
+
+
+class Metrics:
+    """The registry, the two latency recorders and the HTTP endpoint of one node."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        status: Callable[[], StatusResult],
+        limits: MetricsLimits = MetricsLimits(),
+    ) -> None:
+        self.host, self.requested_port = address
+        self.limits = limits
+        self.registry = CollectorRegistry()
+        self.registry.register(StatusCollector(status))
+        ProcessCollector(registry=self.registry)
+        requests = Histogram(
+            "nvpair_wm_peer_request_duration_seconds",
+            "Inter-node endpoint: from a request's head to its response, by protocol and status.",
+            ["protocol", "code"],
+            registry=self.registry,
+            buckets=REQUEST_BUCKETS,
+        )
+        deliveries = Histogram(
+            "nvpair_wm_delivery_seconds",
+            "A local event: from entering the peers' queues to a peer's 2xx (once per peer).",
+            registry=self.registry,
+            buckets=DELIVERY_BUCKETS,
+        )
+        self._requests = requests
+        self.delivery = DeliveryClock(deliveries, limits)
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    @classmethod
+    async def serve(cls, address: tuple[str, int], node: Node) -> Metrics:
+        """Observe ``node`` (its status, its endpoint, its broadcaster) and serve the metrics."""
+        metrics = cls(address, node.dispatcher.status)
+        node.server.handler = metrics.timed(node.server.handler)
+        node.broadcaster.delivery = metrics.delivery
+        await metrics.start()
+        return metrics
+
+    def timed(self, handler: Handler) -> TimedHandler:
+        return TimedHandler(handler, self._requests, self.limits)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    async def start(self) -> None:
+        """Bind and serve; an OSError names the flag and the address."""
+        try:
+            self._server = await asyncio.start_server(
+                self._serve, self.host, self.requested_port, limit=self.limits.max_request_head
+            )
+        except OSError as exc:
+            where = f"{self.host}:{self.requested_port}"
+            raise OSError(exc.errno, f"--metrics {where}: {exc.strerror or exc}") from exc
+        sock = self._server.sockets[0].getsockname()
+        self.port = sock[1]
+        host = f"[{sock[0]}]" if ":" in sock[0] else sock[0]
+        log.info("metrics endpoint listening on http://%s:%d%s", host, self.port, PATH)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One request, one response, close. A malformed request gets 400; a slow one nothing."""
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_request_head)
+        try:
+            async with asyncio.timeout(self.limits.request_timeout):
+                event = conn.next_event()
+                while event is h11.NEED_DATA:
+                    conn.receive_data(await reader.read(4096))
+                    event = conn.next_event()
+            if isinstance(event, h11.Request):
+                status, ctype, body = self._answer(event)
+                headers = [
+                    ("content-type", ctype),
+                    ("content-length", str(len(body))),
+                    ("connection", "close"),
+                ]
+                if status == 405:
+                    headers.append(("allow", "GET, HEAD"))
+                reason = HTTPStatus(status).phrase.encode()
+                out = conn.send(h11.Response(status_code=status, headers=headers, reason=reason))
+                if event.method != b"HEAD":
+                    out += conn.send(h11.Data(data=body)) or b""
+                writer.write((out or b"") + (conn.send(h11.EndOfMessage()) or b""))
+            await writer.drain()
+        except h11.RemoteProtocolError:
+            writer.write(_BAD_REQUEST)
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def _answer(self, request: h11.Request) -> tuple[int, str, bytes]:
+        target = request.target.split(b"?", 1)[0]
+        if target != PATH.encode():
+            return 404, "text/plain; charset=utf-8", b"not found: metrics are at /metrics\n"
+        if request.method not in (b"GET", b"HEAD"):
+            return 405, "text/plain; charset=utf-8", b"method not allowed\n"
+        return 200, CONTENT_TYPE_LATEST, self.exposition()
