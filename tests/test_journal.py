@@ -424,3 +424,53 @@ def test_compaction_follows_the_shortest_ttl(tmp_path: Path) -> None:
     assert decode_log((tmp_path / JOURNAL_FILE).read_bytes()) == ([], None)
     assert not journal.compaction_due(T0 + 100)  # nothing appended since
     journal.close()
+
+
+def test_appends_during_a_compaction_are_kept(tmp_path: Path) -> None:
+    """The node runs the heavy part of a compaction in a thread while the loop appends: what
+    was appended between its start and its end is in the compacted file, after what it kept."""
+    journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+    assert journal is not None
+    disp = dispatcher(WorkloadTable(LIMITS))
+    for seq in (1, 2, 3):
+        journal.append(
+            outbounds(disp, event_frame("workload:started", workload(id="1", seq=seq))), T0
+        )
+    job = journal.begin_compaction(T0 + 1)
+    assert job is not None and journal.begin_compaction(T0 + 1) is None  # one at a time
+    assert not journal.compaction_due(T0 + 1000)
+    job.run()
+    journal.append(outbounds(disp, event_frame("workload:started", workload(id="1", seq=4))), T0)
+    journal.append(outbounds(disp, remove_frame("1", "node-a")), T0 + 2)
+    journal.finish_compaction(job)
+    records, damage = decode_log((tmp_path / JOURNAL_FILE).read_bytes())
+    assert damage is None
+    assert [(r.kind, r.body.count(b'"seq":')) for r in records] == [
+        (LIVE, 1),
+        (LIVE, 1),
+        (REMOVAL, 0),
+    ]
+    assert b'"seq":3' in records[0].body and b'"seq":4' in records[1].body
+    # Appending goes on into the installed file; a later start folds it all.
+    journal.append(outbounds(disp, event_frame("workload:submitted", workload(id="2"))), T0 + 3)
+    _, kept = open_journal(tmp_path, JournalLimits(), LIMITS, T0 + 4)
+    assert [(r.kind, r.wid) for r in kept] == [(REMOVAL, "1"), (LIVE, "2")]
+
+
+def test_a_compaction_that_cannot_write_leaves_the_log_as_it_was(tmp_path: Path) -> None:
+    journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+    assert journal is not None
+    disp = dispatcher(WorkloadTable(LIMITS))
+    journal.append(outbounds(disp, event_frame("workload:submitted")), T0)
+    before = (tmp_path / JOURNAL_FILE).read_bytes()
+    job = journal.begin_compaction(T0)
+    assert job is not None
+    (tmp_path / f".{JOURNAL_FILE}.tmp").mkdir()  # the temporary file cannot be created
+    job.run()
+    assert job.error is not None
+    (tmp_path / f".{JOURNAL_FILE}.tmp").rmdir()
+    journal.finish_compaction(job)
+    assert journal.active and (tmp_path / JOURNAL_FILE).read_bytes() == before
+    journal.append(outbounds(disp, event_frame("workload:submitted", workload(id="2"))), T0)
+    assert journal.compaction_due(T0 + 1000)
+    journal.close()

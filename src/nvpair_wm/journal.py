@@ -31,9 +31,11 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
   compaction outnumber those it kept (and at least :attr:`JournalLimits.compact_min_records`),
   and once per shortest TTL if anything was appended. So the file holds at most about
   ``2 (max_workloads + max_tombstones) + compact_min_records`` records, and each compaction's
-  cost is paid for by as many appends (amortised O(1) per event). A compaction reads and
-  rewrites the file on the event loop (measured in the benchmark) into a temporary file that is
-  fsynced and renamed over the old one: a crash during it leaves one file or the other.
+  cost is paid for by as many appends (amortised O(1) per event). A compaction reads the log
+  as it was when it began and writes the result to a temporary file in a worker thread (about
+  6 µs per record read, measured in the benchmark), while the loop goes on appending to the log;
+  back on the loop, what was appended meanwhile is copied over, the file fsynced and renamed
+  over the log: a crash at any point leaves one whole file or the other.
 * **Damage** is detected, reported in one warning line and never fatal: every record carries
   its length and a CRC-32. A **torn tail** (the file ends inside a record, the last record fails
   its checksum, or the tail is zeros: what a power failure during an append leaves) keeps every
@@ -73,7 +75,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 from nvpair_wm import codec
 from nvpair_wm.dedup import TableLimits, WorkloadTable
@@ -83,6 +85,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "JOURNAL_FILE",
+    "Compaction",
     "Damage",
     "Fold",
     "Journal",
@@ -101,6 +104,7 @@ HEADER: Final = b"NVWMJNL\x01"
 LIVE: Final = 1
 TERMINAL_EVENT: Final = 2
 REMOVAL: Final = 3
+_EVENT_KINDS: Final = (LIVE, TERMINAL_EVENT)
 
 _FRAME = struct.Struct("<II")  # payload length, CRC-32 of the payload
 _FIELDS = struct.Struct("<BdIII")  # kind, unix time, lengths of origin, id, runId
@@ -127,10 +131,10 @@ class JournalLimits:
     compact_min_records: int = 4096
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
     """One journal record: an event this node originated (``body`` its encoded frame) or one of
-    its removals (``run`` is ``""`` when the removal covers every run)."""
+    its removals (``run`` is ``""`` when the removal covers every run). A tuple: a start or a
+    compaction makes one per record, and a tuple is the cheapest to make."""
 
     kind: int
     at: float
@@ -201,15 +205,41 @@ def decode_log(data: bytes) -> tuple[list[Record], Damage | None]:
         torn = HEADER.startswith(data)  # a file cut inside its header holds nothing yet
         return [], Damage(0, "no journal header", torn)
     records: list[Record] = []
+    append = records.append
+    view = memoryview(data)
+    unpack_frame, unpack_fields, crc32 = _FRAME.unpack_from, _FIELDS.unpack_from, zlib.crc32
+    fsize, hsize = _FRAME.size, _FIELDS.size
     pos, size = len(HEADER), len(data)
     while pos < size:
+        # The fast path: a whole, sound record. Anything else is examined by _record_at.
+        if size - pos >= fsize + hsize:
+            length, crc = unpack_frame(data, pos)
+            start = pos + fsize
+            end = start + length
+            if hsize <= length and end <= size and crc32(view[start:end]) == crc:
+                kind, at, lo, lw, lr = unpack_fields(data, start)
+                a = start + hsize
+                b, c, d = a + lo, a + lo + lw, a + lo + lw + lr
+                if d <= end and (kind in _EVENT_KINDS or (kind == REMOVAL and d == end)):
+                    try:
+                        origin, wid, run = (
+                            data[a:b].decode(),
+                            data[b:c].decode(),
+                            data[c:d].decode(),
+                        )
+                    except UnicodeDecodeError:
+                        pass
+                    else:
+                        append(Record(kind, at, origin, wid, run, data[d:end]))
+                        pos = end
+                        continue
         found = _record_at(data, pos)
         if isinstance(found, Damage):
             if data.count(0, pos) == size - pos:  # only zeros from here: never written
                 return records, Damage(pos, "zero-filled tail", True)
             return records, found
-        rec, pos = found
-        records.append(rec)
+        rec, pos = found  # pragma: no cover - the fast path takes every sound record
+        append(rec)  # pragma: no cover
     return records, None
 
 
@@ -265,12 +295,15 @@ class Fold:
             self.tombs.pop(okey, None)
             self.tombs[okey] = rec
             return
-        tomb = self.tombs.get(okey)
-        if tomb is not None and tomb.run in ("", rec.run):
-            del self.tombs[okey]
-        runs = self.events.setdefault(okey, {})
-        runs.pop(rec.run, None)
-        runs[rec.run] = rec
+        if self.tombs:
+            tomb = self.tombs.get(okey)
+            if tomb is not None and tomb.run in ("", rec.run):
+                del self.tombs[okey]
+        runs = self.events.get(okey)
+        if runs is None:
+            self.events[okey] = {rec.run: rec}
+        else:
+            runs[rec.run] = rec
 
     def __len__(self) -> int:
         return sum(map(len, self.events.values())) + len(self.tombs)
@@ -337,18 +370,57 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _rewrite(path: Path, records: list[Record]) -> int:
-    """Replace the file atomically by these records; returns an append descriptor on it."""
-    tmp = path.with_name(f".{path.name}.tmp")
+def _temp_of(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp")
+
+
+def _write_temp(path: Path, data: bytes) -> Path:
+    """``data`` in a fresh, fsynced temporary file next to ``path``."""
+    tmp = _temp_of(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        _write_all(fd, encode_log(records))
+        _write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
+    return tmp
+
+
+def _install(tmp: Path, path: Path) -> int:
+    """Rename the temporary file over the journal (durably); an append descriptor on it."""
     os.replace(tmp, path)
     _fsync_dir(path.parent)
     return os.open(path, os.O_WRONLY | os.O_APPEND)
+
+
+@dataclass(slots=True)
+class Compaction:
+    """One compaction: :meth:`run` (the heavy part, safe in a worker thread: it reads the log up
+    to ``upto`` and writes only its own temporary file) between :meth:`Journal.begin_compaction`
+    and :meth:`Journal.finish_compaction` (on the thread that appends)."""
+
+    path: Path
+    upto: int  # bytes of the log that existed when it began
+    appended: int  # records appended before it began
+    wall: float
+    table: TableLimits
+    kept: int = 0
+    size: int = 0
+    damage: Damage | None = None
+    error: OSError | None = None
+
+    def run(self) -> None:
+        try:
+            with self.path.open("rb") as f:
+                data = f.read(self.upto)
+            records, self.damage = decode_log(data)
+            kept = Fold(records).compacted(self.wall, self.table)
+            encoded = encode_log(kept)
+            _write_temp(self.path, encoded)
+        except OSError as exc:
+            self.error = exc
+            return
+        self.kept, self.size = len(kept), len(encoded)
 
 
 class Journal:
@@ -360,6 +432,7 @@ class Journal:
         fd: int,
         *,
         kept: int,
+        size: int,
         limits: JournalLimits,
         table: TableLimits,
         wall: float,
@@ -368,9 +441,11 @@ class Journal:
         self.limits = limits
         self.table_limits = table
         self._fd: int | None = fd
+        self._size = size  # bytes in the file
         self._kept = kept  # records written by the last compaction
         self._appended = 0  # records appended since
         self._dirty = False
+        self._compacting = False
         self._compacted_at = wall
         self._min_ttl = min(table.terminal_ttl, table.live_ttl, table.tombstone_ttl)
 
@@ -396,6 +471,7 @@ class Journal:
         except OSError as exc:
             self._fail("write to", exc)
             return
+        self._size += len(data)
         self._appended += len(encoded)
 
     def sync(self) -> None:
@@ -409,36 +485,68 @@ class Journal:
             self._fail("fsync", exc)
 
     def compaction_due(self, wall: float) -> bool:
-        if self._fd is None or not self._appended:
+        if self._fd is None or not self._appended or self._compacting:
             return False
         if self._appended >= max(self._kept, self.limits.compact_min_records):
             return True
         return wall - self._compacted_at >= self._min_ttl
 
-    def compact(self, wall: float) -> None:
-        """Rewrite the log folded, without what has expired or is over the caps."""
-        if self._fd is None:
+    def begin_compaction(self, wall: float) -> Compaction | None:
+        if self._fd is None or self._compacting:
+            return None
+        self._compacting = True
+        return Compaction(self.path, self._size, self._appended, wall, self.table_limits)
+
+    def finish_compaction(self, job: Compaction) -> None:
+        """Install what the job wrote, with the records appended while it ran."""
+        self._compacting = False
+        tmp = _temp_of(self.path)
+        if job.error is not None or self._fd is None:
+            if job.error is not None:
+                log.warning(
+                    "journal: cannot compact %s (%s); appending on",
+                    self.path,
+                    job.error.strerror or job.error,
+                )
+            with contextlib.suppress(OSError):
+                tmp.unlink()
             return
-        try:
-            data = self.path.read_bytes()
-        except OSError as exc:
-            self._fail("read", exc)
-            return
-        records, damage = decode_log(data)
-        if damage is not None:  # only another writer or the disk can do this: keep what reads
+        if job.damage is not None:  # only another writer or the disk can do this
             log.warning(
-                "journal %s damaged at byte %d (%s)", self.path, damage.offset, damage.reason
+                "journal %s damaged at byte %d (%s); compacted what reads",
+                self.path,
+                job.damage.offset,
+                job.damage.reason,
             )
-        kept = Fold(records).compacted(wall, self.table_limits)
         try:
-            fd = _rewrite(self.path, kept)
+            with self.path.open("rb") as f:
+                f.seek(job.upto)
+                since = f.read()
+            fd = os.open(tmp, os.O_WRONLY | os.O_APPEND)
+            try:
+                _write_all(fd, since)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fd = _install(tmp, self.path)
         except OSError as exc:
             self._fail("compact", exc)
             return
-        os.close(self._fd)
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
         self._fd = fd
-        self._kept, self._appended, self._dirty = len(kept), 0, False
-        self._compacted_at = wall
+        self._size = job.size + len(since)
+        self._kept, self._appended = job.kept, self._appended - job.appended
+        self._dirty = False
+        self._compacted_at = job.wall
+
+    def compact(self, wall: float) -> None:
+        """A whole compaction on this thread (the node runs :meth:`Compaction.run` in a worker
+        thread instead)."""
+        job = self.begin_compaction(wall)
+        if job is not None:
+            job.run()
+            self.finish_compaction(job)
 
     def close(self) -> None:
         if self._fd is None:
@@ -499,9 +607,13 @@ def open_journal(
             outcome,
         )
     kept = Fold(records).compacted(wall, table)
+    encoded = encode_log(kept)
     try:
-        fd = _rewrite(path, kept)
+        fd = _install(_write_temp(path, encoded), path)
     except OSError as exc:
         log.error("journal: cannot write %s (%s); journal off", path, exc.strerror or exc)
         return None, kept
-    return Journal(path, fd, kept=len(kept), limits=limits, table=table, wall=wall), kept
+    journal = Journal(
+        path, fd, kept=len(kept), size=len(encoded), limits=limits, table=table, wall=wall
+    )
+    return journal, kept

@@ -204,5 +204,7 @@ class Node:
             await asyncio.sleep(interval if interval > 0 else EXPIRE_EVERY)
             journal.sync()
             wall = time.time()
-            if journal.compaction_due(wall):
-                journal.compact(wall)
+            job = journal.begin_compaction(wall) if journal.compaction_due(wall) else None
+            if job is not None:
+                await asyncio.to_thread(job.run)  # reading and rewriting: off the loop
+                journal.finish_compaction(job)
