@@ -8,6 +8,7 @@ records are what the daemon writes. Time is injected (wall and monotonic), nothi
 from __future__ import annotations
 
 import logging
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from nvpair_wm.journal import (
     REMOVAL,
     TERMINAL_EVENT,
     Fold,
+    Journal,
     JournalLimits,
     Record,
     decode_log,
@@ -286,6 +288,15 @@ def outbounds(disp: Dispatcher, *frames: dict[str, Any]) -> list[Outbound]:
     return [out for frame in frames for out in broker_line(disp, frame)]
 
 
+def die(journal: Journal) -> None:
+    """What kill -9 does to a journal: its descriptors close (the lock goes), nothing is
+    synced or flushed by the process."""
+    for fd in (journal._fd, journal._lock):
+        if fd is not None and fd >= 0:
+            os.close(fd)
+    journal._fd, journal._lock = None, -1
+
+
 def test_append_then_reopen(tmp_path: Path) -> None:
     journal, records = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
     assert journal is not None and records == []
@@ -299,14 +310,28 @@ def test_append_then_reopen(tmp_path: Path) -> None:
         remove_frame("2", "node-a"),
     )
     journal.append(batch, T0 + 1)
-    # What kill -9 leaves: the process never closes or syncs the journal.
+    die(journal)
     again, records = open_journal(tmp_path, JournalLimits(), LIMITS, T0 + 2)
     assert again is not None
     assert [(r.kind, r.wid) for r in records] == [(LIVE, "1"), (REMOVAL, "2")]
     assert b'"seq":2' in records[0].body
     # The start compacted the file: it holds exactly what was reloaded.
     assert decode_log((tmp_path / JOURNAL_FILE).read_bytes()) == (records, None)
+    again.close()
+
+
+def test_one_process_per_journal(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A second daemon on the same cluster dir would rewrite the first one's journal under it:
+    it runs without a journal instead, and says so."""
+    journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+    assert journal is not None
+    with caplog.at_level(logging.WARNING, logger="nvpair_wm.journal"):
+        assert open_journal(tmp_path, JournalLimits(), LIMITS, T0) == (None, [])
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "in use by another process" in warning
     journal.close()
+    again, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+    assert again is not None
     again.close()
 
 
@@ -453,6 +478,7 @@ def test_appends_during_a_compaction_are_kept(tmp_path: Path) -> None:
     assert b'"seq":3' in records[0].body and b'"seq":4' in records[1].body
     # Appending goes on into the installed file; a later start folds it all.
     journal.append(outbounds(disp, event_frame("workload:submitted", workload(id="2"))), T0 + 3)
+    die(journal)
     _, kept = open_journal(tmp_path, JournalLimits(), LIMITS, T0 + 4)
     assert [(r.kind, r.wid) for r in kept] == [(REMOVAL, "1"), (LIVE, "2")]
 

@@ -67,6 +67,7 @@ three UTF-8 strings, and (events) the encoded lifecycle frame. Little-endian.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import struct
@@ -431,6 +432,7 @@ class Journal:
         path: Path,
         fd: int,
         *,
+        lock: int,
         kept: int,
         size: int,
         limits: JournalLimits,
@@ -441,6 +443,7 @@ class Journal:
         self.limits = limits
         self.table_limits = table
         self._fd: int | None = fd
+        self._lock = lock  # the directory, flocked: one process per journal
         self._size = size  # bytes in the file
         self._kept = kept  # records written by the last compaction
         self._appended = 0  # records appended since
@@ -549,12 +552,14 @@ class Journal:
             self.finish_compaction(job)
 
     def close(self) -> None:
-        if self._fd is None:
-            return
-        self.sync()
+        if self._fd is not None:
+            self.sync()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
 
     def _fail(self, what: str, exc: OSError) -> None:
         log.error(
@@ -578,6 +583,34 @@ def open_journal(
     if not limits.enabled:
         return None, []
     path = directory / JOURNAL_FILE
+    try:
+        lock = _lock(directory)
+    except BlockingIOError:
+        log.warning("journal: %s is in use by another process; journal off", path)
+        return None, []
+    except OSError as exc:
+        log.error("journal: cannot open %s (%s); journal off", directory, exc.strerror or exc)
+        return None, []
+    journal, kept = _open_locked(path, lock, limits, table, wall)
+    if journal is None:
+        os.close(lock)
+    return journal, kept
+
+
+def _lock(directory: Path) -> int:
+    """The directory, flocked for this process (BlockingIOError: another one holds it)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_locked(
+    path: Path, lock: int, limits: JournalLimits, table: TableLimits, wall: float
+) -> tuple[Journal | None, list[Record]]:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -614,6 +647,13 @@ def open_journal(
         log.error("journal: cannot write %s (%s); journal off", path, exc.strerror or exc)
         return None, kept
     journal = Journal(
-        path, fd, kept=len(kept), size=len(encoded), limits=limits, table=table, wall=wall
+        path,
+        fd,
+        lock=lock,
+        kept=len(kept),
+        size=len(encoded),
+        limits=limits,
+        table=table,
+        wall=wall,
     )
     return journal, kept
