@@ -640,9 +640,14 @@ def _open_locked(
             outcome,
         )
     kept = Fold(records).compacted(wall, table)
-    encoded = encode_log(kept)
     try:
-        fd = _install(_write_temp(path, encoded), path)
+        if data and damage is None and len(kept) == len(records):  # nothing to drop: as it is
+            size = len(data)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        else:
+            encoded = encode_log(kept)
+            size = len(encoded)
+            fd = _install(_write_temp(path, encoded), path)
     except OSError as exc:
         log.error("journal: cannot write %s (%s); journal off", path, exc.strerror or exc)
         return None, kept
@@ -651,7 +656,7 @@ def _open_locked(
         fd,
         lock=lock,
         kept=len(kept),
-        size=len(encoded),
+        size=size,
         limits=limits,
         table=table,
         wall=wall,
