@@ -34,6 +34,7 @@ from nvpair_wm.journal import (
     open_journal,
     record_of,
     reload_table,
+    scan_log,
 )
 from tests.frames import LIFECYCLE, event_frame, info, line, remove_frame, workload
 
@@ -94,6 +95,23 @@ class TestCodec:
         assert decoded[0].wid == "ü-1 ✓" and decoded[0].body.startswith(b'{"method"')
         assert decoded[1].kind == REMOVAL and decoded[1].run == "run-x"
         assert decoded[2].run == ""  # a removal of every run
+
+    def test_scan_sees_the_same_records_as_decode(self) -> None:
+        """A compaction reads spans (keys undecoded, where each record lies); a start reads
+        records. Both must see the same log, and the same damage."""
+        records = [
+            ev_record(wid="ü-1", state="completed"),
+            record_of(outbound_removal(Removal("node-a", "7", None)), T0 + 1),
+        ]
+        data = encode_log(records) + b"\x01\x02"
+        spans, damage = scan_log(data)
+        assert (damage, [len(spans)]) == (decode_log(data)[1], [2])
+        for span, rec in zip(spans, records, strict=True):
+            assert data[span.start : span.end] == encode_record(rec)
+            assert (span.kind, span.at) == (rec.kind, rec.at)
+            assert (span.origin, span.wid, span.run) == tuple(
+                x.encode() for x in (rec.origin, rec.wid, rec.run)
+            )
 
     def test_empty_file_is_empty_journal(self) -> None:
         assert decode_log(b"") == ([], None)
