@@ -1,9 +1,10 @@
 """One nvpair-wm node: the IO shells wired around the sans-IO core, and its lifecycle.
 
 Start: reload what this node originated from its journal (with a cluster dir), bind the
-inter-node port (always, identity or not), open the broker channel, write ``ready``. Run until the broker closes the channel (EOF) or SIGTERM/SIGINT. Stop: stop
-accepting, let in-flight requests finish (HTTP/2 GOAWAY), flush what is queued toward the broker
-and the peers within a grace period, exit 0.
+inter-node port (always, identity or not), open the broker channel, write ``ready``. Run until
+the broker closes the channel (EOF) or SIGTERM/SIGINT. Stop: stop accepting, let in-flight
+requests finish (HTTP/2 GOAWAY), flush what is queued toward the broker and the peers within a
+grace period, sync the journal, exit 0.
 """
 
 from __future__ import annotations
