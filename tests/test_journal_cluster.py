@@ -154,3 +154,39 @@ def test_origin_killed_while_its_peer_is_stopped_loses_nothing(
     finally:
         b.signal(signal.SIGCONT)
     check_b(b, newest)
+
+
+@pytest.mark.parametrize("damage", ["truncated tail", "garbage in the middle"])
+def test_damaged_journal_is_reported_and_the_node_starts(
+    make_cluster: Callable[..., Cluster], damage: str
+) -> None:
+    """A torn or corrupt journal: one warning line, the file moved aside, the node starts (no
+    crash loop) with what could be trusted, and journals again from there."""
+    cluster = make_cluster(1)
+    a = cluster["node-a"]
+    a.start()
+    a.send_all(event("workload:submitted", workload("node-a", f"w{i}")) for i in range(3))
+    assert a.status()["counters"]["workloads"] == 3
+    a.kill()
+    path = a.cluster_dir / JOURNAL_FILE
+    data = path.read_bytes()
+    if damage == "truncated tail":
+        path.write_bytes(data[:-5])  # what a power failure during the last append leaves
+        held, needle = 2, "torn tail: file ends inside a record"
+    else:
+        path.write_bytes(data[:40] + b"\x00garbage\xff" * 4 + data[76:])
+        held, needle = 0, "checksum mismatch"
+    a.start()
+    line = a.wait_log(f"journal {path} damaged at byte")
+    assert needle in line and " WARN" in line, line
+    assert len(a.log_lines(f"journal {path} damaged")) == 1
+    assert a.status()["counters"]["workloads"] == held
+    [aside] = a.cluster_dir.glob(f"{JOURNAL_FILE}.damaged-*")
+    assert aside.read_bytes() != path.read_bytes()
+    # Healthy from here: a new event survives the next kill -9, with no new warning.
+    a.send(event("workload:submitted", workload("node-a", "after")))
+    assert a.status()["counters"]["workloads"] == held + 1
+    a.kill()
+    a.start()
+    assert a.status()["counters"]["workloads"] == held + 1
+    assert not a.log_lines("damaged at byte")
