@@ -7,14 +7,18 @@ records are what the daemon writes. Time is injected (wall and monotonic), nothi
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.dedup import Removal, TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, outbound_event, outbound_removal
 from nvpair_wm.events import Outbound, lifecycle_frame
@@ -36,6 +40,7 @@ from nvpair_wm.journal import (
     reload_table,
     scan_log,
 )
+from nvpair_wm.node import Config, Node
 from tests.frames import LIFECYCLE, event_frame, info, line, remove_frame, workload
 
 LIMITS = TableLimits(
@@ -518,3 +523,40 @@ def test_a_compaction_that_cannot_write_leaves_the_log_as_it_was(tmp_path: Path)
     journal.append(outbounds(disp, event_frame("workload:submitted", workload(id="2"))), T0)
     assert journal.compaction_due(T0 + 1000)
     journal.close()
+
+
+def test_node_journals_what_it_publishes_and_compacts_on_its_timer(tmp_path: Path) -> None:
+    """The wiring in node.py: ``publish`` journals; the timer task syncs and compacts (in a
+    worker thread) once the appends outnumber what was kept; a new Node reloads the newest."""
+    cdir = init_cluster(tmp_path / "cluster", ["node-a"])["node-a"]
+    limits = JournalLimits(fsync_interval=0.01, compact_min_records=10)
+    config = Config(cluster_dir=cdir, journal=limits)
+    path = cdir / JOURNAL_FILE
+
+    async def run() -> None:
+        node = Node(config)
+        journal = node.journal
+        assert journal is not None
+        for seq in range(1, 31):
+            frame = event_frame("workload:started", workload(id="1", seq=seq))
+            node.publish(node.dispatcher.local(line(frame)).outbound)
+        assert len(decode_log(path.read_bytes())[0]) == 30  # written at once
+        task = asyncio.create_task(node._journal_forever(journal))
+        try:
+            # No event announces a compaction: poll the file, bounded.
+            deadline = time.monotonic() + 10
+            while len(decode_log(path.read_bytes())[0]) != 1:
+                assert time.monotonic() < deadline, "not compacted"
+                await asyncio.sleep(0.01)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        journal.close()
+
+    asyncio.run(run())
+    node = Node(config)
+    assert node.journal is not None
+    events, removals = node.table.originated()
+    assert [b'"seq":30' in e.body for e in events] == [True] and removals == []
+    node.journal.close()
