@@ -12,9 +12,11 @@ channel); where only status tells (B refusing A), the status is polled with a de
 
 from __future__ import annotations
 
+import random
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -190,3 +192,64 @@ def test_damaged_journal_is_reported_and_the_node_starts(
     a.start()
     assert a.status()["counters"]["workloads"] == held + 1
     assert not a.log_lines("damaged at byte")
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_repeated_kills_while_the_peer_is_stopped_lose_nothing(
+    make_cluster: Callable[..., Cluster], seed: int
+) -> None:
+    """Three rounds of seeded broker traffic (events moving forward, removals with and without
+    runId), each ended by ``kill -9`` and a restart whose broker re-reports its live workloads
+    (the contract's duty; all duplicates here), while B is stopped throughout. Once B runs, its
+    broker holds exactly the model's view: the newest seq of every live workload, a removal for
+    every removed one, each upsert once, seq only forward."""
+    rng = random.Random(seed)
+    cluster = make_cluster(2)
+    a, b = cluster["node-a"], cluster["node-b"]
+    for n in (a, b):
+        n.start()
+    b.signal(signal.SIGSTOP)
+    newest: dict[str, dict[str, Any]] = {}  # the broker's live workloads: id → newest info
+    removed: set[str] = set()
+    try:
+        cluster.announce(to=[a])
+        for rnd in range(3):
+            frames: list[dict[str, Any]] = []
+            for i in range(30):
+                live = sorted(newest)
+                if live and rng.random() < 0.15:
+                    wid = rng.choice(live)
+                    del newest[wid]
+                    removed.add(wid)
+                    frames.append(removal("node-a", wid, "run-node-a" if i % 2 else None))
+                    continue
+                wid = rng.choice([*live, f"r{rnd}-{i}"]) if live else f"r{rnd}-{i}"
+                seq = newest[wid]["seq"] + rng.randint(1, 2) if wid in newest else 1
+                method = rng.choice(["workload:submitted", "workload:started"])
+                newest[wid] = info = workload("node-a", wid, seq, startedAt=seq)
+                frames.append(event(method, info))
+            a.send_all(frames)
+            a.status()  # answered: every frame before it is journaled
+            a.kill()
+            a.start()
+            cluster.announce(to=[a])
+            a.send_all(event("workload:started", info) for info in newest.values())
+            assert a.status()["counters"]["workloads"] == len(newest)
+    finally:
+        b.signal(signal.SIGCONT)
+    expected = {("node-a", wid): info["seq"] for wid, info in newest.items()}
+    b.wait_until(
+        lambda _: (
+            {k: v["seq"] for k, v in b.view().items()} == expected
+            and {r["workloadId"] for r in b.removals()} == removed
+        ),
+        timeout=CONVERGE_WITHIN,
+    )
+    b.status()
+    seqs: dict[str, list[int]] = {}
+    for upserted in b.upserts():
+        seqs.setdefault(upserted["id"], []).append(upserted["seq"])
+    assert not seqs.keys() & removed  # B never saw those events: only their removals
+    for wid, order in seqs.items():
+        assert order == sorted(set(order)), (wid, order)
+    assert len(b.removals()) == len(removed)  # each once
