@@ -35,6 +35,7 @@ from nvpair_wm.journal import (
     decode_log,
     encode_log,
     encode_record,
+    fsync_and_close,
     open_journal,
     record_of,
     reload_table,
@@ -560,3 +561,19 @@ def test_node_journals_what_it_publishes_and_compacts_on_its_timer(tmp_path: Pat
     events, removals = node.table.originated()
     assert [b'"seq":30' in e.body for e in events] == [True] and removals == []
     node.journal.close()
+
+
+def test_group_commit_off_the_loop_syncs_a_duplicate(tmp_path: Path) -> None:
+    """The node fsyncs a duplicate descriptor in a worker thread: only when something was
+    written, and closing the journal meanwhile does not matter."""
+    journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+    assert journal is not None
+    assert journal.sync_descriptor() is None  # nothing written yet
+    disp = dispatcher(WorkloadTable(LIMITS))
+    journal.append(outbounds(disp, event_frame("workload:submitted")), T0)
+    fd = journal.sync_descriptor()
+    assert fd is not None and journal.sync_descriptor() is None  # one commit per write burst
+    journal.close()
+    assert fsync_and_close(fd) is None
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        os.fstat(fd)  # closed by it

@@ -28,7 +28,13 @@ from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.http.core import Limits
 from nvpair_wm.http.server import InterNodeServer
-from nvpair_wm.journal import Journal, JournalLimits, open_journal, reload_table
+from nvpair_wm.journal import (
+    Journal,
+    JournalLimits,
+    fsync_and_close,
+    open_journal,
+    reload_table,
+)
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, open_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
 
@@ -199,11 +205,13 @@ class Node:
             self.table.expire(time.monotonic())
 
     async def _journal_forever(self, journal: Journal) -> None:
-        """The journal's group commit and compaction (journal.py says why on the loop)."""
+        """The journal's group commit and compaction, their slow parts in worker threads."""
         interval = self.config.journal.fsync_interval
         while True:
             await asyncio.sleep(interval if interval > 0 else EXPIRE_EVERY)
-            journal.sync()
+            fd = journal.sync_descriptor()
+            if fd is not None and (failure := await asyncio.to_thread(fsync_and_close, fd)):
+                journal.sync_failed(failure)
             wall = time.time()
             job = journal.begin_compaction(wall) if journal.compaction_due(wall) else None
             if job is not None:
