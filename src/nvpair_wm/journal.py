@@ -132,12 +132,16 @@ _TERMINAL_PREFIXES: Final = tuple(
 
 @dataclass(frozen=True, slots=True)
 class JournalLimits:
-    """The journal's knobs. ``fsync_interval`` in seconds (0: fsync every write before the
-    broker gets its reply); ``compact_min_records``: the log is not compacted below this many
-    appended records."""
+    """The journal's knobs (off: no journal even with a cluster dir).
+
+    ``fsync_interval`` (seconds): the group commit's period; 0: fsync every write before the
+    broker gets its reply. Compaction is checked on the same timer, or every
+    ``compaction_check_interval`` seconds when ``fsync_interval`` is 0.
+    ``compact_min_records``: the log is not compacted below this many appended records."""
 
     enabled: bool = True
     fsync_interval: float = 1.0
+    compaction_check_interval: float = 1.0
     compact_min_records: int = 4096
 
 

@@ -206,9 +206,11 @@ class Node:
 
     async def _journal_forever(self, journal: Journal) -> None:
         """The journal's group commit and compaction, their slow parts in worker threads."""
-        interval = self.config.journal.fsync_interval
+        limits = self.config.journal
+        fsync = limits.fsync_interval
+        interval = fsync if fsync > 0 else limits.compaction_check_interval
         while True:
-            await asyncio.sleep(interval if interval > 0 else EXPIRE_EVERY)
+            await asyncio.sleep(interval)
             fd = journal.sync_descriptor()
             if fd is not None and (failure := await asyncio.to_thread(fsync_and_close, fd)):
                 journal.sync_failed(failure)
