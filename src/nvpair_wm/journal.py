@@ -139,10 +139,10 @@ class JournalLimits:
     ``compaction_check_interval`` seconds when ``fsync_interval`` is 0.
     ``compact_min_records``: the log is not compacted below this many appended records."""
 
-    enabled: bool = True
-    fsync_interval: float = 1.0
-    compaction_check_interval: float = 1.0
-    compact_min_records: int = 4096
+    enabled: bool = True  # keep journal.log in the cluster dir (a restart forgets nothing)
+    fsync_interval: float = 1.0  # group commit period; 0: fsync every write before the answer
+    compaction_check_interval: float = 1.0  # when fsync_interval is 0
+    compact_min_records: int = 4096  # appended records before a compaction is worth it
 
 
 class Record(NamedTuple):
