@@ -53,7 +53,10 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
 
 Reloading keeps each record's age: it is written with the wall-clock time of its event, and is
 put back into the table at ``monotonic now - age``, so TTLs run on from where they were (a
-clock that jumped backwards counts as age 0).
+clock that jumped backwards counts as age 0). Ages are wall-clock ages (the only clock that
+survives a reboot): a wall clock stepped forward by more than a TTL makes records look expired,
+and the next compaction drops them from the file while the table still holds them (a crash
+after that would lose them).
 
 What the broker still owns: events it sent that the node never wrote (the process died while
 reading them), and anything newer than the journal after a power failure. The contract says so:
