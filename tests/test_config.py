@@ -110,6 +110,8 @@ def test_every_key_can_be_set_from_a_file() -> None:
 
 def _other_value(key: config.Key) -> Any:
     base = config._base(key.kind)
+    if base is bool:
+        return not key.default
     if key.name == "log_level":
         return "debug"
     if key.name == "broadcast.protocols":

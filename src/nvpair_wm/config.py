@@ -32,6 +32,7 @@ from typing import Any, Final
 from nvpair_wm import codec
 from nvpair_wm.dedup import TableLimits
 from nvpair_wm.http.core import Limits
+from nvpair_wm.journal import JournalLimits
 from nvpair_wm.local import BrokerLimits
 from nvpair_wm.outbox import BroadcastLimits
 from nvpair_wm.pins import PinLimits
@@ -71,6 +72,7 @@ class Config:
     http: Limits = field(default_factory=Limits)
     broadcast: BroadcastLimits = field(default_factory=BroadcastLimits)
     pins: PinLimits = field(default_factory=PinLimits)
+    journal: JournalLimits = field(default_factory=JournalLimits)
 
 
 METRICS_DEFAULT_HOST: Final = "127.0.0.1"  # --metrics binds loopback unless told otherwise
@@ -118,6 +120,7 @@ RANGES: Final[dict[str, tuple[float, float]]] = {
     "http.h2_initial_window_size": (1, _H2_MAX),
     "http.h2_connection_window": (65_535, _H2_MAX),
     "pins.max_file_bytes": (1, 2**31 - 1),
+    "journal.fsync_interval": (0.0, _SECONDS_MAX),
 }
 
 #: Allowed values of string keys (each element, for lists).

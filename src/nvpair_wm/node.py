@@ -1,9 +1,10 @@
 """One nvpair-wm node: the IO shells wired around the sans-IO core, and its lifecycle.
 
-Start: bind the inter-node port (always, identity or not), open the broker channel, write
-``ready``. Run until the broker closes the channel (EOF) or SIGTERM/SIGINT. Stop: stop
-accepting, let in-flight requests finish (HTTP/2 GOAWAY), flush what is queued toward the broker
-and the peers within a grace period, exit 0.
+Start: reload what this node originated from its journal (with a cluster dir), bind the
+inter-node port (always, identity or not), open the broker channel, write ``ready``. Run until
+the broker closes the channel (EOF) or SIGTERM/SIGINT. Stop: stop accepting, let in-flight
+requests finish (HTTP/2 GOAWAY), flush what is queued toward the broker and the peers within a
+grace period, sync the journal, exit 0.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.http.server import InterNodeServer
+from nvpair_wm.journal import Journal, fsync_and_close, open_journal, reload_table
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
 
@@ -59,6 +61,14 @@ class Node:
         self.queue = BrokerQueue(config.broker.queue_frames)
         self.dispatcher = Dispatcher(self.table, self._status)
         cluster = config.cluster_dir
+        # What this node originated before a restart, back in the table before any peer
+        # connects, so that every first snapshot carries it (journal.py). No cluster dir: no
+        # peers, nothing to replay.
+        self.journal: Journal | None = None
+        if cluster:
+            self.journal, records = open_journal(cluster, config.journal, config.table, time.time())
+            skipped = reload_table(self.table, records, time.monotonic(), time.time())
+            log.info("journal: reloaded %d records (%d skipped)", len(records) - skipped, skipped)
         self.identity: Identity | _NoIdentity = Identity(cluster) if cluster else _NoIdentity()
         self.pins: PinSet | _NoPins = (
             PinSet(cluster / "trusted", config.pins) if cluster else _NoPins()
@@ -85,6 +95,8 @@ class Node:
         return (True, ident.fingerprint) if ident else (False, None)
 
     def publish(self, outbound: list[Outbound]) -> None:
+        if self.journal is not None:  # written before the broker's reply can be
+            self.journal.append(outbound, time.time())
         self.broadcaster.publish(outbound)
 
     def update_nodes(self, nodes: list[NodeRecord]) -> None:
@@ -139,6 +151,8 @@ class Node:
             asyncio.create_task(channel.write_forever(), name="broker-writer"),
             asyncio.create_task(self._expire_forever(), name="expiry"),
         ]
+        if self.journal is not None:
+            tasks.append(asyncio.create_task(self._journal_forever(self.journal), name="journal"))
         reading = asyncio.create_task(channel.read_until_eof(), name="broker-reader")
         stopping = asyncio.create_task(self._stop.wait(), name="stop")
         done, _ = await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -155,6 +169,8 @@ class Node:
         with contextlib.suppress(OSError, RuntimeError):
             await asyncio.wait_for(channel.flush(), self.config.shutdown_grace)
         await close_writer(writer)
+        if self.journal is not None:
+            self.journal.close()
         log.info("stopped")
         return 0
 
@@ -180,3 +196,19 @@ class Node:
         while True:
             await asyncio.sleep(self.config.table.expire_interval)
             self.table.expire(time.monotonic())
+
+    async def _journal_forever(self, journal: Journal) -> None:
+        """The journal's group commit and compaction, their slow parts in worker threads."""
+        limits = self.config.journal
+        fsync = limits.fsync_interval
+        interval = fsync if fsync > 0 else limits.compaction_check_interval
+        while True:
+            await asyncio.sleep(interval)
+            fd = journal.sync_descriptor()
+            if fd is not None and (failure := await asyncio.to_thread(fsync_and_close, fd)):
+                journal.sync_failed(failure)
+            wall = time.time()
+            job = journal.begin_compaction(wall) if journal.compaction_due(wall) else None
+            if job is not None:
+                await asyncio.to_thread(job.run)  # reading and rewriting: off the loop
+                journal.finish_compaction(job)
