@@ -3,17 +3,26 @@
 Run through `make gen` / `make check-gen`. The generator runs on a staged copy holding only the
 schema files (schema/conformance/ holds test vectors, not schemas), and any warning it prints is
 an error: a warning there usually means a union msgspec cannot decode.
+
+The schema files use no custom keywords, so that strict validators (Ajv's strict mode) take them
+as they are. A tagged union is a root ``oneOf`` whose branches are ``$ref``s to object schemas that
+each require ``method`` and pin it with ``const``. datamodel-code-generator makes msgspec tagged
+unions only from the OpenAPI ``discriminator`` keyword, and does not infer one across files, so
+the staged copy gets that keyword, derived from the branches' ``const``s (:func:`tag_unions`):
+nothing is retyped, and ``schema/`` stays strict-clean.
 """
 
 from __future__ import annotations
 
 import argparse
 import filecmp
+import json
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "schema"
@@ -44,12 +53,56 @@ ARGS = [
 ]
 
 
+TAG = "method"
+
+
+def _resolve(ref: str, here: str, schemas: dict[str, Any]) -> Any:
+    """The schema a relative ``$ref`` (``file.schema.json`` or ``file#/$defs/Name``) points to."""
+    file, _, pointer = ref.partition("#")
+    node = schemas[file or here]
+    for part in filter(None, pointer.split("/")):
+        node = node[part]
+    return node
+
+
+def tag_unions(schemas: dict[str, Any]) -> None:
+    """Give every root ``oneOf`` of frame types a ``discriminator`` on ``method``, in place.
+
+    ``schemas`` maps file names to parsed schema files. A root ``oneOf`` whose branches all pin
+    ``method`` is tagged; one where no branch does is left alone; a mix, or a branch that pins
+    ``method`` without requiring it or repeats another's tag, is an error.
+    """
+    for name, schema in schemas.items():
+        branches = schema.get("oneOf")
+        if not isinstance(branches, list):
+            continue
+        mapping: dict[str, str] = {}
+        untagged = []
+        for branch in branches:
+            ref = branch.get("$ref")
+            target = _resolve(ref, name, schemas) if isinstance(ref, str) else branch
+            tag = target.get("properties", {}).get(TAG, {}).get("const")
+            if tag is None:
+                untagged.append(ref)
+                continue
+            if TAG not in target.get("required", []) or tag in mapping or ref is None:
+                sys.exit(f"{name}: branch {ref or branch} cannot be a tagged-union variant")
+            mapping[tag] = ref
+        if mapping and untagged:
+            sys.exit(f"{name}: branches {untagged} do not pin {TAG!r}, the others do")
+        if mapping:
+            schema["discriminator"] = {"propertyName": TAG, "mapping": mapping}
+
+
 def generate(out: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "schema"
         staged.mkdir()
-        for f in sorted(SCHEMA.glob("*.schema.json")):
-            shutil.copy(f, staged / f.name)
+        files = sorted(SCHEMA.glob("*.schema.json"))
+        schemas = {f.name: json.loads(f.read_text()) for f in files}
+        tag_unions(schemas)
+        for name, schema in schemas.items():
+            (staged / name).write_text(json.dumps(schema, indent=2, ensure_ascii=False) + "\n")
         exe = Path(sys.executable).with_name("datamodel-codegen")
         proc = subprocess.run(
             [str(exe), "--input", str(staged), "--output", str(out), *ARGS],
