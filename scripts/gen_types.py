@@ -61,6 +61,10 @@ ARGS = [
 
 
 TAG = "method"
+# Unions told apart by their members (result / error / method), not by a tag: msgspec decodes no
+# such union as one type, so these files get no generated type. Every part they combine does;
+# tests/test_conformance.py checks their vectors through those parts.
+NOT_GENERATED = frozenset({"broker-line.schema.json", "http-response.schema.json"})
 
 
 def _resolve(ref: str, here: str, schemas: dict[str, Any]) -> Any:
@@ -212,6 +216,8 @@ def generate(out: Path) -> None:
         schemas = {f.name: json.loads(f.read_text()) for f in files}
         tag_unions(schemas)
         for name, schema in schemas.items():
+            if name in NOT_GENERATED:
+                continue
             (staged / name).write_text(json.dumps(schema, indent=2, ensure_ascii=False) + "\n")
         exe = Path(sys.executable).with_name("datamodel-codegen")
         proc = subprocess.run(
