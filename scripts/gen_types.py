@@ -1,4 +1,4 @@
-"""Generate generated/nvpair_wm_schema from schema/*.schema.json, or check that it is current.
+"""Generate generated/ (nvpair_wm_schema and openrpc.json) from schema/, or check it is current.
 
 Run through `make gen` / `make check-gen`. The generator runs on a staged copy holding only the
 schema files (schema/conformance/ holds test vectors, not schemas), and any warning it prints is
@@ -14,7 +14,8 @@ nothing is retyped, and ``schema/`` stays strict-clean.
 Besides the types, ``make gen`` writes ``contract.py``: the constants the schema owns and code
 would otherwise retype (:func:`contract_module`): the contract version (``schema/VERSION``), the
 error codes and their messages (``ErrorCode``'s ``oneOf`` branches: ``const`` and ``title``), the
-method → type map of every tagged union, and bounds such as the default port.
+method → type map of every tagged union, and bounds such as the default port; and
+``generated/openrpc.json``, the OpenRPC document of every method (:func:`openrpc_document`).
 """
 
 from __future__ import annotations
