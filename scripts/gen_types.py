@@ -220,11 +220,9 @@ def openrpc_document(schemas: dict[str, Any], version: str) -> dict[str, Any]:
     base = rpc["$id"].rsplit("/", 1)[0] + "/"
     components: dict[str, Any] = {}
     for branch in rpc["$defs"]["ErrorCode"]["oneOf"]:
-        components[_camel(branch["title"])] = {
-            "code": branch["const"],
-            "message": branch["title"],
-            "data": branch["description"],
-        }
+        # No "data": on the wire it is an ErrorData object; when each code is sent is said by
+        # ErrorCode's branch descriptions in jsonrpc.schema.json.
+        components[_camel(branch["title"])] = {"code": branch["const"], "message": branch["title"]}
     err_ref = {
         b["const"]: f"#/components/errors/{_camel(b['title'])}"
         for b in rpc["$defs"]["ErrorCode"]["oneOf"]
