@@ -17,7 +17,7 @@ ARGS   ?=
 # pip's output goes to stderr; one machine-specific warning about a missing local index is noise.
 PIP_QUIET := 2>&1 | { grep -vE "^WARNING: Location 'file:" || true; } >&2
 
-.PHONY: venv venv-run gen check-gen lint typecheck test run bench bench-quick demo clean
+.PHONY: venv venv-run ts-deps gen check-gen check-compat lint typecheck test run bench bench-quick demo clean
 
 venv: $(DEV_STAMP)
 venv-run: $(RUN_STAMP)
@@ -38,11 +38,25 @@ $(DEV_STAMP): pyproject.toml | $(PY)
 	@rm -f $(VENV)/.installed-*
 	@touch $@ $(RUN_STAMP)
 
+# The Node packages of consumers/ts (Ajv, json-schema-to-typescript, TypeScript, the OpenRPC
+# meta-schema), from its lockfile. Without npm the Node tests fail and say how to install it.
+TS_DIR   := consumers/ts
+TS_STAMP := $(TS_DIR)/node_modules/.package-lock.json
+
+ts-deps: $(TS_STAMP)
+$(TS_STAMP): $(TS_DIR)/package-lock.json
+	@if command -v npm >/dev/null; then npm ci --prefix $(TS_DIR) --no-audit --no-fund; \
+	else echo "npm is missing (apt-get install -y nodejs npm): the Node tests will fail" >&2; fi
+
 gen: venv
 	$(PY) scripts/gen_types.py
 
 check-gen: venv
 	$(PY) scripts/gen_types.py --check
+
+# schema/ against the last released contract (schema/released/<major>.x): breaking needs a major bump.
+check-compat: venv
+	$(PY) scripts/schema_compat.py
 
 LINTED := $(wildcard src tests bench scripts)
 
@@ -53,7 +67,7 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy src
 
-test: check-gen lint typecheck
+test: check-gen check-compat lint typecheck ts-deps
 	$(PY) -m pytest $(ARGS)
 
 run: venv-run

@@ -8,6 +8,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nvpair_wm_schema.jsonrpc_schema import ErrorCode
 from nvpair_wm_schema.manager_status_schema import ManagerStatus
 from nvpair_wm_schema.nodes_update_schema import NodesUpdate
 from nvpair_wm_schema.workload_events_schema import (
@@ -561,10 +562,10 @@ class TestResponses:
             "error": {"code": -32700, "message": "Parse error", "data": {"reason": "bad"}},
         }
 
-    @pytest.mark.parametrize("code", sorted(codec.MESSAGES))
-    def test_every_code_has_a_message(self, code: int) -> None:
+    @pytest.mark.parametrize("code", sorted(codec.ERROR_MESSAGES))
+    def test_every_code_has_a_message(self, code: ErrorCode) -> None:
         body = json.loads(codec.encode(RpcError(code, "r", "i").response()))
-        assert body["error"]["message"] == codec.MESSAGES[code]
+        assert body["error"]["message"] == codec.ERROR_MESSAGES[code]
         assert body["error"]["code"] == code
 
     def test_too_large(self) -> None:

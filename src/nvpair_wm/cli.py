@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from nvpair_wm_schema.contract import DEFAULT_PORT
+
 from nvpair_wm import __version__, allocator, config, logs
 from nvpair_wm.config import Config, ConfigError
 from nvpair_wm.node import Node
@@ -80,7 +82,7 @@ def parser() -> argparse.ArgumentParser:
         "--port",
         type=int_in(0, 65535, "a port number"),
         metavar="N",
-        help="inter-node port to listen on and advertise (default 14320; 0 picks a "
+        help=f"inter-node port to listen on and advertise (default {DEFAULT_PORT}; 0 picks a "
         "free port, reported in the log and in manager:status)",
     )
     p.add_argument(

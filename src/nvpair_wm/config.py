@@ -29,6 +29,8 @@ from pathlib import Path
 from types import NoneType, UnionType
 from typing import Any, Final
 
+from nvpair_wm_schema.contract import DEFAULT_PORT
+
 from nvpair_wm import codec
 from nvpair_wm.dedup import TableLimits
 from nvpair_wm.http.core import Limits
@@ -59,7 +61,7 @@ PEER_PROTOCOLS: Final = ("h2", "http/1.1")
 class Config:
     """The whole configuration of one node: flags, ``--config`` file, defaults, in that order."""
 
-    port: int = 14320  # inter-node port to listen on and advertise; 0 picks a free one
+    port: int = DEFAULT_PORT  # inter-node port to listen on and advertise; 0 picks a free one
     bind: str | None = None  # listen on this address only (default: every interface)
     ipc: str | None = None  # broker endpoint to dial instead of stdio
     cluster_dir: Path | None = None  # node.crt, node.key and trusted/

@@ -16,6 +16,7 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
+from nvpair_wm_schema.contract import CONTRACT_VERSION
 from nvpair_wm_schema.manager_status_schema import PeerStatus, StatusResult
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
@@ -146,7 +147,8 @@ class Node:
             )
             await close_writer(writer)
             return 1
-        self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=ReadyParams(__version__)))])
+        params = ReadyParams(version=__version__, contractVersion=CONTRACT_VERSION)
+        self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=params))])
         tasks = [
             asyncio.create_task(channel.write_forever(), name="broker-writer"),
             asyncio.create_task(self._expire_forever(), name="expiry"),
