@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -99,4 +100,9 @@ def main(argv: list[str] | None = None) -> None:
         code = asyncio.run(Node(config).run())
     except KeyboardInterrupt:  # pragma: no cover - SIGINT is handled inside run()
         code = 130
+    except Exception as exc:  # a bug outside the watched tasks: one line, and a non-zero status
+        logging.getLogger("nvpair_wm").debug("fatal error", exc_info=True)
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())
+        logging.getLogger("nvpair_wm").error("fatal: %s; exiting with status 1", why)
+        code = 1
     sys.exit(code)
