@@ -35,6 +35,9 @@ from hypothesis_jsonschema import from_schema
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 from nvpair_wm import codec
+from nvpair_wm.dedup import WorkloadTable
+from nvpair_wm.dispatch import Dispatcher
+from tests.frames import status_result
 from tests.test_conformance import BASE, MAX_DEPTH, REGISTRY, NotIJson, strict_loads
 from tests.test_properties import bundle
 
@@ -64,6 +67,10 @@ FUZZ = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+
+# A real dispatcher and table: every mutated text also goes through both channels' entry points.
+DISPATCHER: Final = Dispatcher(WorkloadTable(), status_result)
+BROKER_ONLY: Final = frozenset({"nodes:update", "manager:status"})  # peers get -32601 for these
 
 HOLE: Final = "@@HOLE@@"
 HOLE_TEXT: Final = b'"@@HOLE@@"'
@@ -122,6 +129,11 @@ def agree(text: bytes) -> None:
         assert not isinstance(item, codec.RpcError), "the codec refused a valid frame" + detail
         assert item.__struct_config__.tag == value["method"], detail
         _same(msgspec.to_builtins(item), value, "$")
+    # Both channels take it without raising: a peer gets 200, 202 or 400, never a 500.
+    result = DISPATCHER.peer(text)
+    assert result.status in (200, 202, 400), detail
+    assert (result.status == 400) == (verdict != "valid" or value["method"] in BROKER_ONLY), detail
+    DISPATCHER.local(text)
 
 
 # -- placing a mutation ---------------------------------------------------------------------------
