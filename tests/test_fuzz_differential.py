@@ -61,7 +61,7 @@ REFERENCE: Final = Draft202012Validator(
 )
 FRAMES: Final = st.one_of([from_schema(bundle(ref), codec="utf-8") for ref in FRAME_REFS])
 
-EXAMPLES: Final = 100
+EXAMPLES: Final = 60
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
