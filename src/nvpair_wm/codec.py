@@ -229,6 +229,7 @@ _NUMBER: Final = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]
 _LONG_DIGITS: Final = re.compile(rb"[0-9]{309}")
 _DIGITS: Final = b"0123456789"
 _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_NOT_BRACKETS_OR_DIGITS: Final = bytes(b for b in range(256) if b not in b"[]{}0123456789")
 _STEP: Final = tuple(1 if b in b"[{" else -1 if b in b"]}" else 0 for b in range(256))
 _BOM: Final = b"\xef\xbb\xbf"
 TOO_DEEP: Final = (
@@ -246,10 +247,9 @@ def nesting_depth(text: bytes) -> int:
     return max(accumulate(map(_STEP.__getitem__, skeleton)), default=0)
 
 
-def _too_deep(text: bytes) -> bool:
+def _too_deep(brackets: int, text: bytes) -> bool:
     # In JSON text the depth is at most half the brackets (each opens and closes once); only
     # above that cheap bound is the text scanned. Unbalanced text is malformed anyway.
-    brackets = len(text.translate(None, _NOT_BRACKETS))
     return brackets > 2 * MAX_DEPTH and nesting_depth(text) > MAX_DEPTH
 
 
@@ -336,7 +336,10 @@ def _parse(text: bytes) -> Any:
     three except integer literals of 309+ digits, checked here). Nothing escapes as an exception:
     RecursionError is msgspec's own bound, a backstop behind ``MAX_DEPTH``.
     """
-    if _too_deep(text):
+    # One pass keeps the brackets and digits, for two cheap bounds: depth, and long numbers.
+    kept = text.translate(None, _NOT_BRACKETS_OR_DIGITS)
+    brackets = len(kept.translate(None, _DIGITS))
+    if _too_deep(brackets, text):
         return _Unparseable(f"malformed JSON: {TOO_DEEP}")
     try:
         value = _any_decoder.decode(text)
@@ -344,7 +347,7 @@ def _parse(text: bytes) -> Any:
         return _Unparseable(f"malformed JSON: {TOO_DEEP}")
     except msgspec.DecodeError as exc:
         return _Unparseable(_why_unparseable(text, exc))
-    if len(text) - len(text.translate(None, _DIGITS)) >= 309 and _LONG_DIGITS.search(text):
+    if len(kept) - brackets >= 309 and _LONG_DIGITS.search(text):
         big = _overflowing_number(text)
         if big is not None:
             at, literal = big
