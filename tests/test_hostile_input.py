@@ -202,19 +202,33 @@ def test_each_hostile_line_gets_its_answer_and_the_next_request_is_answered(
     assert wm.status()["version"]  # the next request on the same channel is answered
 
 
-def test_a_batch_with_a_frame_nested_1000_deep_applies_the_others(wm: WmProcess) -> None:
+BATCH_ELEMENTS = {
+    "nested 1000 deep (beyond msgspec's own bound)": (unknown(deep(1000), rid="b"), TOO_DEEP),
+    "nested 100000 deep": (deep(100_000), TOO_DEEP),
+    "a lone surrogate (msgspec's batch splitter refuses it)": (
+        unknown(b'"\\udfff"', rid="b"),
+        SURROGATE,
+    ),
+    "1e400": (unknown(b"1e400", rid="b"), NOT_FINITE),
+    "invalid UTF-8": (unknown(b'"\xc3"', rid="b"), "invalid UTF-8"),
+}
+
+
+@pytest.mark.parametrize("name", list(BATCH_ELEMENTS))
+def test_a_batch_element_breaking_a_rule_is_its_own_error_and_the_others_apply(
+    wm: WmProcess, name: str
+) -> None:
+    bad, why = BATCH_ELEMENTS[name]
     before = wm.status()["counters"]["workloads"]
-    # Beyond msgspec's own bound (about 1,000 levels), and far beyond.
-    for bad in (unknown(deep(1000), rid="b"), deep(100_000)):
-        good1, good2 = dumps(request("a")), dumps(request("c"))
-        wm.send(b"[" + good1 + b", " + bad + b"," + good2 + b"]\n")
-        first, error, last = wm.recv()
-        assert first == {"jsonrpc": "2.0", "id": "a", "result": {"outcome": "applied"}}
-        assert error["id"] is None and error["error"]["code"] == PARSE_ERROR
-        assert error["error"]["data"]["index"] == 1
-        assert TOO_DEEP in error["error"]["data"]["reason"]
-        assert last == {"jsonrpc": "2.0", "id": "c", "result": {"outcome": "applied"}}
-    assert wm.status()["counters"]["workloads"] == before + 4
+    good1, good2 = dumps(request("a")), dumps(request("c"))
+    wm.send(b"[" + good1 + b", " + bad + b"," + good2 + b"]\n")
+    first, error, last = wm.recv()
+    assert first == {"jsonrpc": "2.0", "id": "a", "result": {"outcome": "applied"}}
+    assert error["id"] is None and error["error"]["code"] == PARSE_ERROR
+    assert error["error"]["data"]["index"] == 1
+    assert why in error["error"]["data"]["reason"]
+    assert last == {"jsonrpc": "2.0", "id": "c", "result": {"outcome": "applied"}}
+    assert wm.status()["counters"]["workloads"] == before + 2
 
 
 # -- the codec on its own -------------------------------------------------------------------------

@@ -479,6 +479,33 @@ def test_batch_with_a_frame_nested_1000_deep_gets_400_for_it_and_the_rest_applie
 
 
 @pytest.mark.parametrize("proto", PROTOCOLS)
+def test_batch_breaking_i_json_in_unknown_members_gets_400_for_those_frames_only(
+    proto: str, start_node: StartNode, tls_cluster: TLSCluster, tmp_path: Path
+) -> None:
+    """Every member is held to I-JSON, also one nothing reads: each offending frame is its own
+    -32700 with a reason saying what was wrong; the valid frames around them are applied."""
+    node = start_node(tls_cluster.server_dir)
+    good, later = _uid("good"), _uid("good")
+    template = json.dumps(event_frame("workload:submitted", workload(id=_uid("bad"), x="HOLE")))
+    bad = {
+        b"1e400": "beyond every finite IEEE 754 double",
+        b'"\\ud800"': "lone surrogate \\ud800",
+        b'"\xff"': "invalid UTF-8",
+    }
+    frames = [json.dumps(event_frame("workload:submitted", workload(id=good))).encode()]
+    frames += [template.encode().replace(b'"HOLE"', raw) for raw in bad]
+    frames.append(json.dumps(event_frame("workload:submitted", workload(id=later))).encode())
+    r = post(proto, node, b"[" + b",".join(frames) + b"]", tls_cluster.pair("b"), tmp_path)
+    assert r.status == 400, r
+    errors = json.loads(r.body)
+    assert [e["error"]["data"]["index"] for e in errors] == [1, 2, 3]
+    for error, why in zip(errors, bad.values(), strict=True):
+        assert error["error"]["code"] == -32700 and why in error["error"]["data"]["reason"], error
+    assert [node.upsert()["id"], node.upsert()["id"]] == [good, later]
+    fence(node, tls_cluster.pair("c"))
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
 def test_body_of_1_mib_plus_1_byte_gets_413(
     proto: str, start_node: StartNode, tls_cluster: TLSCluster, tmp_path: Path
 ) -> None:

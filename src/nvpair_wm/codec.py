@@ -624,7 +624,14 @@ def decode(payload: bytes) -> Decoded:
             return Decoded([RpcError(PARSE_ERROR, f"malformed JSON: {TOO_DEEP}")], batch=False)
         raws = split
     except msgspec.DecodeError as exc:
-        return Decoded([RpcError(PARSE_ERROR, _why_unparseable(payload, exc))], batch=False)
+        # msgspec's splitter refuses a lone surrogate anywhere in the batch. Like every other
+        # I-JSON rule (and the nesting bound) it is the offending element's error, not the
+        # whole body's: only a body that is not JSON at all is one parse error.
+        lone = b"\\u" in payload and _lone_surrogate(payload) is not None
+        split = _split_array(payload) if lone else None
+        if split is None:
+            return Decoded([RpcError(PARSE_ERROR, _why_unparseable(payload, exc))], batch=False)
+        raws = split
     if not raws:
         return Decoded([RpcError(INVALID_REQUEST, "empty batch")], batch=False)
     return Decoded([_decode_one(r) for r in raws], batch=True)
