@@ -526,7 +526,7 @@ class TestBatch:
         assert (err.code, err.id, err.respond) == (INVALID_REQUEST, None, True)
 
     @pytest.mark.parametrize(
-        "payload", [b"[" + manager_status(1), b"[1,]", b'[{"a":"\\ud800"}]', b"[1] x"]
+        "payload", [b"[" + manager_status(1), b"[1,]", b'[{"a":"\\ud800"]', b"[1] x"]
     )
     def test_malformed_batch_is_one_parse_error(self, payload: bytes) -> None:
         decoded = codec.decode(payload)

@@ -83,8 +83,35 @@ def _no_constant(s: str) -> Any:
     raise NotIJson(f"{s} is not JSON")
 
 
+# schema/README.md, "Nesting and I-JSON in every member": levels of arrays and objects.
+MAX_DEPTH = 64
+
+
+def _finite_int(s: str) -> int:
+    n = int(s)
+    try:
+        float(n)
+    except OverflowError:
+        raise NotIJson(f"{s[:20]}... is beyond every finite IEEE 754 double") from None
+    return n
+
+
+def _depth(value: Any) -> int:
+    """Nesting of arrays and objects, iteratively (the value may be deeper than the stack)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, level)
+            stack.extend(
+                (v, level + 1) for v in (node.values() if isinstance(node, dict) else node)
+            )
+    return deepest
+
+
 def strict_loads(text: str, *, duplicates: str = "last") -> Any:
-    """Parse JSON text as this contract does: RFC 8259 JSON that is also I-JSON for strings.
+    """Parse JSON text as this contract does: RFC 8259 JSON that is also I-JSON (strings,
+    numbers; also integer literals), at most ``MAX_DEPTH`` levels deep.
 
     ``duplicates="last"``: a repeated member name keeps its last value (the contract's rule, and
     Python's, JavaScript's and Go's default); ``"error"`` refuses it (used for the vector files
@@ -101,10 +128,18 @@ def strict_loads(text: str, *, duplicates: str = "last") -> Any:
 
     try:
         value = json.loads(
-            text, object_pairs_hook=pairs, parse_float=_finite_float, parse_constant=_no_constant
+            text,
+            object_pairs_hook=pairs,
+            parse_float=_finite_float,
+            parse_int=_finite_int,
+            parse_constant=_no_constant,
         )
     except json.JSONDecodeError as exc:
         raise NotIJson(str(exc)) from exc
+    except RecursionError as exc:  # Python's own parser met its bound: far beyond ours
+        raise NotIJson(f"nested deeper than {MAX_DEPTH} levels") from exc
+    if _depth(value) > MAX_DEPTH:
+        raise NotIJson(f"nested deeper than {MAX_DEPTH} levels")
     _walk_strings(value)
     return value
 
@@ -435,7 +470,20 @@ def test_strict_parser() -> None:
     """The jsonschema side's parser does what the README says a runner must do."""
     assert strict_loads('{"a":1,"a":2}') == {"a": 2}
     assert strict_loads('"\\ud83d\\ude00"') == "\U0001f600"
-    for bad in ['"\\ud800"', '{"\\udc00":1}', "NaN", "1e400", "-Infinity", "\ufeff{}", "{} x"]:
+    assert _depth(strict_loads("[" * MAX_DEPTH + "]" * MAX_DEPTH)) == MAX_DEPTH
+    assert strict_loads("9" * 300) == int("9" * 300)  # a finite double, if not an exact one
+    for bad in [
+        '"\\ud800"',
+        '{"\\udc00":1}',
+        "NaN",
+        "1e400",
+        "-Infinity",
+        "\ufeff{}",
+        "{} x",
+        "1" + "0" * 400,
+        "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1),
+        "[" * 5000 + "]" * 5000,
+    ]:
         with pytest.raises(NotIJson):
             strict_loads(bad)
     with pytest.raises(NotIJson):

@@ -450,6 +450,62 @@ def test_batch_mixing_good_and_bad_frames_gets_400_naming_the_bad_index(
 
 
 @pytest.mark.parametrize("proto", PROTOCOLS)
+def test_batch_with_a_frame_nested_1000_deep_gets_400_for_it_and_the_rest_applied_once(
+    proto: str, start_node: StartNode, tls_cluster: TLSCluster, tmp_path: Path
+) -> None:
+    """Issue 9: one unprocessable frame is that frame's error in the 400, never a 500; issue 10:
+    nesting beyond the bound (and beyond msgspec's own) is a parse error naming the bound."""
+    node = start_node(tls_cluster.server_dir)
+    good, later = _uid("good"), _uid("good")
+    deep = json.dumps(event_frame("workload:submitted", workload(id=_uid("deep"), x="HOLE")))
+    deep_frame = deep.replace('"HOLE"', "[" * 1000 + "]" * 1000).encode()
+    body = b"[%s,%s,%s]" % (
+        json.dumps(event_frame("workload:submitted", workload(id=good))).encode(),
+        deep_frame,
+        json.dumps(event_frame("workload:submitted", workload(id=later))).encode(),
+    )
+    r = post(proto, node, body, tls_cluster.pair("b"), tmp_path)
+    assert r.status == 400, r
+    [error] = json.loads(r.body)
+    assert error["id"] is None and error["error"]["code"] == -32700
+    assert error["error"]["data"]["index"] == 1
+    assert "deeper than 64 levels" in error["error"]["data"]["reason"]
+    assert [node.upsert()["id"], node.upsert()["id"]] == [good, later]
+    fence(node, tls_cluster.pair("c"))  # each valid frame reached the broker exactly once
+    # The same frame alone: 400 with its error, and the endpoint goes on.
+    r = post(proto, node, deep_frame, tls_cluster.pair("b"), tmp_path)
+    assert r.status == 400 and json.loads(r.body)["error"]["code"] == -32700, r
+    fence(node, tls_cluster.pair("c"))
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_batch_breaking_i_json_in_unknown_members_gets_400_for_those_frames_only(
+    proto: str, start_node: StartNode, tls_cluster: TLSCluster, tmp_path: Path
+) -> None:
+    """Every member is held to I-JSON, also one nothing reads: each offending frame is its own
+    -32700 with a reason saying what was wrong; the valid frames around them are applied."""
+    node = start_node(tls_cluster.server_dir)
+    good, later = _uid("good"), _uid("good")
+    template = json.dumps(event_frame("workload:submitted", workload(id=_uid("bad"), x="HOLE")))
+    bad = {
+        b"1e400": "beyond every finite IEEE 754 double",
+        b'"\\ud800"': "lone surrogate \\ud800",
+        b'"\xff"': "invalid UTF-8",
+    }
+    frames = [json.dumps(event_frame("workload:submitted", workload(id=good))).encode()]
+    frames += [template.encode().replace(b'"HOLE"', raw) for raw in bad]
+    frames.append(json.dumps(event_frame("workload:submitted", workload(id=later))).encode())
+    r = post(proto, node, b"[" + b",".join(frames) + b"]", tls_cluster.pair("b"), tmp_path)
+    assert r.status == 400, r
+    errors = json.loads(r.body)
+    assert [e["error"]["data"]["index"] for e in errors] == [1, 2, 3]
+    for error, why in zip(errors, bad.values(), strict=True):
+        assert error["error"]["code"] == -32700 and why in error["error"]["data"]["reason"], error
+    assert [node.upsert()["id"], node.upsert()["id"]] == [good, later]
+    fence(node, tls_cluster.pair("c"))
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
 def test_body_of_1_mib_plus_1_byte_gets_413(
     proto: str, start_node: StartNode, tls_cluster: TLSCluster, tmp_path: Path
 ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+import logging
 import os
 import re
 import socket
@@ -260,4 +261,9 @@ def main(argv: list[str] | None = None) -> None:
         code = asyncio.run(Node(cfg).run())
     except KeyboardInterrupt:  # pragma: no cover - SIGINT is handled inside run()
         code = 130
+    except Exception as exc:  # a bug outside the watched tasks: one line, and a non-zero status
+        logging.getLogger("nvpair_wm").debug("fatal error", exc_info=True)
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())
+        logging.getLogger("nvpair_wm").error("fatal: %s; exiting with status 1", why)
+        code = 1
     sys.exit(code)

@@ -8,6 +8,12 @@ and to accept what JSON Schema calls an integer but msgspec's strict mode does n
 ``1e3``), so that the code and ``schema/`` agree. The re-read also keeps the last of duplicate
 member names, as the contract says.
 
+msgspec skips unknown members without checking them, so a frame that passed the strict pass but
+carried one (found cheaply, see :func:`_fully_read`) is re-read generically too: every member
+must be I-JSON, and no frame may nest deeper than ``MAX_DEPTH``. Nothing raises out of
+:func:`decode`, whatever the bytes: each failure is that frame's -32700 with a reason that says
+what was wrong and where.
+
 :func:`validate` checks JSON text against any one generated type, with the same rules; a tagged
 frame type decoded on its own still requires its ``method``, as the schema does (msgspec by itself
 requires a tag only inside a union). The conformance vectors in ``schema/conformance/`` run
@@ -16,7 +22,12 @@ through :func:`validate`, and the frame vectors through :func:`decode` as well.
 
 from __future__ import annotations
 
+import contextlib
+import math
+import re
+from array import array
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -75,6 +86,11 @@ __all__ = [
 ]
 
 MAX_FRAME_BYTES: Final = 1 << 20
+# Nesting bound, in levels of arrays and objects within one frame (the frame object is level 1;
+# the array of a batch is not counted). Deeper frames are refused with -32700 and the stream goes
+# on: RFC 8259 section 9 lets a parser bound nesting, and msgspec would otherwise meet Python's
+# recursion limit (about 1,000 levels) and raise. The deepest frame of the contract nests 4.
+MAX_DEPTH: Final = 64
 
 # The tags of the generated union: the methods a manager accepts on some channel.
 KNOWN_METHODS: Final = frozenset(INBOUND_FRAME_TYPES)
@@ -224,6 +240,144 @@ def _integral_floats_to_int(obj: Any) -> Any:
     return obj
 
 
+# -- I-JSON in every member, and the nesting bound --------------------------------------------
+
+_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_ESCAPE: Final = re.compile(rb"\\(?:u([0-9A-Fa-f]{4})|.)", re.DOTALL)
+_NUMBER: Final = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+# An integer literal that no finite double holds has at least 309 digits (2**1024 ~ 1.8e308).
+_LONG_DIGITS: Final = re.compile(rb"[0-9]{309}")
+_DIGITS: Final = b"0123456789"
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_NOT_BRACKETS_OR_DIGITS: Final = bytes(b for b in range(256) if b not in b"[]{}0123456789")
+_STEP: Final = tuple(1 if b in b"[{" else -1 if b in b"]}" else 0 for b in range(256))
+_BOM: Final = b"\xef\xbb\xbf"
+TOO_DEEP: Final = (
+    f"nested deeper than {MAX_DEPTH} levels of arrays and objects (the contract's MAX_DEPTH)"
+)
+
+
+def nesting_depth(text: bytes) -> int:
+    """How deeply arrays and objects nest in JSON text; brackets inside strings do not count.
+
+    Iterative and linear, so it is safe on any input (malformed text included): only the
+    brackets are read, never parsed.
+    """
+    skeleton = _STRING.sub(b"", text).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_STEP.__getitem__, skeleton)), default=0)
+
+
+def _too_deep(brackets: int, text: bytes) -> bool:
+    # In JSON text the depth is at most half the brackets (each opens and closes once); only
+    # above that cheap bound is the text scanned. Unbalanced text is malformed anyway.
+    return brackets > 2 * MAX_DEPTH and nesting_depth(text) > MAX_DEPTH
+
+
+def _lone_surrogate(text: bytes) -> tuple[int, str] | None:
+    """The first ``\\uXXXX`` escape of a surrogate without its other half: (byte offset, escape).
+
+    Escapes are read left to right (``\\\\`` is one escape), so text after an escaped backslash
+    is never mistaken for an escape.
+    """
+    high: tuple[int, str] | None = None
+    for m in _ESCAPE.finditer(text):
+        hexa = m.group(1)
+        unit = int(hexa, 16) if hexa is not None else -1
+        if high is not None:
+            if m.start() == high[0] + 6 and 0xDC00 <= unit <= 0xDFFF:
+                high = None  # a correct pair: one astral character
+                continue
+            return high
+        if 0xD800 <= unit <= 0xDBFF:
+            high = (m.start(), m.group().decode("ascii"))
+        elif 0xDC00 <= unit <= 0xDFFF:
+            return m.start(), m.group().decode("ascii")
+    return high
+
+
+def _overflowing_number(text: bytes) -> tuple[int, bytes] | None:
+    """The first number literal that no finite IEEE 754 double holds: (byte offset, literal)."""
+    blanked = _STRING.sub(lambda m: b'""'.center(len(m.group()), b" "), text)
+    for m in _NUMBER.finditer(blanked):
+        if math.isinf(float(m.group())):
+            return m.start(), m.group()
+    return None
+
+
+def _utf8_error(text: bytes) -> str | None:
+    try:
+        text.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = exc.start
+        after = text[at + 1] if at + 1 < len(text) else 0
+        if text[at] == 0xED and 0xA0 <= after <= 0xBF:
+            what = "a surrogate encoded in UTF-8 (not a Unicode scalar value)"
+        else:
+            what = exc.reason
+        return f"invalid UTF-8 at byte {at}: {what} (JSON text is UTF-8, RFC 8259 section 8.1)"
+    return None
+
+
+def _why_unparseable(text: bytes, exc: msgspec.DecodeError) -> str:
+    """msgspec's words, made precise where they mislead (a lone surrogate is "truncated")."""
+    if text.lstrip(b" \t\r\n").startswith(_BOM):
+        return "malformed JSON: a byte order mark (U+FEFF) before the text (RFC 8259 section 8.1)"
+    utf8 = _utf8_error(text)
+    if utf8 is not None:
+        return f"malformed JSON: {utf8}"
+    lone = _lone_surrogate(text) if b"\\u" in text else None
+    if lone is not None:
+        at, escape = lone
+        return (
+            f"malformed JSON: lone surrogate {escape} at byte {at}: strings must be Unicode "
+            "scalar values (I-JSON, RFC 7493)"
+        )
+    big = _overflowing_number(text) if "out of range" in str(exc) else None
+    if big is not None:
+        at, literal = big
+        shown = literal.decode("ascii") if len(literal) <= 24 else f"{literal[:20].decode()}..."
+        return (
+            f"malformed JSON: number {shown} at byte {at} is beyond every finite IEEE 754 "
+            "double (I-JSON, RFC 7493)"
+        )
+    return f"malformed JSON: {exc}"
+
+
+@dataclass(slots=True, frozen=True)
+class _Unparseable:
+    reason: str
+
+
+def _parse(text: bytes) -> Any:
+    """Read JSON text generically under every rule of the contract, or say why it cannot be.
+
+    Returns the value, or :class:`_Unparseable`. The rules: at most ``MAX_DEPTH`` levels, valid
+    UTF-8, no lone surrogates, only numbers that a finite double holds (msgspec checks the last
+    three except integer literals of 309+ digits, checked here). Nothing escapes as an exception:
+    RecursionError is msgspec's own bound, a backstop behind ``MAX_DEPTH``.
+    """
+    # One pass keeps the brackets and digits, for two cheap bounds: depth, and long numbers.
+    kept = text.translate(None, _NOT_BRACKETS_OR_DIGITS)
+    brackets = len(kept.translate(None, _DIGITS))
+    if _too_deep(brackets, text):
+        return _Unparseable(f"malformed JSON: {TOO_DEEP}")
+    try:
+        value = _any_decoder.decode(text)
+    except RecursionError:
+        return _Unparseable(f"malformed JSON: {TOO_DEEP}")
+    except msgspec.DecodeError as exc:
+        return _Unparseable(_why_unparseable(text, exc))
+    if len(kept) - brackets >= 309 and _LONG_DIGITS.search(text):
+        big = _overflowing_number(text)
+        if big is not None:
+            at, literal = big
+            return _Unparseable(
+                f"malformed JSON: number {literal[:20].decode()}... ({len(literal)} digits) at "
+                f"byte {at} is beyond every finite IEEE 754 double (I-JSON, RFC 7493)"
+            )
+    return value
+
+
 @dataclass(slots=True, frozen=True)
 class _Target:
     """How :func:`validate` decodes one type: through ``decoder``, refusing ``sentinel``."""
@@ -269,21 +423,21 @@ def validate(data: bytes, typ: type[T]) -> T:
     duplicate member names counts, and a tagged frame type requires its tag (``method``) even
     when it is decoded on its own rather than through a union.
 
-    Raises :class:`InvalidFrame`. Not the hot path: :func:`decode` is.
+    Every member, also one the type does not declare, must be I-JSON and the text at most
+    ``MAX_DEPTH`` deep. Raises :class:`InvalidFrame`. Not the hot path: :func:`decode` is.
     """
     target = _target(typ)
-    try:
-        obj = target.decoder.decode(data)
-    except msgspec.DecodeError:
-        pass
-    else:
-        # The strict pass read the first of duplicate names; a sentinel may hide behind it.
-        if target.sentinel is None or not isinstance(obj, target.sentinel):
-            return obj  # type: ignore[no-any-return]
-    try:
-        generic = _any_decoder.decode(data)
-    except msgspec.DecodeError as exc:
-        raise InvalidFrame(f"malformed JSON: {exc}") from exc
+    strict: Any = None
+    with contextlib.suppress(msgspec.DecodeError, RecursionError):
+        strict = target.decoder.decode(data)
+    # Every member is held to the contract, also those the type skips (I-JSON, MAX_DEPTH).
+    generic = _parse(data)
+    if isinstance(generic, _Unparseable):
+        raise InvalidFrame(generic.reason)
+    # The strict pass keeps the last of repeated names, but picks a union member by the first
+    # tag: a sentinel may hide behind it.
+    if strict is not None and (target.sentinel is None or not isinstance(strict, target.sentinel)):
+        return strict  # type: ignore[no-any-return]
     try:
         obj = msgspec.convert(_integral_floats_to_int(generic), target.union)
     except msgspec.ValidationError as exc:
@@ -348,16 +502,132 @@ def _classify(obj: Any) -> Item:
     return frame
 
 
+def _fills_defaults(typ: Any) -> bool:
+    """Whether decoding ``typ`` can fill in a member the text did not have (a schema
+    ``default``, such as ``NodeRecord.port``): its re-encoding then holds names the text lacks."""
+    seen: set[Any] = set()
+
+    def walk(node: Any) -> bool:
+        if isinstance(node, msgspec.inspect.Metadata):
+            return walk(node.type)
+        if isinstance(node, msgspec.inspect.StructType):
+            if node.cls in seen:
+                return False
+            seen.add(node.cls)
+            for f in node.fields:
+                if not f.required and (
+                    f.default is not msgspec.NODEFAULT or f.default_factory is not msgspec.NODEFAULT
+                ):
+                    return True
+                if walk(f.type):
+                    return True
+            return False
+        for attr in ("types", "item_type", "key_type", "value_type"):
+            inner = getattr(node, attr, None)
+            for child in inner if isinstance(inner, tuple) else (inner,):
+                if child is not None and walk(child):
+                    return True
+        return False
+
+    return walk(msgspec.inspect.type_info(typ))
+
+
+# Frame types whose fast-path result can be trusted by counting quote marks (see _fully_read).
+_COUNTABLE: Final = frozenset(
+    t
+    for t in InboundFrame.__origin__.__args__  # type: ignore[attr-defined]
+    if not _fills_defaults(t)
+)
+
+
+def _fully_read(raw: bytes, frame: Any) -> bool:
+    """True when the strict typed decode read every member of ``raw``, so that its result may
+    stand without the generic re-read (which checks members the types skip).
+
+    Why this is sound: msgspec validates every member it reads (UTF-8, surrogates, bounded
+    integers, the schema's shallow nesting) but skips unknown ones unchecked. Re-encoding the
+    frame writes each member it holds in the shortest spelling JSON has (strings with the
+    shortest escapes, integers as plain literals: the strict pass accepts no other), so the text
+    is never shorter, and each skipped member makes it at least 5 bytes longer (``,"":0``). So
+    equal lengths (a compact sender: the common case) prove nothing was skipped. Otherwise
+    (whitespace, other escapes), quote marks are counted: the re-encoding holds two per member
+    name and string and one per ``"`` inside a string, like the text (``\u0022`` counted as
+    one) whatever its whitespace or number spellings, while a skipped member adds at least two.
+    Types that fill a default in (``NodeRecord.port``) re-encode names the text lacks, so they
+    always take the re-read.
+
+    Why this is cheap: one encode (about half a typed decode) and a length compare on the common
+    path; the I-JSON scan runs only for frames that carry unknown members.
+    """
+    if type(frame) not in _COUNTABLE:
+        return False
+    canonical = _encoder.encode(frame)
+    if len(canonical) == len(raw):
+        return True
+    quotes = raw.count(b'"')
+    if b"\\" in raw:
+        quotes += raw.count(b"\\u0022")
+    return canonical.count(b'"') == quotes
+
+
 def _decode_one(raw: bytes) -> Item:
+    """One frame: the strict typed decode, trusted when it read every member; else the generic
+    re-read, which applies the contract to every member (unknown ones too) and explains errors.
+    """
+    frame: Any = None
     try:
-        return _frame_decoder.decode(raw)
-    except msgspec.DecodeError:
+        frame = _frame_decoder.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
         pass
-    try:
-        obj = _any_decoder.decode(raw)
-    except msgspec.DecodeError as exc:
-        return RpcError(PARSE_ERROR, f"malformed JSON: {exc}")
+    else:
+        if _fully_read(raw, frame):
+            return frame  # type: ignore[no-any-return]
+    obj = _parse(raw)
+    if isinstance(obj, _Unparseable):
+        return RpcError(PARSE_ERROR, obj.reason)
+    if frame is not None:
+        # The skipped members are now checked too. A repeated name needs no re-read: msgspec
+        # keeps the last value of a field, as the contract does, and refuses a second `method`
+        # that names another type (which then takes the re-read below).
+        return frame  # type: ignore[no-any-return]
     return _classify(obj)
+
+
+def _blank(m: re.Match[bytes]) -> bytes:
+    """A string as spaces between its quotes: the same length, so positions are kept."""
+    return b'"' + b" " * (len(m.group()) - 2) + b'"'
+
+
+def _split_array(payload: bytes) -> list[bytes] | None:
+    """The elements of a JSON array, found without parsing them (so at any depth); None if the
+    text is not one array of non-empty elements. Used only when msgspec cannot split it.
+
+    Linear and mostly in C: strings are blanked (positions kept), the depth after each byte is a
+    running sum, and the loop visits only the commas between elements, jumping over nested ones.
+    """
+    blanked = _STRING.sub(_blank, payload)
+    first = len(blanked) - len(blanked.lstrip())
+    if blanked[first : first + 1] != b"[":
+        return None
+    depth = array("l", accumulate(map(_STEP.__getitem__, blanked)))
+    try:
+        end = depth.index(0, first)
+    except ValueError:
+        return None  # never closed
+    if blanked[end : end + 1] != b"]" or blanked[end + 1 :].strip():
+        return None
+    elements: list[bytes] = []
+    start = at = first + 1
+    while (at := blanked.find(b",", at, end)) >= 0:
+        if depth[at] != 1:
+            at = depth.index(1, at)  # past the nested value holding this comma
+            continue
+        elements.append(payload[start:at])
+        start = at = at + 1
+    elements.append(payload[start:end])
+    if any(not e.strip() for e in elements):
+        return None
+    return elements
 
 
 def decode(payload: bytes) -> Decoded:
@@ -368,12 +638,25 @@ def decode(payload: bytes) -> Decoded:
     if head != b"[":
         return Decoded([_decode_one(payload)], batch=False)
     try:
-        raws = _batch_decoder.decode(payload)
+        raws = [bytes(r) for r in _batch_decoder.decode(payload)]
+    except RecursionError:
+        # An element nests beyond msgspec's own bound: split by brackets, judge each alone.
+        split = _split_array(payload)
+        if split is None:
+            return Decoded([RpcError(PARSE_ERROR, f"malformed JSON: {TOO_DEEP}")], batch=False)
+        raws = split
     except msgspec.DecodeError as exc:
-        return Decoded([RpcError(PARSE_ERROR, f"malformed JSON: {exc}")], batch=False)
+        # msgspec's splitter refuses a lone surrogate anywhere in the batch. Like every other
+        # I-JSON rule (and the nesting bound) it is the offending element's error, not the
+        # whole body's: only a body that is not JSON at all is one parse error.
+        lone = b"\\u" in payload and _lone_surrogate(payload) is not None
+        split = _split_array(payload) if lone else None
+        if split is None:
+            return Decoded([RpcError(PARSE_ERROR, _why_unparseable(payload, exc))], batch=False)
+        raws = split
     if not raws:
         return Decoded([RpcError(INVALID_REQUEST, "empty batch")], batch=False)
-    return Decoded([_decode_one(bytes(r)) for r in raws], batch=True)
+    return Decoded([_decode_one(r) for r in raws], batch=True)
 
 
 def too_large(limit: int = MAX_FRAME_BYTES) -> RpcError:

@@ -243,7 +243,11 @@ def _feed_from_thread(
     def pump() -> None:
         read = stream.read  # type: ignore[attr-defined]
         while True:
-            data = read(READ_CHUNK)
+            try:
+                data = read(READ_CHUNK)
+            except OSError as exc:  # not an EOF: the channel failed, and the reader says so
+                loop.call_soon_threadsafe(reader.set_exception, exc)
+                return
             if not data:
                 loop.call_soon_threadsafe(reader.feed_eof)
                 return

@@ -4,7 +4,8 @@ Start: reload what this node originated from its journal (with a cluster dir), b
 inter-node port (always, identity or not), open the broker channel, write ``ready``. Run until
 the broker closes the channel (EOF) or SIGTERM/SIGINT. Stop: stop accepting, let in-flight
 requests finish (HTTP/2 GOAWAY), flush what is queued toward the broker and the peers within a
-grace period, sync the journal, exit 0.
+grace period, sync the journal, exit 0 — or 1 after one line on stderr when the channel or a task
+failed for any other reason.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import contextlib
 import logging
 import signal
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nvpair_wm_schema.contract import CONTRACT_VERSION
 from nvpair_wm_schema.manager_status_schema import PeerStatus, StatusResult
@@ -38,6 +39,28 @@ if TYPE_CHECKING:
 __all__ = ["Config", "Node"]
 
 log = logging.getLogger(__name__)
+
+
+def _exit_status(
+    done: set[asyncio.Task[Any]], reading: asyncio.Task[None], stopping: asyncio.Task[Any]
+) -> int:
+    """0 when the broker ended the channel (EOF, or it closed its end) or a signal asked us to
+    stop; otherwise 1, with one line on stderr saying which part failed and why, so that a
+    supervisor can tell a crash from a normal end."""
+    if stopping in done:
+        return 0
+    for task in done:
+        failure = task.exception()
+        if failure is None and task is reading:
+            log.info("broker closed the channel; shutting down")
+            return 0
+        if isinstance(failure, (BrokenPipeError, ConnectionResetError)):
+            log.info("broker closed the channel (%s); shutting down", type(failure).__name__)
+            return 0
+        why = " ".join(f"{type(failure).__name__}: {failure}".split())
+        log.error("%s failed: %s; exiting with status 1", task.get_name(), why)
+        return 1
+    return 0  # pragma: no cover - asyncio.wait returns at least one task
 
 
 class _NoIdentity:
@@ -157,13 +180,10 @@ class Node:
             tasks.append(asyncio.create_task(self._journal_forever(self.journal), name="journal"))
         reading = asyncio.create_task(channel.read_until_eof(), name="broker-reader")
         stopping = asyncio.create_task(self._stop.wait(), name="stop")
-        done, _ = await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        if reading in done:
-            failure = reading.exception()
-            if failure is not None:
-                log.error("broker channel failed: %r; shutting down", failure)
-            else:
-                log.info("broker closed the channel; shutting down")
+        done, _ = await asyncio.wait(
+            {reading, stopping, *tasks}, return_when=asyncio.FIRST_COMPLETED
+        )
+        code = _exit_status(done, reading, stopping)
         await self.stop(self.config.shutdown_grace)
         for task in (*tasks, reading, stopping):
             task.cancel()
@@ -174,7 +194,7 @@ class Node:
         if self.journal is not None:
             self.journal.close()
         log.info("stopped")
-        return 0
+        return code
 
     async def start(self) -> None:
         """Start the inter-node parts: the port is bound whether or not there is an identity."""
