@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
-from nvpair_wm_schema.jsonrpc_schema import RequestId
 from nvpair_wm_schema.http_error_schema import HttpError
+from nvpair_wm_schema.jsonrpc_schema import RequestId
 from nvpair_wm_schema.manager_status_schema import (
     ChannelCounters,
     Counters,
