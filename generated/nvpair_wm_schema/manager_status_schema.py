@@ -225,27 +225,11 @@ class PeerStatus(Struct):
 
 class FramesByChannel(Struct):
     """
-    Frame counters of the local channel (the broker) and of the inter-node channel (the peers), since the process started.
+    The frames of each channel since the process started, in and out, and what became of those received: broker is the local channel (frames from the broker, lines written to it), peer the inter-node channel (frames from peers, each batch element counting; frames relayed toward the peers). Counters.byChannel since 1.1.0: optional in the schema, so that a status from a 1.0 manager stays valid; a 1.1 manager always sends it.
     """
 
-    broker: Annotated[
-        ChannelCounters,
-        Meta(
-            description="The local channel: frames from the broker, and lines written to it."
-        ),
-    ]
-    """
-    The local channel: frames from the broker, and lines written to it.
-    """
-    peer: Annotated[
-        ChannelCounters,
-        Meta(
-            description="The inter-node channel: frames from peers (HTTP bodies, each batch element counts), and frames relayed toward the peers."
-        ),
-    ]
-    """
-    The inter-node channel: frames from peers (HTTP bodies, each batch element counts), and frames relayed toward the peers.
-    """
+    broker: ChannelCounters
+    peer: ChannelCounters
 
 
 class Counters(Struct):
@@ -311,18 +295,7 @@ class Counters(Struct):
     """
     Frames waiting to be written to the broker now.
     """
-    byChannel: (
-        Annotated[
-            FramesByChannel,
-            Meta(
-                description="The frames of each channel, in and out, and what became of those received (since 1.1.0). Optional in the schema, so that a status from a 1.0 manager stays valid; a 1.1 manager always sends it."
-            ),
-        ]
-        | UnsetType
-    ) = UNSET
-    """
-    The frames of each channel, in and out, and what became of those received (since 1.1.0). Optional in the schema, so that a status from a 1.0 manager stays valid; a 1.1 manager always sends it.
-    """
+    byChannel: FramesByChannel | UnsetType = UNSET
 
 
 class StatusResult(Struct):
