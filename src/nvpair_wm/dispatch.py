@@ -147,17 +147,19 @@ class Dispatcher:
         self.counters = new_counters()
         by_channel = self.counters.byChannel
         assert isinstance(by_channel, FramesByChannel)
-        self.broker = by_channel.broker  # counters of the local channel
-        self.peers = by_channel.peer  # counters of the inter-node channel
+        self.broker_counters = by_channel.broker  # counters of the local channel
+        self.peer_counters = by_channel.peer  # counters of the inter-node channel
 
     # -- local channel (broker → manager) ---------------------------------------------------
 
     def local(self, payload: bytes) -> LocalResult:
         decoded = codec.decode(payload, self.max_batch)
+        if decoded.too_many and isinstance(refusal := decoded.items[0], RpcError):
+            log.warning("broker batch refused: %s", refusal.reason)
         result = LocalResult()
         replies: list[Any] = []
         now = self._clock()
-        ch = self.broker
+        ch = self.broker_counters
         for index, item in enumerate(decoded.items):
             self.counters.framesIn += 1
             ch.framesIn += 1
@@ -172,7 +174,8 @@ class Dispatcher:
                 outcome = self.table.observe(frame.params.workloadInfo, now, replay=out)
                 if outcome == "applied":
                     result.outbound.append(out)
-                self._answer(item, outcome, replies, ch)
+                self._count(ch, outcome)
+                self._answer(item, outcome, replies)
             elif isinstance(item, WorkloadsRemove):
                 p = item.params
                 run = p.runId if isinstance(p.runId, str) else None
@@ -181,7 +184,8 @@ class Dispatcher:
                 )
                 if outcome == "applied":
                     result.outbound.append(outbound_removal(removal))
-                self._answer(item, outcome, replies, ch)
+                self._count(ch, outcome)
+                self._answer(item, outcome, replies)
             elif isinstance(item, NodesUpdate):
                 result.nodes = list(item.params.nodes)
                 self._answer(item, "applied", replies)
@@ -189,27 +193,27 @@ class Dispatcher:
                 replies.append(StatusResponse(jsonrpc="2.0", id=item.id, result=self.status()))
         if replies:
             result.replies.append(codec.encode_line(replies if decoded.batch else replies[0]))
-        self.peers.framesOut += len(result.outbound)  # relayed toward the peers
+        self.peer_counters.framesOut += len(result.outbound)  # relayed toward the peers
         return result
 
     def oversize(self, limit: int = codec.MAX_FRAME_BYTES) -> bytes:
         """The reply to a line over the frame limit (its id is unknowable: null)."""
         self.counters.framesIn += 1
-        self.broker.framesIn += 1
+        self.broker_counters.framesIn += 1
         err = codec.too_large(limit)
-        self._refused(err, self.broker, "broker")
+        self._refused(err, self.broker_counters, "broker")
         return codec.encode_line(err.response())
 
     def wrote_to_broker(self, lines: int) -> None:
         """Count lines written to the broker (the IO layer writes them)."""
         self.counters.framesOut += lines
-        self.broker.framesOut += lines
+        self.broker_counters.framesOut += lines
 
     # -- inter-node channel (peer → manager) ------------------------------------------------
 
     def peer(self, body: bytes) -> PeerResult:
         decoded = codec.decode(body, self.max_batch)
-        ch = self.peers
+        ch = self.peer_counters
         if decoded.too_many:
             # 413, as for a body over the byte limit: the retry rule for peers (schema/README.md)
             # is "on 413, send smaller batches"; a 400 would name no frame to drop.
@@ -217,6 +221,7 @@ class Dispatcher:
             ch.framesIn += 1
             err = decoded.items[0]
             assert isinstance(err, RpcError)
+            log.warning("peer batch refused with 413: %s", err.reason)
             self._refused(err, ch, "peer")
             return PeerResult(413, codec.encode(HttpError(error=err.reason)), [])
         now = self._clock()
@@ -246,7 +251,8 @@ class Dispatcher:
                 outcome, removal = self.table.remove(p.originatedFrom, p.workloadId, run, now)
                 if outcome == "applied":
                     to_broker.append(codec.encode_line(removal_frame(removal)))
-            self._answer(item, outcome, answers, ch)
+            self._count(ch, outcome)
+            self._answer(item, outcome, answers)
         if not answers:
             return PeerResult(202, None, to_broker)
         out = answers if decoded.batch else answers[0]
@@ -266,12 +272,14 @@ class Dispatcher:
         c.workloads, c.tombstones = len(t), t.tombstones
         return self._status()
 
-    def _answer(
-        self, item: Any, outcome: Outcome, answers: list[Any], ch: ChannelCounters | None = None
-    ) -> None:
-        if ch is None:
-            pass
-        elif outcome == "applied":
+    def _answer(self, item: Any, outcome: Outcome, answers: list[Any]) -> None:
+        rid: RequestId | msgspec.UnsetType = getattr(item, "id", msgspec.UNSET)
+        if rid is not msgspec.UNSET:
+            answers.append(codec.event_response(rid, outcome))
+
+    @staticmethod
+    def _count(ch: ChannelCounters, outcome: Outcome) -> None:
+        if outcome == "applied":
             ch.applied += 1
         elif outcome == "duplicate":
             ch.duplicate += 1
@@ -279,9 +287,6 @@ class Dispatcher:
             ch.stale += 1
         else:  # "removed": counted as suppressed, like Counters.suppressed
             ch.suppressed += 1
-        rid: RequestId | msgspec.UnsetType = getattr(item, "id", msgspec.UNSET)
-        if rid is not msgspec.UNSET:
-            answers.append(codec.event_response(rid, outcome))
 
     def _refused(self, err: RpcError, ch: ChannelCounters, channel: str) -> None:
         self.counters.invalid += 1
