@@ -1,0 +1,327 @@
+"""Running behaviour vectors against an implementation: one process per group, cases in order.
+
+Each group starts COMMAND once, with a fresh port, the cluster directory of the member under
+test and, for ``"transport": "ipc"`` groups, ``--ipc``. Its cases run in order against that one
+process (deduplication cases depend on it), then the broker closes the channel and the process
+must exit 0. Beyond each case's own expectations, every case checks what holds everywhere: no
+``-32603`` (internal error), no 5xx but 503, and the server presents the certificate of the
+member under test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from nvpair_wm import clusterdir
+from nvpair_wm.conformance import expect, peer, vectors
+from nvpair_wm.conformance.broker import BrokerError, Implementation
+
+SUBJECT: Final = "subject"
+PEER: Final = "peer"
+STRANGER: Final = "stranger"
+HOST: Final = "127.0.0.1"
+PROTOCOLS: Final = {"h2": peer.H2, "http/1.1": peer.H1}
+INTERNAL_ERROR: Final = -32603
+
+
+@dataclass(slots=True)
+class Result:
+    group: str
+    case: str
+    passed: bool
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.group}/{self.case}"
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """The cluster directory the runner made: the member under test, a pinned peer and a
+    stranger whose certificate nobody pins."""
+
+    root: Path
+    subject_dir: Path
+    fingerprint: str
+    pinned: peer.Identity
+    unpinned: peer.Identity
+
+    @classmethod
+    def create(cls, root: Path) -> Cluster:
+        dirs = clusterdir.init_cluster(root / "cluster", [SUBJECT, PEER])
+        cert, key = clusterdir.make_self_signed(STRANGER)
+        sdir = root / STRANGER
+        sdir.mkdir()
+        (sdir / "node.crt").write_bytes(cert)
+        (sdir / "node.key").write_bytes(key)
+        (sdir / "node.key").chmod(0o600)
+        subject = dirs[SUBJECT]
+        return cls(
+            root,
+            subject,
+            clusterdir.cert_fingerprint((subject / "node.crt").read_bytes()),
+            peer.Identity(dirs[PEER] / "node.crt", dirs[PEER] / "node.key"),
+            peer.Identity(sdir / "node.crt", sdir / "node.key"),
+        )
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the implementation binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _internal_errors(value: Any) -> list[str]:
+    values = value if isinstance(value, list) else [value]
+    return [
+        f"internal error (-32603) in {v}"
+        for v in values
+        if isinstance(v, dict)
+        and isinstance(v.get("error"), dict)
+        and v["error"].get("code") == INTERNAL_ERROR
+    ]
+
+
+class GroupRun:
+    """One group against one process."""
+
+    def __init__(self, group: dict[str, Any], command: Sequence[str], cluster: Cluster) -> None:
+        self.group = group
+        self.name = str(group["group"])
+        self.command = command
+        self.cluster = cluster
+        self.port = free_port()
+        self.results: list[Result] = []
+        self.impl: Implementation | None = None
+        self.accepted = 0  # frames of the bodies a repeatUntil case saw accepted
+
+    def _record(self, case: str, started: float, problems: list[str]) -> None:
+        self.results.append(
+            Result(self.name, case, not problems, problems, time.monotonic() - started)
+        )
+
+    def run(self) -> list[Result]:
+        started = time.monotonic()
+        flags = ["--port", str(self.port), "--cluster-dir", str(self.cluster.subject_dir)]
+        ipc = None
+        if self.group.get("transport") == "ipc":
+            ipc = Path(tempfile.mkdtemp(prefix="wmc-", dir="/tmp")) / "broker.sock"
+        try:
+            self.impl = Implementation(self.command, flags, ipc=ipc)
+        except (OSError, BrokerError) as exc:
+            self._record("startup", started, [f"could not start {list(self.command)}: {exc}"])
+            return self.results
+        try:
+            self._startup(started)
+            for case in self.group["cases"]:
+                self._case(case)
+            self._exit()
+        finally:
+            self.impl.kill()
+            if ipc is not None:
+                ipc.unlink(missing_ok=True)
+                ipc.parent.rmdir()
+        return self.results
+
+    def _startup(self, started: float) -> None:
+        assert self.impl is not None
+        try:
+            first = self.impl.read_startup()
+            problems = expect.match_lines([first], self.group.get("startup", []))
+        except BrokerError as exc:
+            problems = [str(exc)]
+        self._record("startup", started, problems)
+
+    def _exit(self) -> None:
+        assert self.impl is not None
+        started = time.monotonic()
+        problems: list[str] = []
+        if self.impl.proc.poll() is not None:
+            problems.append(f"exited early with status {self.impl.proc.returncode}")
+        else:
+            self.impl.close_channel()
+            status = self.impl.wait()
+            if status is None:
+                problems.append("still running 10 s after the broker closed the channel")
+            elif status != 0:
+                problems.append(f"exit status {status} after the broker closed the channel")
+        if self.impl.stray_stdout:
+            problems.append(f"wrote to stdout in --ipc mode: {self.impl.stray_stdout[0][:120]!r}")
+        self._record("exit", started, problems + ([self.impl.stderr_excerpt()] if problems else []))
+
+    def _case(self, case: dict[str, Any]) -> None:
+        assert self.impl is not None
+        runs: list[tuple[str, Callable[[dict[str, Any], str], list[str]]]]
+        if "local" in case:
+            runs = [("", self._local)]
+        elif "http" in case:
+            protos = case["http"].get("protocols", list(PROTOCOLS))
+            runs = [(f"[{p}]", self._http_for(p)) for p in protos]
+        else:
+            runs = [("", self._control)]
+        for suffix, kind in runs:
+            started = time.monotonic()
+            if self.impl.proc.poll() is not None:
+                problems = [f"the process had exited (status {self.impl.proc.returncode})"]
+            else:
+                try:
+                    problems = kind(case, suffix)
+                except (BrokerError, peer.PeerError) as exc:
+                    problems = [str(exc)]
+            self._record(case["name"] + suffix, started, problems)
+
+    # -- the kinds of case ------------------------------------------------------------------------
+
+    def _local(self, case: dict[str, Any], _: str) -> list[str]:
+        assert self.impl is not None
+        for item in case["local"]:
+            self.impl.write(vectors.line(item))
+        lines = self.impl.collect()
+        problems = expect.match_lines(lines, case.get("expect", []))
+        for line in lines:
+            problems += _internal_errors(line)
+        return problems
+
+    def _control(self, case: dict[str, Any], _: str) -> list[str]:
+        assert self.impl is not None
+        action = case["control"]
+        if action == "pause-broker":
+            self.impl.pause_reading()
+            return []
+        if action == "resume-broker":
+            self.impl.resume_reading()
+            lines = self.impl.collect(timeout=60.0)
+            want = case.get("count")
+            if want == "accepted":
+                want = self.accepted
+            if want is not None and len(lines) != want:
+                return [f"expected {want} frames written to the broker, got {len(lines)}"]
+            return []
+        raise ValueError(f"unknown control {action!r}")
+
+    def _http_for(self, protocol: str) -> Callable[[dict[str, Any], str], list[str]]:
+        return lambda case, _: self._http(case, PROTOCOLS[protocol])
+
+    def _http(self, case: dict[str, Any], protocol: str) -> list[str]:
+        assert self.impl is not None
+        spec = case["http"]
+        identity = {
+            "pinned": self.cluster.pinned,
+            "unpinned": self.cluster.unpinned,
+            "none": None,
+        }[spec.get("client", "pinned")]
+        headers = list(spec.get("headers", {"content-type": "application/json"}).items())
+        want = case["response"]
+        until = spec.get("repeatUntil")
+        rounds = int(until["max"]) if until else 1
+        counter = 0
+        self.accepted = 0
+        problems: list[str] = []
+        for _ in range(rounds):
+            body = vectors.payload(spec["body"], counter) if "body" in spec else b""
+            counter += vectors.batch_size(spec["body"]) if "body" in spec else 1
+            req = peer.HttpRequest(
+                spec.get("method", "POST"),
+                spec.get("path", "/v1/workloads/events"),
+                [(str(k).lower(), str(v)) for k, v in headers],
+                body,
+                spec.get("contentLength", True),
+            )
+            if want.get("refused"):
+                try:
+                    resp = peer.request(HOST, self.port, identity, protocol, req)
+                except peer.PeerError:
+                    break
+                problems.append(f"expected no HTTP response, got {resp.status}")
+                break
+            resp = peer.request(HOST, self.port, identity, protocol, req)
+            if resp.server_fingerprint != self.cluster.fingerprint:
+                problems.append("the server did not present the member's node.crt")
+            if resp.status >= 500 and resp.status != 503:
+                problems.append(f"HTTP {resp.status}: no input may earn a 5xx but 503")
+            if until and resp.status != until["status"]:
+                if resp.status != until.get("meanwhile", 202):
+                    problems.append(
+                        f"status {resp.status} before {until['status']} "
+                        f"(expected {until.get('meanwhile', 202)})"
+                    )
+                    break
+                self.accepted += vectors.batch_size(spec["body"]) if "body" in spec else 1
+                continue
+            problems += check_response(resp, want)
+            break
+        else:
+            if until:
+                problems.append(f"no {until['status']} after {rounds} requests")
+        if "broker" in case and case["broker"] is not None:
+            lines = self.impl.collect()
+            problems += [f"broker: {p}" for p in expect.match_lines(lines, case["broker"])]
+        elif "broker" not in case:
+            lines = self.impl.collect()
+            problems += [f"broker: {p}" for p in expect.match_lines(lines, [])]
+        return problems
+
+
+def check_response(resp: peer.HttpResponse, want: dict[str, Any]) -> list[str]:
+    """An HTTP response against a vector's ``response``."""
+    problems: list[str] = []
+    if resp.status != want["status"]:
+        problems.append(f"status {resp.status}, expected {want['status']}")
+    for name, value in want.get("headers", {}).items():
+        got = resp.headers.get(name.lower())
+        if got is None:
+            problems.append(f"header {name} missing")
+        elif not _header_equal(got, value):
+            problems.append(f"header {name}: {got!r}, expected {value!r}")
+    for name, pattern in want.get("headerPatterns", {}).items():
+        got = resp.headers.get(name.lower())
+        if got is None or not re.fullmatch(pattern, got):
+            problems.append(f"header {name}: {got!r} does not match {pattern!r}")
+    if "body" in want:
+        matcher = want["body"]
+        if matcher is None:
+            if resp.body:
+                problems.append(f"expected no body, got {resp.body[:160]!r}")
+        else:
+            try:
+                value = json.loads(resp.body)
+            except ValueError:
+                problems.append(f"body is not JSON: {resp.body[:160]!r}")
+            else:
+                problems += [f"body: {p}" for p in expect.match(value, matcher)]
+                problems += _internal_errors(value)
+    return problems
+
+
+def _header_equal(got: str, want: str) -> bool:
+    """Case-insensitive; a media type matches with or without parameters."""
+    g, w = got.strip().lower(), want.strip().lower()
+    return g == w or g.split(";")[0].strip() == w
+
+
+def run(
+    groups: list[dict[str, Any]],
+    command: Sequence[str],
+    *,
+    on_result: Callable[[Result], None] | None = None,
+) -> list[Result]:
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="nvpair-wm-conformance-") as tmp:
+        cluster = Cluster.create(Path(tmp))
+        for group in groups:
+            for result in GroupRun(group, command, cluster).run():
+                results.append(result)
+                if on_result is not None:
+                    on_result(result)
+    return results
