@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 ARGS   ?=
 
-.PHONY: venv gen check-gen lint typecheck test run bench bench-quick demo clean
+.PHONY: venv gen check-gen check-compat lint typecheck test run bench bench-quick demo clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -23,6 +23,10 @@ gen: venv
 check-gen: venv
 	$(PY) scripts/gen_types.py --check
 
+# schema/ against the last released contract (schema/released/<major>.x): breaking needs a major bump.
+check-compat: venv
+	$(PY) scripts/schema_compat.py
+
 LINTED := $(wildcard src tests bench scripts)
 
 lint: venv
@@ -32,7 +36,7 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy src
 
-test: check-gen lint typecheck
+test: check-gen check-compat lint typecheck
 	$(PY) -m pytest $(ARGS)
 
 run: venv

@@ -3,23 +3,39 @@
 Run through `make gen` / `make check-gen`. The generator runs on a staged copy holding only the
 schema files (schema/conformance/ holds test vectors, not schemas), and any warning it prints is
 an error: a warning there usually means a union msgspec cannot decode.
+
+The schema files use no custom keywords, so that strict validators (Ajv's strict mode) take them
+as they are. A tagged union is a root ``oneOf`` whose branches are ``$ref``s to object schemas that
+each require ``method`` and pin it with ``const``. datamodel-code-generator makes msgspec tagged
+unions only from the OpenAPI ``discriminator`` keyword, and does not infer one across files, so
+the staged copy gets that keyword, derived from the branches' ``const``s (:func:`tag_unions`):
+nothing is retyped, and ``schema/`` stays strict-clean.
+
+Besides the types, ``make gen`` writes ``contract.py``: the constants the schema owns and code
+would otherwise retype (:func:`contract_module`): the contract version (``schema/VERSION``), the
+error codes and their messages (``ErrorCode``'s ``oneOf`` branches: ``const`` and ``title``), the
+method → type map of every tagged union, and bounds such as the default port.
 """
 
 from __future__ import annotations
 
 import argparse
 import filecmp
+import json
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "schema"
 PACKAGE = "nvpair_wm_schema"
 TARGET = ROOT / "generated" / PACKAGE
 HEADER = "# Generated from schema/ by `make gen` (datamodel-code-generator). Do not edit by hand."
+CONTRACT_HEADER = HEADER.replace("datamodel-code-generator", "scripts/gen_types.py")
 
 ARGS = [
     "--input-file-type",
@@ -44,12 +60,159 @@ ARGS = [
 ]
 
 
+TAG = "method"
+
+
+def _resolve(ref: str, here: str, schemas: dict[str, Any]) -> Any:
+    """The schema a relative ``$ref`` (``file.schema.json`` or ``file#/$defs/Name``) points to."""
+    file, _, pointer = ref.partition("#")
+    node = schemas[file or here]
+    for part in filter(None, pointer.split("/")):
+        node = node[part]
+    return node
+
+
+def tag_unions(schemas: dict[str, Any]) -> None:
+    """Give every root ``oneOf`` of frame types a ``discriminator`` on ``method``, in place.
+
+    ``schemas`` maps file names to parsed schema files. A root ``oneOf`` whose branches all pin
+    ``method`` is tagged; one where no branch does is left alone; a mix, or a branch that pins
+    ``method`` without requiring it or repeats another's tag, is an error.
+    """
+    for name, schema in schemas.items():
+        branches = schema.get("oneOf")
+        if not isinstance(branches, list):
+            continue
+        mapping: dict[str, str] = {}
+        untagged = []
+        for branch in branches:
+            ref = branch.get("$ref")
+            target = _resolve(ref, name, schemas) if isinstance(ref, str) else branch
+            tag = target.get("properties", {}).get(TAG, {}).get("const")
+            if tag is None:
+                untagged.append(ref)
+                continue
+            if TAG not in target.get("required", []) or tag in mapping or ref is None:
+                sys.exit(f"{name}: branch {ref or branch} cannot be a tagged-union variant")
+            mapping[tag] = ref
+        if mapping and untagged:
+            sys.exit(f"{name}: branches {untagged} do not pin {TAG!r}, the others do")
+        if mapping:
+            schema["discriminator"] = {"propertyName": TAG, "mapping": mapping}
+
+
+def _module(file: str) -> str:
+    """The module datamodel-code-generator writes for a schema file."""
+    return file.removesuffix(".json").replace(".", "_").replace("-", "_")
+
+
+def _snake(words: str) -> str:
+    return "_".join(w.upper() for w in words.replace("-", " ").split())
+
+
+def contract_module(schemas: dict[str, Any], version: str) -> str:
+    """Python source of ``contract.py``, from the tagged schemas and ``schema/VERSION``."""
+    rpc = schemas["jsonrpc.schema.json"]["$defs"]
+    ready = schemas["ready.schema.json"]["$defs"]["ReadyParams"]["properties"]
+    pattern = ready["contractVersion"]["pattern"]
+    if not re.fullmatch(pattern, version):
+        sys.exit(f"schema/VERSION {version!r} does not match ReadyParams.contractVersion {pattern}")
+    id_branches = {b["type"]: b for b in rpc["RequestId"]["anyOf"]}
+    node = schemas["node-record.schema.json"]["properties"]
+    nodes = schemas["nodes-update.schema.json"]["$defs"]["NodesUpdateParams"]["properties"]
+    lines = [
+        CONTRACT_HEADER,
+        '"""Constants the contract in schema/ owns: use these instead of retyping them."""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "from typing import Final",
+        "",
+        "import msgspec",
+        "",
+        "from .jsonrpc_schema import ErrorCode",
+    ]
+    imports: set[str] = set()
+    unions: list[str] = []
+    requests: set[str] = set()
+    paramless: set[str] = set()
+    for name, schema in schemas.items():
+        disc = schema.get("discriminator")
+        if disc is None:
+            continue
+        const = _snake(re.sub(r"(?<=[a-z])(?=[A-Z])", " ", schema["title"])) + "_TYPES"
+        unions.append("")
+        unions.append(f"{const}: Final[dict[str, type[msgspec.Struct]]] = {{")
+        for tag, ref in disc["mapping"].items():
+            file = ref.partition("#")[0] or name
+            target = _resolve(ref, name, schemas)
+            title = target["title"]
+            if "id" in target["required"]:
+                requests.add(tag)
+            if "params" not in target["required"]:
+                paramless.add(tag)
+            imports.add(_module(file))
+            unions.append(f"    {tag!r}: {_module(file)}.{title},")
+        unions.append("}")
+        unions.append(f'"""{schema["title"]}: each method and the generated type it selects."""')
+    lines.append(f"from . import {', '.join(sorted(imports))}")
+    lines += [
+        "",
+        f"CONTRACT_VERSION: Final = {version!r}",
+        '"""schema/VERSION: the contract version sent in ready.params.contractVersion."""',
+        f"DEFAULT_PORT: Final = {node['port']['default']!r}",
+        '"""The inter-node port when none is given (NodeRecord.port\'s default)."""',
+        f"MAX_SAFE_INTEGER: Final = {id_branches['integer']['maximum']!r}",
+        '"""The largest integer of the contract (RequestId\'s bound; 2**53 - 1)."""',
+        f"MAX_REQUEST_ID_LENGTH: Final = {id_branches['string']['maxLength']!r}",
+        '"""The longest string RequestId, in code points."""',
+        f"MAX_NODE_RECORDS: Final = {nodes['nodes']['maxItems']!r}",
+        '"""The most node records one nodes:update may carry."""',
+        "",
+    ]
+    messages = []
+    for branch in rpc["ErrorCode"]["oneOf"]:
+        const = _snake(branch["title"])
+        lines.append(f"{const}: Final = {branch['const']!r}")
+        lines.append(f'"""{branch["description"]}"""')
+        messages.append(f"    {const}: {branch['title']!r},")
+    lines += ["", "ERROR_MESSAGES: Final[dict[ErrorCode, str]] = {", *messages, "}"]
+    lines.append('"""The message (ErrorObject.message) of each error code."""')
+    lines += unions
+    lines += [
+        "",
+        f"REQUEST_ONLY_METHODS: Final = frozenset({sorted(requests)!r})",
+        '"""Methods whose frame requires an id: never sent as a notification."""',
+        f"PARAMLESS_METHODS: Final = frozenset({sorted(paramless)!r})",
+        '"""Methods whose frame may omit params."""',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _ruff_format(source: str, name: str) -> str:
+    exe = Path(sys.executable).with_name("ruff")
+    proc = subprocess.run(
+        [str(exe), "format", "--stdin-filename", name, "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    if proc.returncode != 0:
+        sys.exit(f"ruff format failed on {name}:\n{proc.stderr}")
+    return proc.stdout
+
+
 def generate(out: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "schema"
         staged.mkdir()
-        for f in sorted(SCHEMA.glob("*.schema.json")):
-            shutil.copy(f, staged / f.name)
+        files = sorted(SCHEMA.glob("*.schema.json"))
+        schemas = {f.name: json.loads(f.read_text()) for f in files}
+        tag_unions(schemas)
+        for name, schema in schemas.items():
+            (staged / name).write_text(json.dumps(schema, indent=2, ensure_ascii=False) + "\n")
         exe = Path(sys.executable).with_name("datamodel-codegen")
         proc = subprocess.run(
             [str(exe), "--input", str(staged), "--output", str(out), *ARGS],
@@ -63,6 +226,9 @@ def generate(out: Path) -> None:
             sys.exit(f"datamodel-codegen failed or warned (treated as an error):\n{noise}")
     shutil.rmtree(out / ".ruff_cache", ignore_errors=True)
     (out / "py.typed").write_text("")
+    version = (SCHEMA / "VERSION").read_text().strip()
+    contract = contract_module(schemas, version)
+    (out / "contract.py").write_text(_ruff_format(contract, f"generated/{PACKAGE}/contract.py"))
 
 
 def same_tree(a: Path, b: Path) -> list[str]:

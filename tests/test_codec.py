@@ -561,10 +561,10 @@ class TestResponses:
             "error": {"code": -32700, "message": "Parse error", "data": {"reason": "bad"}},
         }
 
-    @pytest.mark.parametrize("code", sorted(codec.MESSAGES))
+    @pytest.mark.parametrize("code", sorted(codec.ERROR_MESSAGES))
     def test_every_code_has_a_message(self, code: int) -> None:
         body = json.loads(codec.encode(RpcError(code, "r", "i").response()))
-        assert body["error"]["message"] == codec.MESSAGES[code]
+        assert body["error"]["message"] == codec.ERROR_MESSAGES[code]
         assert body["error"]["code"] == code
 
     def test_too_large(self) -> None:

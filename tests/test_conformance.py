@@ -211,11 +211,11 @@ def generated_type(ref: str) -> Any:
     """The generated msgspec type for a schema or one of its $defs.
 
     datamodel-code-generator writes schema file `x-y.schema.json` to module `x_y_schema` and
-    names each type after the schema's `title`.
+    names each type after the schema's `title`, or, for an untitled definition, its `$defs` name.
     """
-    stem, _ = split_ref(ref)
+    stem, pointer = split_ref(ref)
     module = import_module(f"nvpair_wm_schema.{stem.replace('-', '_')}_schema")
-    return getattr(module, subschema(ref)["title"])
+    return getattr(module, subschema(ref).get("title") or pointer.rsplit("/", 1)[-1])
 
 
 def jsonschema_verdict(case: Case) -> tuple[bool, str]:

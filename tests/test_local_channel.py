@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from nvpair_wm_schema.contract import CONTRACT_VERSION
 
 from nvpair_wm import __version__
 from tests.wm_process import WAIT, WmProcess, run_cli
@@ -48,7 +49,8 @@ def lifecycle(method: str, workload: dict[str, Any], rid: Any = None) -> dict[st
 def wm() -> Any:
     with WmProcess("--port", "0", "--log-level", "debug") as proc:
         ready = proc.recv()
-        assert ready == {"jsonrpc": "2.0", "method": "ready", "params": {"version": __version__}}
+        params = {"version": __version__, "contractVersion": CONTRACT_VERSION}
+        assert ready == {"jsonrpc": "2.0", "method": "ready", "params": params}
         yield proc
 
 
@@ -63,7 +65,11 @@ def test_ready_is_first_and_eof_exits_zero(wm: WmProcess) -> None:
     assert wm.wait() == 0
     assert wm.stdout_log == [
         json.dumps(
-            {"method": "ready", "jsonrpc": "2.0", "params": {"version": __version__}},
+            {
+                "method": "ready",
+                "jsonrpc": "2.0",
+                "params": {"version": __version__, "contractVersion": CONTRACT_VERSION},
+            },
             separators=(",", ":"),
         ).encode()
         + b"\n"

@@ -14,7 +14,11 @@ BrokerFrame: TypeAlias = Annotated[
     Meta(
         description="Every notification a manager writes to its broker, as one union tagged on 'method'. Besides these, the broker receives responses (EventResponse, StatusResponse, ErrorResponse) to the requests it sent.",
         examples=[
-            {"jsonrpc": "2.0", "method": "ready", "params": {"version": "0.1.0"}}
+            {
+                "jsonrpc": "2.0",
+                "method": "ready",
+                "params": {"version": "0.1.0", "contractVersion": "1.0.0"},
+            }
         ],
         title="BrokerFrame",
     ),

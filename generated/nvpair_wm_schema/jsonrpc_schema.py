@@ -95,12 +95,12 @@ Request identifier: a string of at most 256 characters, an integer within -(2^53
 ErrorCode: TypeAlias = Annotated[
     Literal[-32700, -32600, -32601, -32602, -32603, -32000, -32001],
     Meta(
-        description="Error codes used by nvpair-wm. -32700 Parse error: the frame is not JSON text (including a lone surrogate escape). -32600 Invalid Request: not a JSON-RPC 2.0 request object (wrong jsonrpc, method not a string, an empty batch, a fractional id). -32601 Method not found: unknown method, or a method this channel does not accept. -32602 Invalid params: the generated validator refused the params; data.path is the JSON path and data.reason the validator's reason. -32603 Internal error. -32000 Frame too large: the line or body exceeds the maximum frame size (1 MiB by default); the stream resynchronises at the next newline. -32001 Overloaded: the queue toward the broker is full; retry later.",
+        description="The error codes nvpair-wm sends. Each branch fixes one code; its title is the error's message (ErrorObject.message), its description says when it is sent. A receiver treats a code it does not know as a failure of that request, with no further meaning.",
         title="ErrorCode",
     ),
 ]
 """
-Error codes used by nvpair-wm. -32700 Parse error: the frame is not JSON text (including a lone surrogate escape). -32600 Invalid Request: not a JSON-RPC 2.0 request object (wrong jsonrpc, method not a string, an empty batch, a fractional id). -32601 Method not found: unknown method, or a method this channel does not accept. -32602 Invalid params: the generated validator refused the params; data.path is the JSON path and data.reason the validator's reason. -32603 Internal error. -32000 Frame too large: the line or body exceeds the maximum frame size (1 MiB by default); the stream resynchronises at the next newline. -32001 Overloaded: the queue toward the broker is full; retry later.
+The error codes nvpair-wm sends. Each branch fixes one code; its title is the error's message (ErrorObject.message), its description says when it is sent. A receiver treats a code it does not know as a failure of that request, with no further meaning.
 """
 
 

@@ -34,7 +34,6 @@ Count: TypeAlias = Annotated[
         description="A counter or a gauge: an integer from 0 to 2^53-1, the largest integer that every language's JSON number type holds exactly.",
         ge=0,
         le=9007199254740991,
-        title="Count",
     ),
 ]
 """

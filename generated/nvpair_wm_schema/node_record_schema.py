@@ -13,7 +13,6 @@ Fingerprint: TypeAlias = Annotated[
         max_length=64,
         min_length=64,
         pattern="^[0-9a-f]{64}$",
-        title="Fingerprint",
     ),
 ]
 """

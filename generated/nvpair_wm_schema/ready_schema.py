@@ -8,14 +8,30 @@ from msgspec import Meta, Struct
 
 class ReadyParams(Struct):
     """
-    What the manager announces when it is ready to take frames.
+    What the manager announces when it is ready to take frames: its program version and the contract version it speaks.
     """
 
     version: Annotated[
-        str, Meta(description="nvpair-wm version.", max_length=64, min_length=1)
+        str,
+        Meta(
+            description="nvpair-wm program version (not the contract's).",
+            max_length=64,
+            min_length=1,
+        ),
     ]
     """
-    nvpair-wm version.
+    nvpair-wm program version (not the contract's).
+    """
+    contractVersion: Annotated[
+        str,
+        Meta(
+            description="The semantic version of this contract (schema/VERSION) that the manager speaks, MAJOR.MINOR.PATCH. A broker accepts any version with the major it knows (1) and ignores what a newer minor adds (see the compatibility policy in schema/README.md).",
+            max_length=32,
+            pattern="^1\\.(0|[1-9][0-9]*)\\.(0|[1-9][0-9]*)$",
+        ),
+    ]
+    """
+    The semantic version of this contract (schema/VERSION) that the manager speaks, MAJOR.MINOR.PATCH. A broker accepts any version with the major it knows (1) and ignores what a newer minor adds (see the compatibility policy in schema/README.md).
     """
 
 

@@ -29,10 +29,13 @@ Optional client attribution. May be absent or null; the two are kept distinct.
 
 WorkloadState: TypeAlias = Annotated[
     Literal["queued", "running", "completed", "failed", "cancelled"],
-    Meta(description="Lifecycle state of a workload.", title="WorkloadState"),
+    Meta(
+        description="Lifecycle state of a workload. On a lifecycle notification the manager overwrites it from the method: submitted→queued, started→running, completed→completed, errored→failed, cancelled→cancelled.",
+        title="WorkloadState",
+    ),
 ]
 """
-Lifecycle state of a workload.
+Lifecycle state of a workload. On a lifecycle notification the manager overwrites it from the method: submitted→queued, started→running, completed→completed, errored→failed, cancelled→cancelled.
 """
 
 
@@ -42,7 +45,6 @@ EpochMillis: TypeAlias = Annotated[
         description="Milliseconds since 1970-01-01T00:00:00Z. Bounded by 2^53-1 so that every language's JSON number type holds it exactly.",
         ge=0,
         le=9007199254740991,
-        title="EpochMillis",
     ),
 ]
 """
@@ -56,7 +58,6 @@ Seq: TypeAlias = Annotated[
         description="Event counter from 1, bounded by 2^53-1.",
         ge=1,
         le=9007199254740991,
-        title="Seq",
     ),
 ]
 """
@@ -108,15 +109,7 @@ class WorkloadInfo(Struct):
     """
     Nonce minted when the producing proxy process started. With id and seq it forms the deduplication key (runId, id, seq).
     """
-    state: Annotated[
-        WorkloadState,
-        Meta(
-            description="Lifecycle state. On a lifecycle notification the manager overwrites it from the method: submitted→queued, started→running, completed→completed, errored→failed, cancelled→cancelled."
-        ),
-    ]
-    """
-    Lifecycle state. On a lifecycle notification the manager overwrites it from the method: submitted→queued, started→running, completed→completed, errored→failed, cancelled→cancelled.
-    """
+    state: WorkloadState
     originatedFrom: Annotated[
         str,
         Meta(

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from nvpair_wm_schema.contract import DEFAULT_PORT
+
 from nvpair_wm import __version__, allocator, logs
 from nvpair_wm.node import Config, Node
 
@@ -44,9 +46,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--port",
         type=int_in(0, 65535, "a port number"),
-        default=14320,
+        default=DEFAULT_PORT,
         metavar="N",
-        help="inter-node port to listen on and advertise (default 14320; 0 picks a "
+        help=f"inter-node port to listen on and advertise (default {DEFAULT_PORT}; 0 picks a "
         "free port, reported in the log and in manager:status)",
     )
     p.add_argument(

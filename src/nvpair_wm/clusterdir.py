@@ -39,6 +39,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from nvpair_wm_schema.contract import DEFAULT_PORT
 
 from nvpair_wm.pins import (
     CERT_FILE,
@@ -64,7 +65,6 @@ __all__ = [
 ]
 
 PROG = "nvpair-wm-cluster"
-DEFAULT_PORT = 14320
 REMOVED_MARKER = "REMOVED"
 VALIDITY_DAYS = 3650
 

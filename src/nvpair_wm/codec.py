@@ -20,8 +20,24 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import msgspec
+from nvpair_wm_schema.contract import (
+    ERROR_MESSAGES,
+    FRAME_TOO_LARGE,
+    INBOUND_FRAME_TYPES,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    MAX_REQUEST_ID_LENGTH,
+    MAX_SAFE_INTEGER,
+    METHOD_NOT_FOUND,
+    OVERLOADED,
+    PARAMLESS_METHODS,
+    PARSE_ERROR,
+    REQUEST_ONLY_METHODS,
+)
 from nvpair_wm_schema.inbound_frame_schema import InboundFrame
 from nvpair_wm_schema.jsonrpc_schema import (
+    ErrorCode,
     ErrorData,
     ErrorObject,
     ErrorResponse,
@@ -31,33 +47,37 @@ from nvpair_wm_schema.jsonrpc_schema import (
     RequestId,
 )
 
+# The error codes and messages are the contract's (generated); they are re-exported from here.
+__all__ = [
+    "ERROR_MESSAGES",
+    "FRAME_TOO_LARGE",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "KNOWN_METHODS",
+    "MAX_FRAME_BYTES",
+    "METHOD_NOT_FOUND",
+    "OVERLOADED",
+    "PARSE_ERROR",
+    "TOO_LARGE",
+    "Decoded",
+    "InvalidFrame",
+    "Item",
+    "LineBuffer",
+    "RpcError",
+    "TooLarge",
+    "decode",
+    "encode",
+    "encode_line",
+    "event_response",
+    "too_large",
+    "validate",
+]
+
 MAX_FRAME_BYTES: Final = 1 << 20
-# Every integer of the contract: exactly representable as a double in every language.
-MAX_SAFE_INT: Final = 2**53 - 1
-
-PARSE_ERROR: Final = -32700
-INVALID_REQUEST: Final = -32600
-METHOD_NOT_FOUND: Final = -32601
-INVALID_PARAMS: Final = -32602
-INTERNAL_ERROR: Final = -32603
-FRAME_TOO_LARGE: Final = -32000
-OVERLOADED: Final = -32001
-
-MESSAGES: Final = {
-    PARSE_ERROR: "Parse error",
-    INVALID_REQUEST: "Invalid Request",
-    METHOD_NOT_FOUND: "Method not found",
-    INVALID_PARAMS: "Invalid params",
-    INTERNAL_ERROR: "Internal error",
-    FRAME_TOO_LARGE: "Frame too large",
-    OVERLOADED: "Overloaded",
-}
 
 # The tags of the generated union: the methods a manager accepts on some channel.
-KNOWN_METHODS: Final = frozenset(
-    t.__struct_config__.tag
-    for t in InboundFrame.__origin__.__args__  # type: ignore[attr-defined]
-)
+KNOWN_METHODS: Final = frozenset(INBOUND_FRAME_TYPES)
 
 _frame_decoder: Final = msgspec.json.Decoder(InboundFrame)
 _batch_decoder: Final = msgspec.json.Decoder(list[msgspec.Raw])
@@ -152,7 +172,7 @@ class RpcError:
     ``method`` is kept (when readable) so the caller can log what was refused.
     """
 
-    code: int
+    code: ErrorCode
     reason: str
     id: RequestId = None
     respond: bool = True
@@ -165,7 +185,7 @@ class RpcError:
             data.path = self.path
         if index is not None:
             data.index = index
-        err = ErrorObject(code=self.code, message=MESSAGES[self.code], data=data)  # type: ignore[arg-type]
+        err = ErrorObject(code=self.code, message=ERROR_MESSAGES[self.code], data=data)
         return ErrorResponse(jsonrpc="2.0", id=self.id, error=err)
 
 
@@ -196,7 +216,7 @@ def _integral_floats_to_int(obj: Any) -> Any:
     ``1e20`` never becomes an int that an error response would echo.
     """
     if isinstance(obj, float):
-        return int(obj) if obj.is_integer() and abs(obj) <= MAX_SAFE_INT else obj
+        return int(obj) if obj.is_integer() and abs(obj) <= MAX_SAFE_INTEGER else obj
     if isinstance(obj, dict):
         return {k: _integral_floats_to_int(v) for k, v in obj.items()}
     if isinstance(obj, list):
@@ -282,8 +302,10 @@ def _is_request_id(value: object) -> bool:
     if isinstance(value, bool):
         return False
     if isinstance(value, str):
-        return len(value) <= 256
-    return value is None or (isinstance(value, int) and -MAX_SAFE_INT <= value <= MAX_SAFE_INT)
+        return len(value) <= MAX_REQUEST_ID_LENGTH
+    return value is None or (
+        isinstance(value, int) and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+    )
 
 
 def _classify(obj: Any) -> Item:
@@ -312,7 +334,7 @@ def _classify(obj: Any) -> Item:
     if "params" in obj and not isinstance(obj["params"], dict):
         reason = "params must be an object (by-name)"
         return RpcError(INVALID_PARAMS, reason, rid, respond, "$.params", method)
-    if "params" not in obj and method != "manager:status":
+    if "params" not in obj and method not in PARAMLESS_METHODS:
         return RpcError(INVALID_PARAMS, "params are required", rid, respond, "$.params", method)
     try:
         frame: InboundFrame = msgspec.convert(obj, InboundFrame)
@@ -320,8 +342,8 @@ def _classify(obj: Any) -> Item:
         reason, path = _split_validation_error(str(exc))
         if path is not None and path.startswith("$.params"):
             return RpcError(INVALID_PARAMS, reason, rid, respond, path, method)
-        if method == "manager:status" and not has_id:
-            reason = "manager:status is a request: it needs an id"
+        if method in REQUEST_ONLY_METHODS and not has_id:
+            reason = f"{method} is a request: it needs an id"
         return RpcError(INVALID_REQUEST, reason, rid, respond, path, method)
     return frame
 

@@ -58,13 +58,15 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Final, Generic, Literal, TypeVar
+from typing import Final, Generic, TypeAlias, TypeVar
 
+from nvpair_wm_schema.jsonrpc_schema import EventOutcome
 from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 
 from nvpair_wm.events import TERMINAL, Outbound
 
-Outcome = Literal["applied", "duplicate", "stale", "removed"]
+# What an event or a removal came to: the contract's EventOutcome, as generated.
+Outcome: TypeAlias = EventOutcome
 APPLIED: Final = "applied"
 
 

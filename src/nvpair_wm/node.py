@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nvpair_wm_schema.contract import CONTRACT_VERSION, DEFAULT_PORT
 from nvpair_wm_schema.manager_status_schema import PeerStatus, StatusResult
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
@@ -37,7 +38,7 @@ EXPIRE_EVERY = 1.0
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    port: int = 14320
+    port: int = DEFAULT_PORT
     ipc: str | None = None
     cluster_dir: Path | None = None
     host: str | None = None  # None: every interface, IPv4 and IPv6
@@ -139,7 +140,8 @@ class Node:
             log.error("cannot listen on port %d: %s", self.config.port, exc.strerror or exc)
             await close_writer(writer)
             return 1
-        self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=ReadyParams(__version__)))])
+        params = ReadyParams(version=__version__, contractVersion=CONTRACT_VERSION)
+        self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=params))])
         tasks = [
             asyncio.create_task(channel.write_forever(), name="broker-writer"),
             asyncio.create_task(self._expire_forever(), name="expiry"),

@@ -23,16 +23,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Protocol
 
 import msgspec
+from nvpair_wm_schema.contract import DEFAULT_PORT
 from nvpair_wm_schema.node_record_schema import NodeRecord
 
 __all__ = ["DEFAULT_PORT", "Peer", "PeerChanges", "PeerDirectory", "diff", "select_peers"]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_PORT: Final = 14320
 
 
 @dataclass(frozen=True, slots=True)

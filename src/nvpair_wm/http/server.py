@@ -25,6 +25,8 @@ import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Self
 
+from nvpair_wm_schema.contract import DEFAULT_PORT
+
 from nvpair_wm.http.core import ByteStream, Handler, Limits, ShutdownRequested
 from nvpair_wm.http.h1 import serve_h1
 from nvpair_wm.pins import IdentitySource
@@ -34,7 +36,6 @@ __all__ = ["DEFAULT_PORT", "H2_PREFACE", "InterNodeServer", "bind_sockets"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 14320
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 ServeFn = Callable[[ByteStream, Handler, Limits], Awaitable[None]]
