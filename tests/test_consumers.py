@@ -13,7 +13,9 @@ Adds about 10 s when the Go build cache is warm, 30 s when it is cold.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -75,3 +77,108 @@ def test_go_consumer_round_trips_every_valid_vector() -> None:
     ):
         assert f"--- PASS: {fault}" in out, out
     assert "--- FAIL" not in out
+
+
+# -- TypeScript -------------------------------------------------------------------------------
+
+TSC_FLAGS = [
+    "--strict",
+    "--exactOptionalPropertyTypes",
+    "--noUncheckedIndexedAccess",
+    "--noEmit",
+    "--target",
+    "es2022",
+    "--module",
+    "esnext",
+    "--moduleResolution",
+    "bundler",
+]
+
+
+def _node() -> str:
+    exe = _need("node", "apt-get install -y nodejs npm")
+    if not (TS_DIR / "node_modules" / "typescript" / "package.json").is_file():
+        pytest.fail("the Node packages are not installed: npm ci --prefix consumers/ts")
+    return exe
+
+
+def _node_run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [_node(), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _tsc(file: Path) -> subprocess.CompletedProcess[str]:
+    tsc = TS_DIR / "node_modules" / "typescript" / "bin" / "tsc"
+    return _node_run(str(tsc), *TSC_FLAGS, str(file))
+
+
+def test_ajv_strict_agrees_with_every_shape_vector() -> None:
+    proc = _node_run(str(TS_DIR / "vectors.mjs"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    agree, total = map(int, proc.stdout.split()[0].split("/"))
+    assert agree == total >= 800, proc.stdout
+
+
+def test_ajv_vector_check_has_teeth(tmp_path: Path) -> None:
+    """Drop one bound (seq's maximum) from a copy of schema/: some vectors must disagree."""
+    copy = tmp_path / "schema"
+    shutil.copytree(ROOT / "schema", copy, ignore=shutil.ignore_patterns("released"))
+    path = copy / "workload-info.schema.json"
+    text = path.read_text()
+    schema = json.loads(text)
+    del schema["$defs"]["Seq"]["maximum"]
+    path.write_text(json.dumps(schema))
+    proc = _node_run(str(TS_DIR / "vectors.mjs"), str(copy))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "WRONG workload-info.json" in proc.stdout, proc.stdout
+
+
+def _generate(tmp_path: Path) -> Path:
+    out = tmp_path / "types.ts"
+    proc = _node_run(str(TS_DIR / "gen-types.mjs"), str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shutil.copy(TS_DIR / "consumer.ts", tmp_path / "consumer.ts")
+    return out
+
+
+def test_generated_types_are_closed_and_compile_under_tsc_strict(tmp_path: Path) -> None:
+    types = _generate(tmp_path).read_text()
+    assert "export type InboundFrame" in types and "export type BrokerFrame" in types
+    assert "[k: string]" not in types, "a catch-all index signature"
+    names = re.findall(r"^export (?:type|interface) (\w+)", types, re.M)
+    assert not [n for n in names if n[-1].isdigit()], f"alias noise: {names}"
+    proc = _tsc(tmp_path / "consumer.ts")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_tsc_catches_a_missing_method_and_a_typo(tmp_path: Path) -> None:
+    """The consumer's guarantees have teeth: an unhandled method and `f.parms` do not compile."""
+    _generate(tmp_path)
+    consumer = tmp_path / "consumer.ts"
+    text = consumer.read_text()
+    status_case = '    case "manager:status":\n      return `status request ${String(frame.id)}`;\n'
+    assert status_case in text
+    text = text.replace(status_case, "")
+    text += "\nexport const typo = (f: InboundFrame): unknown => f.parms;\n"
+    consumer.write_text(text)
+    proc = _tsc(consumer)
+    assert proc.returncode != 0
+    assert "is not assignable to parameter of type 'never'" in proc.stdout, proc.stdout
+    assert "Property 'parms' does not exist" in proc.stdout, proc.stdout
+
+
+def test_gen_types_never_fetches_a_ref(tmp_path: Path) -> None:
+    copy = tmp_path / "schema"
+    copy.mkdir()
+    for f in (ROOT / "schema").glob("*.schema.json"):
+        shutil.copy(f, copy / f.name)
+    path = copy / "node-record.schema.json"
+    schema = json.loads(path.read_text())
+    schema["properties"]["nodeId"] = {
+        "$ref": "https://schemas.nvpair.dev/wm/v1/missing.schema.json"
+    }
+    path.write_text(json.dumps(schema))
+    proc = _node_run(str(TS_DIR / "gen-types.mjs"), str(tmp_path / "t.ts"), str(copy))
+    assert proc.returncode != 0
+    assert "not one of the schema files (no network)" in proc.stdout + proc.stderr

@@ -196,16 +196,18 @@ func (f *WorkloadsUpsert) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ReadyParams says which manager version is running.
+// ReadyParams says which program version is running and which contract version it speaks.
 type ReadyParams struct {
-	Version string `json:"version"`
+	Version         string `json:"version"`
+	ContractVersion string `json:"contractVersion"`
 }
 
 type readyParamsJSON ReadyParams
 
 func (p *ReadyParams) UnmarshalJSON(b []byte) error {
 	var v readyParamsJSON
-	if err := decodeObject(b, rules{required: []string{"version"}, nonNull: []string{"version"}}, &v); err != nil {
+	r := rules{required: []string{"version", "contractVersion"}, nonNull: []string{"version", "contractVersion"}}
+	if err := decodeObject(b, r, &v); err != nil {
 		return fmt.Errorf("ReadyParams: %w", err)
 	}
 	*p = ReadyParams(v)

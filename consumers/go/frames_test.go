@@ -429,7 +429,7 @@ func TestUnionDispatchesOnTheLastMethod(t *testing.T) {
 	if _, ok := f.(*ManagerStatus); !ok {
 		t.Fatalf("got %T", f)
 	}
-	if _, err := DecodeInbound([]byte(`{"jsonrpc":"2.0","method":"ready","params":{"version":"1"}}`)); err == nil {
+	if _, err := DecodeInbound([]byte(`{"jsonrpc":"2.0","method":"ready","params":{"version":"1","contractVersion":"1.0.0"}}`)); err == nil {
 		t.Fatal("ready is not inbound")
 	}
 	if !bytes.Contains([]byte(reencode(t, `{"jsonrpc":"2.0","method":"manager:status","id":"x"}`)), []byte(`"id":"x"`)) {
