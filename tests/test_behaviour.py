@@ -215,3 +215,23 @@ def test_kit_usage_errors_exit_2() -> None:
     assert kit("--only", "local-requests").returncode == 2  # no command
     listed = kit("--list")
     assert listed.returncode == 0 and "http-backpressure" in listed.stdout
+
+
+def test_kit_fails_a_silent_implementation_quickly(tmp_path: Path) -> None:
+    """An implementation that says ready and then never answers: one timeout, not one per case."""
+    script = tmp_path / "silent.py"
+    script.write_text(
+        "import sys\n"
+        'print(\'{"jsonrpc":"2.0","method":"ready","params":{"version":"0","contractVersion":"1.0.0"}}\','
+        " flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    status, doc = kit_json("--only", "local-requests", "--", sys.executable, str(script))
+    assert status == 1
+    results = {r["name"]: r for r in doc["results"]}
+    assert results["local-requests/startup"]["passed"]
+    first = results["local-requests/status-integer-id"]
+    assert not first["passed"] and "within" in first["problems"][0]
+    rest = [r for r in doc["results"] if r["case"] not in ("startup", "status-integer-id", "exit")]
+    assert rest and all("not run" in r["problems"][0] for r in rest)
+    assert doc["seconds"] < 30

@@ -105,6 +105,7 @@ class GroupRun:
         self.results: list[Result] = []
         self.impl: Implementation | None = None
         self.accepted = 0  # frames of the bodies a repeatUntil case saw accepted
+        self.broken: str | None = None
 
     def _record(self, case: str, started: float, problems: list[str]) -> None:
         self.results.append(
@@ -174,11 +175,18 @@ class GroupRun:
             started = time.monotonic()
             if self.impl.proc.poll() is not None:
                 problems = [f"the process had exited (status {self.impl.proc.returncode})"]
+            elif self.broken is not None:
+                problems = [f"not run: the broker channel failed earlier ({self.broken})"]
             else:
                 try:
                     problems = kind(case, suffix)
-                except (BrokerError, peer.PeerError) as exc:
+                except peer.PeerError as exc:
                     problems = [str(exc)]
+                except BrokerError as exc:
+                    # Out of step with the process (a timeout, a closed channel): the rest of
+                    # the group fails at once instead of waiting out one timeout per case.
+                    problems = [str(exc)]
+                    self.broken = str(exc).splitlines()[0]
             self._record(case["name"] + suffix, started, problems)
 
     # -- the kinds of case ------------------------------------------------------------------------
