@@ -38,15 +38,21 @@ class Implementation:
     """COMMAND started with the given flags; its broker channel; its stderr kept for reports."""
 
     def __init__(
-        self, command: Sequence[str], flags: Sequence[str], *, ipc: Path | None = None
+        self,
+        command: Sequence[str],
+        flags: Sequence[str],
+        *,
+        ipc: Path | None = None,
+        timeout: float = WAIT,
     ) -> None:
         self.argv = [*command, *flags]
+        self.timeout = timeout
         self._listener: socket.socket | None = None
         if ipc is not None:
             self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self._listener.bind(str(ipc))
             self._listener.listen(1)
-            self._listener.settimeout(WAIT)
+            self._listener.settimeout(timeout)
             self.argv += ["--ipc", str(ipc)]
         self.proc = subprocess.Popen(
             self.argv,
@@ -74,7 +80,7 @@ class Implementation:
             except TimeoutError:
                 self.kill()
                 raise BrokerError(
-                    f"did not connect to the --ipc socket within {WAIT}s" + self.stderr_excerpt()
+                    f"did not connect to the --ipc socket within {timeout}s" + self.stderr_excerpt()
                 ) from None
             finally:
                 self._listener.close()
@@ -114,7 +120,8 @@ class Implementation:
     def resume_reading(self) -> None:
         self._reading.set()
 
-    def next_line(self, timeout: float = WAIT) -> bytes:
+    def next_line(self, timeout: float | None = None) -> bytes:
+        timeout = timeout or self.timeout
         try:
             line = self._lines.get(timeout=timeout)
         except queue.Empty:
@@ -142,7 +149,7 @@ class Implementation:
                 f"cannot write to the broker channel: {exc}" + self.stderr_excerpt()
             ) from exc
 
-    def collect(self, timeout: float = WAIT) -> list[Any]:
+    def collect(self, timeout: float | None = None) -> list[Any]:
         """Send a barrier request; return every line written before its response, parsed.
 
         A line that is not JSON text is returned as the string ``"<not JSON> ..."``: the matchers
@@ -167,7 +174,7 @@ class Implementation:
                 return out
             out.append(value)
 
-    def read_startup(self, timeout: float = WAIT) -> Any:
+    def read_startup(self, timeout: float | None = None) -> Any:
         """The first line the implementation writes (``ready``), parsed."""
         line = self.next_line(timeout)
         try:
@@ -184,9 +191,9 @@ class Implementation:
             elif self.proc.stdin is not None:
                 self.proc.stdin.close()
 
-    def wait(self, timeout: float = WAIT) -> int | None:
+    def wait(self, timeout: float | None = None) -> int | None:
         try:
-            return self.proc.wait(timeout=timeout)
+            return self.proc.wait(timeout=timeout or self.timeout)
         except subprocess.TimeoutExpired:
             return None
 

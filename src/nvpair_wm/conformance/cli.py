@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from nvpair_wm.conformance import runner, vectors
+from nvpair_wm.conformance import broker, runner, vectors
 
 PROG = "nvpair-wm-conformance"
 
@@ -25,7 +25,8 @@ def _parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Check an nvpair workload manager implementation against the behaviour "
         "vectors: COMMAND is started with --port, --cluster-dir (and --ipc) appended.",
-        usage=f"{PROG} [--json] [--only GROUP] [--vectors DIR] [--list] -- COMMAND [ARGS...]",
+        usage=f"{PROG} [--json] [--only GROUP] [--vectors DIR] [--timeout S] [--list] "
+        "-- COMMAND [ARGS...]",
     )
     p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
     p.add_argument(
@@ -40,6 +41,13 @@ def _parser() -> argparse.ArgumentParser:
         default=vectors.DEFAULT_DIR,
         metavar="DIR",
         help="directory of behaviour vector files (default: %(default)s)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=broker.WAIT,
+        metavar="SECONDS",
+        help="how long to wait for each answer (default: %(default)s)",
     )
     p.add_argument("--list", action="store_true", help="list the groups and exit")
     return p
@@ -85,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             mark = "[green]pass[/]" if result.passed else "[red]FAIL[/]"
             err.print(f"{mark} {result.name}", highlight=False)
 
-    results = runner.run(groups, command, on_result=progress)
+    results = runner.run(groups, command, on_result=progress, timeout=args.timeout)
     elapsed = time.monotonic() - started
     failed = [r for r in results if not r.passed]
     if args.json:

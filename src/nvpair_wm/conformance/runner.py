@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from nvpair_wm import clusterdir
 from nvpair_wm.conformance import expect, peer, vectors
-from nvpair_wm.conformance.broker import BrokerError, Implementation
+from nvpair_wm.conformance.broker import WAIT, BrokerError, Implementation
 
 SUBJECT: Final = "subject"
 PEER: Final = "peer"
@@ -96,8 +96,15 @@ def _internal_errors(value: Any) -> list[str]:
 class GroupRun:
     """One group against one process."""
 
-    def __init__(self, group: dict[str, Any], command: Sequence[str], cluster: Cluster) -> None:
+    def __init__(
+        self,
+        group: dict[str, Any],
+        command: Sequence[str],
+        cluster: Cluster,
+        timeout: float = WAIT,
+    ) -> None:
         self.group = group
+        self.timeout = timeout
         self.name = str(group["group"])
         self.command = command
         self.cluster = cluster
@@ -119,7 +126,7 @@ class GroupRun:
         if self.group.get("transport") == "ipc":
             ipc = Path(tempfile.mkdtemp(prefix="wmc-", dir="/tmp")) / "broker.sock"
         try:
-            self.impl = Implementation(self.command, flags, ipc=ipc)
+            self.impl = Implementation(self.command, flags, ipc=ipc, timeout=self.timeout)
         except (OSError, BrokerError) as exc:
             self._record("startup", started, [f"could not start {list(self.command)}: {exc}"])
             return self.results
@@ -154,7 +161,9 @@ class GroupRun:
             self.impl.close_channel()
             status = self.impl.wait()
             if status is None:
-                problems.append("still running 10 s after the broker closed the channel")
+                problems.append(
+                    f"still running {self.timeout} s after the broker closed the channel"
+                )
             elif status != 0:
                 problems.append(f"exit status {status} after the broker closed the channel")
         if self.impl.stray_stdout:
@@ -209,7 +218,7 @@ class GroupRun:
             return []
         if action == "resume-broker":
             self.impl.resume_reading()
-            lines = self.impl.collect(timeout=60.0)
+            lines = self.impl.collect(timeout=max(60.0, self.timeout))
             want = case.get("count")
             if want == "accepted":
                 want = self.accepted
@@ -248,12 +257,14 @@ class GroupRun:
             )
             if want.get("refused"):
                 try:
-                    resp = peer.request(HOST, self.port, identity, protocol, req)
+                    resp = peer.request(
+                        HOST, self.port, identity, protocol, req, timeout=self.timeout
+                    )
                 except peer.PeerError:
                     break
                 problems.append(f"expected no HTTP response, got {resp.status}")
                 break
-            resp = peer.request(HOST, self.port, identity, protocol, req)
+            resp = peer.request(HOST, self.port, identity, protocol, req, timeout=self.timeout)
             if resp.server_fingerprint != self.cluster.fingerprint:
                 problems.append("the server did not present the member's node.crt")
             if resp.status >= 500 and resp.status != 503:
@@ -323,12 +334,13 @@ def run(
     command: Sequence[str],
     *,
     on_result: Callable[[Result], None] | None = None,
+    timeout: float = WAIT,
 ) -> list[Result]:
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="nvpair-wm-conformance-") as tmp:
         cluster = Cluster.create(Path(tmp))
         for group in groups:
-            for result in GroupRun(group, command, cluster).run():
+            for result in GroupRun(group, command, cluster, timeout).run():
                 results.append(result)
                 if on_result is not None:
                     on_result(result)
