@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "schema"
 PACKAGE = "nvpair_wm_schema"
 TARGET = ROOT / "generated" / PACKAGE
+OPENRPC = "openrpc.json"
 HEADER = "# Generated from schema/ by `make gen` (datamodel-code-generator). Do not edit by hand."
 CONTRACT_HEADER = HEADER.replace("datamodel-code-generator", "scripts/gen_types.py")
 
@@ -61,6 +62,10 @@ ARGS = [
 
 
 TAG = "method"
+# Unions told apart by their members (result / error / method), not by a tag: msgspec decodes no
+# such union as one type, so these files get no generated type. Every part they combine does;
+# tests/test_conformance.py checks their vectors through those parts.
+NOT_GENERATED = frozenset({"broker-line.schema.json", "http-response.schema.json"})
 
 
 def _resolve(ref: str, here: str, schemas: dict[str, Any]) -> Any:
@@ -189,6 +194,140 @@ def contract_module(schemas: dict[str, Any], version: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+OPENRPC_VERSION = "1.3.2"
+DIRECTIONS = {
+    "inbound-frame.schema.json": "broker -> manager",
+    "peer-frame.schema.json": "peer -> manager",
+    "broker-frame.schema.json": "manager -> broker",
+}
+
+
+def _camel(words: str) -> str:
+    return "".join(w[:1].upper() + w[1:] for w in words.split())
+
+
+def openrpc_document(schemas: dict[str, Any], version: str) -> dict[str, Any]:
+    """The OpenRPC 1.x description of every method, from the tagged unions (which frames go
+    where) and the frame schemas (params, whether an id is required or allowed).
+
+    Non-standard facts go in ``x-`` extension fields, which OpenRPC allows on every object:
+    ``x-direction`` (who sends the method to whom), ``x-kind`` (notification, request, or
+    either) and ``x-frame`` (the frame's schema). A method's result is the ``*Result``
+    definition of its frame's schema file if it has one (StatusResult), else EventResult.
+    """
+    rpc = schemas["jsonrpc.schema.json"]
+    base = rpc["$id"].rsplit("/", 1)[0] + "/"
+    components: dict[str, Any] = {}
+    for branch in rpc["$defs"]["ErrorCode"]["oneOf"]:
+        components[_camel(branch["title"])] = {
+            "code": branch["const"],
+            "message": branch["title"],
+            "data": branch["description"],
+        }
+    err_ref = {
+        b["const"]: f"#/components/errors/{_camel(b['title'])}"
+        for b in rpc["$defs"]["ErrorCode"]["oneOf"]
+    }
+    methods: dict[str, dict[str, Any]] = {}
+    peer_methods = set(schemas["peer-frame.schema.json"]["discriminator"]["mapping"])
+    for union, direction in DIRECTIONS.items():
+        for tag, ref in schemas[union]["discriminator"]["mapping"].items():
+            file = ref.partition("#")[0]
+            frame = _resolve(ref, union, schemas)
+            method = methods.get(tag)
+            if method is not None:
+                method["x-direction"].append(direction)
+                continue
+            props = frame["properties"]
+            kind = (
+                "request"
+                if "id" in frame["required"]
+                else "notification or request"
+                if "id" in props
+                else "notification"
+            )
+            params: list[dict[str, Any]] = []
+            pref = props.get("params", {}).get("$ref")
+            if pref is not None:
+                pfile, _, pointer = pref.partition("#")
+                pfile = pfile or file
+                pschema = _resolve(pref, file, schemas)
+                for name, sub in pschema.get("properties", {}).items():
+                    desc = {"name": name, "required": name in pschema.get("required", [])}
+                    if "description" in sub:
+                        desc["description"] = sub["description"]
+                    desc["schema"] = {"$ref": f"{base}{pfile}#{pointer}/properties/{name}"}
+                    params.append(desc)
+            method = {
+                "name": tag,
+                "summary": frame["title"],
+                "description": frame["description"],
+                "paramStructure": "by-name",
+                "params": params,
+                "x-direction": [direction],
+                "x-kind": kind,
+                "x-frame": {"$ref": base + ref},
+            }
+            if kind != "notification":
+                results = [
+                    d for d, s in schemas[file].get("$defs", {}).items() if d.endswith("Result")
+                ]
+                rdef = (
+                    f"{file}#/$defs/{results[0]}"
+                    if results
+                    else "jsonrpc.schema.json#/$defs/EventResult"
+                )
+                method["result"] = {
+                    "name": rdef.rsplit("/", 1)[-1],
+                    "schema": {"$ref": base + rdef},
+                }
+            if union != "broker-frame.schema.json":
+                # Which errors a method can earn is behaviour, not a schema keyword: every code
+                # the manager sends (-32001 is reserved), and -32601 where a peer may not send it.
+                codes = [-32700, -32600, -32602, -32603, -32000]
+                if tag not in peer_methods:
+                    codes.insert(2, -32601)
+                method["errors"] = [{"$ref": err_ref[c]} for c in codes]
+            methods[tag] = method
+    return {
+        "openrpc": OPENRPC_VERSION,
+        "info": {
+            "title": "nvpair-wm",
+            "version": version,
+            "description": (
+                "The contract between an nvpair-wm manager, its broker (newline-delimited JSON-RPC "
+                "2.0 on stdio or --ipc) and its peers (the same frames in the body of POST "
+                "/v1/workloads/events over mutual-TLS HTTP/2 or HTTP/1.1). Generated from "
+                "schema/ by `make gen`; the schemas it refers to are schema/*.schema.json, by $id."
+            ),
+        },
+        "servers": [
+            {
+                "name": "local",
+                "url": "stdio:",
+                "description": "The broker's channel: one JSON text per line on stdin/stdout, "
+                "or on the --ipc socket.",
+            },
+            {
+                "name": "inter-node",
+                "url": "https://{host}:{port}/v1/workloads/events",
+                "description": "Between pinned members of a cluster (a peer is another manager): "
+                "mutual TLS, HTTP/2 or HTTP/1.1.",
+                "variables": {
+                    "host": {"default": "localhost"},
+                    "port": {
+                        "default": str(
+                            schemas["node-record.schema.json"]["properties"]["port"]["default"]
+                        )
+                    },
+                },
+            },
+        ],
+        "methods": list(methods.values()),
+        "components": {"errors": components},
+    }
+
+
 def _ruff_format(source: str, name: str) -> str:
     exe = Path(sys.executable).with_name("ruff")
     proc = subprocess.run(
@@ -212,6 +351,8 @@ def generate(out: Path) -> None:
         schemas = {f.name: json.loads(f.read_text()) for f in files}
         tag_unions(schemas)
         for name, schema in schemas.items():
+            if name in NOT_GENERATED:
+                continue
             (staged / name).write_text(json.dumps(schema, indent=2, ensure_ascii=False) + "\n")
         exe = Path(sys.executable).with_name("datamodel-codegen")
         proc = subprocess.run(
@@ -229,6 +370,8 @@ def generate(out: Path) -> None:
     version = (SCHEMA / "VERSION").read_text().strip()
     contract = contract_module(schemas, version)
     (out / "contract.py").write_text(_ruff_format(contract, f"generated/{PACKAGE}/contract.py"))
+    document = openrpc_document(schemas, version)
+    (out.parent / OPENRPC).write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
 
 
 def same_tree(a: Path, b: Path) -> list[str]:
@@ -246,15 +389,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp) / PACKAGE
         generate(fresh)
+        document = fresh.parent / OPENRPC
         if args.check:
             stale = same_tree(fresh, TARGET) if TARGET.exists() else ["(missing)"]
+            current = TARGET.parent / OPENRPC
+            if not current.exists() or current.read_bytes() != document.read_bytes():
+                stale.append(OPENRPC)
             if stale:
-                sys.exit(f"generated/{PACKAGE} is stale ({', '.join(stale)}): run `make gen`")
-            print(f"generated/{PACKAGE} is up to date")
+                sys.exit(f"generated/ is stale ({', '.join(stale)}): run `make gen`")
+            print(f"generated/{PACKAGE} and generated/{OPENRPC} are up to date")
             return
         shutil.rmtree(TARGET, ignore_errors=True)
         shutil.copytree(fresh, TARGET)
-        print(f"wrote generated/{PACKAGE}")
+        shutil.copy(document, TARGET.parent / OPENRPC)
+        print(f"wrote generated/{PACKAGE} and generated/{OPENRPC}")
 
 
 if __name__ == "__main__":

@@ -73,6 +73,16 @@ INBOUND_FRAME_TYPES: Final[dict[str, type[msgspec.Struct]]] = {
 }
 """InboundFrame: each method and the generated type it selects."""
 
+PEER_FRAME_TYPES: Final[dict[str, type[msgspec.Struct]]] = {
+    "workload:submitted": workload_events_schema.WorkloadSubmitted,
+    "workload:started": workload_events_schema.WorkloadStarted,
+    "workload:completed": workload_events_schema.WorkloadCompleted,
+    "workload:errored": workload_events_schema.WorkloadErrored,
+    "workload:cancelled": workload_events_schema.WorkloadCancelled,
+    "workloads:remove": workloads_remove_schema.WorkloadsRemove,
+}
+"""PeerFrame: each method and the generated type it selects."""
+
 REQUEST_ONLY_METHODS: Final = frozenset(["manager:status"])
 """Methods whose frame requires an id: never sent as a notification."""
 PARAMLESS_METHODS: Final = frozenset(["manager:status"])
