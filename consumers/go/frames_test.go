@@ -64,12 +64,19 @@ var decoders = map[string]func([]byte) (any, error){
 		}
 		return s, oneOf(s, EventOutcomes...)
 	},
-	"jsonrpc.schema.json#/$defs/EventResult":     into[EventResult],
-	"jsonrpc.schema.json#/$defs/EventResponse":   into[EventResponse],
-	"jsonrpc.schema.json#/$defs/Request":         into[Request],
-	"jsonrpc.schema.json#/$defs/Notification":    into[Notification],
-	"jsonrpc.schema.json#/$defs/SuccessResponse": into[SuccessResponse],
-	"jsonrpc.schema.json#/$defs/Batch":           into[Batch],
+	"jsonrpc.schema.json#/$defs/EventResult":        into[EventResult],
+	"jsonrpc.schema.json#/$defs/EventResponse":      into[EventResponse],
+	"jsonrpc.schema.json#/$defs/Request":            into[Request],
+	"jsonrpc.schema.json#/$defs/Notification":       into[Notification],
+	"jsonrpc.schema.json#/$defs/SuccessResponse":    into[SuccessResponse],
+	"jsonrpc.schema.json#/$defs/Batch":              into[Batch],
+	"peer-frame.schema.json":                        func(b []byte) (any, error) { return DecodePeer(b) },
+	"broker-line.schema.json":                       DecodeBrokerLine,
+	"broker-line.schema.json#/$defs/BrokerResponse": DecodeBrokerResponse,
+	"http-error.schema.json":                        into[HTTPError],
+	"http-response.schema.json":                     DecodeHTTPResponseBody,
+	"http-response.schema.json#/$defs/EventsBody":   DecodeEventsBody,
+	"http-response.schema.json#/$defs/PeerResponse": DecodePeerResponse,
 }
 
 func into[T any](b []byte) (any, error) {
@@ -172,25 +179,46 @@ func (r registry) resolve(node map[string]any, docID string) (map[string]any, st
 }
 
 // properties declared for the object in: the node's own, or those of the union branch that
-// fits (the branch whose method const matches, or the non-null branch of a nullable).
+// fits it (its method const matches and its required members are present), searched depth first.
 func (r registry) properties(node map[string]any, docID string, in map[string]any) (map[string]any, string) {
 	node, docID = r.resolve(node, docID)
 	if props, ok := node["properties"].(map[string]any); ok {
+		if m, ok := props["method"].(map[string]any); ok && m["const"] != nil && m["const"] != in["method"] {
+			return nil, docID
+		}
+		required, _ := node["required"].([]any)
+		for _, k := range required {
+			if _, ok := in[k.(string)]; !ok {
+				return nil, docID
+			}
+		}
 		return props, docID
 	}
 	for _, key := range []string{"oneOf", "anyOf"} {
 		branches, _ := node[key].([]any)
 		for _, b := range branches {
 			bm, _ := b.(map[string]any)
-			bn, bid := r.resolve(bm, docID)
-			props, ok := bn["properties"].(map[string]any)
-			if !ok {
-				continue
+			if props, pid := r.properties(bm, docID, in); props != nil {
+				return props, pid
 			}
-			if m, ok := props["method"].(map[string]any); ok && m["const"] != nil && m["const"] != in["method"] {
-				continue
+		}
+	}
+	return nil, docID
+}
+
+// items is the item schema of an array node, or of the first array branch of a union.
+func (r registry) items(node map[string]any, docID string) (map[string]any, string) {
+	node, docID = r.resolve(node, docID)
+	if items, ok := node["items"].(map[string]any); ok {
+		return items, docID
+	}
+	for _, key := range []string{"oneOf", "anyOf"} {
+		branches, _ := node[key].([]any)
+		for _, b := range branches {
+			bm, _ := b.(map[string]any)
+			if items, iid := r.items(bm, docID); items != nil {
+				return items, iid
 			}
-			return props, bid
 		}
 	}
 	return nil, docID
@@ -217,9 +245,8 @@ func (r registry) declaredKept(node map[string]any, docID string, in, out any, p
 		}
 	case []any:
 		b, _ := out.([]any)
-		n, nid := r.resolve(node, docID)
-		items, ok := n["items"].(map[string]any)
-		if !ok || len(b) != len(a) {
+		items, nid := r.items(node, docID)
+		if items == nil || len(b) != len(a) {
 			return nil
 		}
 		for i := range a {

@@ -2,7 +2,16 @@
 // gen-types.mjs). It must compile under `tsc --strict --exactOptionalPropertyTypes`:
 // the switches over `method` are exhaustive (a new frame type in schema/ stops the build at
 // `assertNever` until it is handled), and closed types refuse a typo such as `f.parms`.
-import type { BrokerFrame, InboundFrame, RequestId, WorkloadInfo } from "./types";
+import type {
+  BrokerFrame,
+  BrokerLine,
+  BrokerResponse,
+  HttpResponseBody,
+  InboundFrame,
+  PeerResponse,
+  RequestId,
+  WorkloadInfo,
+} from "./types";
 
 function assertNever(frame: never): never {
   throw new Error(`unhandled frame ${JSON.stringify(frame)}`);
@@ -50,4 +59,23 @@ export function describeBroker(frame: BrokerFrame): string {
     default:
       return assertNever(frame);
   }
+}
+
+function describeResponse(r: BrokerResponse | PeerResponse): string {
+  if ("error" in r) return `error ${r.error.code} ${r.error.message} for ${String(r.id)}`;
+  return "outcome" in r.result
+    ? `${r.result.outcome} for ${String(r.id)}`
+    : `status: ${r.result.version}, ${r.result.peers.length} peers`;
+}
+
+/** Any line the manager writes to its broker: a frame, one response, or a batch's responses. */
+export function describeLine(line: BrokerLine): string {
+  if (Array.isArray(line)) return line.map(describeResponse).join("; ");
+  return "method" in line ? describeBroker(line) : describeResponse(line);
+}
+
+/** Any body of POST /v1/workloads/events: responses (200, 400) or {"error": ...}. */
+export function describeBody(body: HttpResponseBody): string {
+  if (Array.isArray(body)) return body.map(describeResponse).join("; ");
+  return "jsonrpc" in body ? describeResponse(body) : `refused: ${body.error}`;
 }

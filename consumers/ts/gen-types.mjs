@@ -42,8 +42,8 @@ const options = {
   $refOptions: { resolve: { http: local, https: local, external: true } },
 };
 
-// One compile of a root that reaches what a broker or a peer reads and writes: the two frame
-// unions and the responses. Each schema title becomes one type name.
+// One compile of a root that reaches what a broker or a peer reads and writes: the frame
+// unions, every line to the broker and every HTTP body. Each schema title becomes one type name.
 const base = "https://schemas.nvpair.dev/wm/v1/";
 const root = {
   $id: `${base}consumer-root.json`,
@@ -51,10 +51,10 @@ const root = {
   type: "object",
   properties: {
     inbound: { $ref: `${base}inbound-frame.schema.json` },
+    peer: { $ref: `${base}peer-frame.schema.json` },
     broker: { $ref: `${base}broker-frame.schema.json` },
-    status: { $ref: `${base}manager-status.schema.json#/$defs/StatusResponse` },
-    event: { $ref: `${base}jsonrpc.schema.json#/$defs/EventResponse` },
-    error: { $ref: `${base}jsonrpc.schema.json#/$defs/ErrorResponse` },
+    line: { $ref: `${base}broker-line.schema.json` },
+    body: { $ref: `${base}http-response.schema.json` },
   },
 };
 const ts = await compile(root, "Contract", { ...options, cwd: dir });
