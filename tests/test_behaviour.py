@@ -17,6 +17,8 @@ from typing import Any
 
 import jsonschema
 import pytest
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
 
 from nvpair_wm.conformance import expect, vectors
 
@@ -107,6 +109,43 @@ def test_every_error_code_and_status_of_the_readme_tables_has_a_vector() -> None
     codes, statuses = _codes_in_vectors()
     assert table_codes - set(NO_VECTOR) <= codes, table_codes - set(NO_VECTOR) - codes
     assert table_statuses <= statuses, table_statuses - statuses
+
+
+def _contract_validator(file: str) -> jsonschema.Draft202012Validator:
+    schemas = [json.loads(p.read_text()) for p in (ROOT / "schema").glob("*.schema.json")]
+    registry: Registry = Registry().with_resources(
+        (s["$id"], Resource.from_contents(s, default_specification=DRAFT202012)) for s in schemas
+    )
+    ref = {"$ref": f"https://schemas.nvpair.dev/wm/v1/{file}"}
+    return jsonschema.Draft202012Validator(ref, registry=registry)
+
+
+def _exact_values(matchers: list[dict[str, Any]] | None) -> list[Any]:
+    found: list[Any] = []
+    for m in matchers or []:
+        if "exact" in m:
+            found.append(m["exact"])
+        found += _exact_values(m.get("items"))
+    return found
+
+
+def test_exact_expectations_are_valid_contract_values() -> None:
+    """A vector that expects an exact line or body must expect something the contract allows:
+    every line to the broker is a BrokerLine, every HTTP body an HttpResponseBody."""
+    line = _contract_validator("broker-line.schema.json")
+    body = _contract_validator("http-response.schema.json")
+    checked = 0
+    for group in vectors.load(BEHAVIOUR):
+        for case in group["cases"]:
+            lines = _exact_values(case.get("expect")) + _exact_values(case.get("broker"))
+            for value in lines:
+                assert line.is_valid(value), (group["group"], case["name"], value)
+            response_body = case.get("response", {}).get("body")
+            for value in _exact_values([response_body] if response_body else []):
+                assert body.is_valid(value), (group["group"], case["name"], value)
+                checked += 1
+            checked += len(lines)
+    assert checked > 40
 
 
 # -- the matchers ---------------------------------------------------------------------------
