@@ -65,7 +65,6 @@ class Implementation:
         self._lines: queue.Queue[bytes | None] = queue.Queue()
         self._reading = threading.Event()
         self._reading.set()
-        self.stray_stdout: list[bytes] = []
         self._sock: socket.socket | None = None
         self._barrier = 0
         threading.Thread(target=self._pump_stderr, daemon=True).start()
@@ -74,7 +73,7 @@ class Implementation:
             self._reader = self.proc.stdout
             threading.Thread(target=self._pump_lines, args=(self.proc.stdout,), daemon=True).start()
         else:
-            threading.Thread(target=self._pump_stray_stdout, daemon=True).start()
+            threading.Thread(target=self._drain_stdout, daemon=True).start()
             try:
                 self._sock, _ = self._listener.accept()
             except TimeoutError:
@@ -100,10 +99,11 @@ class Implementation:
                 return
             self._lines.put(line)
 
-    def _pump_stray_stdout(self) -> None:
+    def _drain_stdout(self) -> None:
+        """In --ipc mode stdout is not the protocol; read it so that a write never blocks."""
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.stray_stdout.append(line)
+        for _ in self.proc.stdout:
+            pass
 
     def _pump_stderr(self) -> None:
         assert self.proc.stderr is not None
