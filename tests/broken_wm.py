@@ -5,10 +5,11 @@ nvpair-wm except for one fault:
 
 - ``code``: rewrites error code -32601 (Method not found) to -32602 on its way to the broker;
 - ``dedup``: rewrites the outcome ``duplicate`` to ``applied`` on its way to the broker;
-- ``status``: answers 400 where nvpair-wm answers 415 (a wrong Content-Type).
+- ``status``: answers 400 where nvpair-wm answers 415 (a wrong Content-Type);
+- ``forward``: treats a duplicate event as new, so a peer's duplicate reaches the broker again.
 
-The first two run nvpair-wm as a child and filter its stdout line by line; the third patches
-the endpoint in this process, then runs nvpair-wm's own ``main``.
+The first two run nvpair-wm as a child and filter its stdout line by line; the others patch
+one function in this process, then run nvpair-wm's own ``main``.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from typing import Any
 
-from nvpair_wm import cli, endpoint
+from nvpair_wm import cli, dedup, endpoint
 from nvpair_wm.http.core import Request, Response, error_response
 
 REWRITES = {
@@ -54,10 +56,24 @@ def _wrong_status(args: list[str]) -> int:
     return 0
 
 
+def _forward_duplicates(args: list[str]) -> int:
+    observe = dedup.WorkloadTable.observe
+
+    def broken_observe(self: dedup.WorkloadTable, *a: Any, **kw: Any) -> dedup.Outcome:
+        outcome = observe(self, *a, **kw)
+        return "applied" if outcome == "duplicate" else outcome
+
+    dedup.WorkloadTable.observe = broken_observe  # type: ignore[method-assign]
+    cli.main(args)
+    return 0
+
+
 def main() -> int:
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "status":
         return _wrong_status(args)
+    if mode == "forward":
+        return _forward_duplicates(args)
     return _filter_stdout(mode, args)
 
 

@@ -227,6 +227,15 @@ def test_kit_prints_a_table_and_exits_0() -> None:
                 "http-status/415-text-plain[http/1.1]": "status 400, expected 415",
             },
         ),
+        (
+            "forward",
+            ["http-dedup"],
+            {
+                "http-dedup/duplicate-notification-not-forwarded[http/1.1]": (
+                    "broker: expected no response, got 1"
+                ),
+            },
+        ),
     ],
 )
 def test_kit_catches_a_broken_implementation(
