@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 ARGS   ?=
 
-.PHONY: venv gen check-gen check-compat lint typecheck test run bench bench-quick demo clean
+.PHONY: venv ts-deps gen check-gen check-compat lint typecheck test run bench bench-quick demo clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -16,6 +16,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,bench]' 2>&1 | { grep -vE "^WARNING: Location 'file:" || true; }
 	rm -f $(VENV)/.installed-*
 	touch $@
+
+# The Node packages of consumers/ts (Ajv, json-schema-to-typescript, TypeScript, the OpenRPC
+# meta-schema), from its lockfile. Without npm the Node tests fail and say how to install it.
+TS_DIR   := consumers/ts
+TS_STAMP := $(TS_DIR)/node_modules/.package-lock.json
+
+ts-deps: $(TS_STAMP)
+$(TS_STAMP): $(TS_DIR)/package-lock.json
+	@if command -v npm >/dev/null; then npm ci --prefix $(TS_DIR) --no-audit --no-fund; \
+	else echo "npm is missing (apt-get install -y nodejs npm): the Node tests will fail" >&2; fi
 
 gen: venv
 	$(PY) scripts/gen_types.py
@@ -36,7 +46,7 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy src
 
-test: check-gen check-compat lint typecheck
+test: check-gen check-compat lint typecheck ts-deps
 	$(PY) -m pytest $(ARGS)
 
 run: venv

@@ -2,8 +2,8 @@
 
 The kit runs as its users run it: a subprocess given ``-- COMMAND``. It must pass
 ``nvpair-wm`` and fail a stand-in with one fault (``tests/broken_wm.py``), naming the vectors
-that catch it. Adds about 15 s to the suite (one daemon per group; the stand-ins run only the
-groups that matter).
+that catch it. Adds about 40 s to the suite (one daemon per group; 10 s of it is the 408 vector
+waiting out the header timeout; the stand-ins run only the groups that matter).
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ BEHAVIOUR = ROOT / "schema" / "conformance" / "behaviour"
 FORMAT = json.loads((BEHAVIOUR / "behaviour-vector.schema.json").read_text())
 NVPAIR_WM = [sys.executable, "-m", "nvpair_wm", "--bind", "127.0.0.1"]
 BROKEN = [sys.executable, str(ROOT / "tests" / "broken_wm.py")]
-# Codes of the error table that no input may produce; the kit checks their absence everywhere.
+# What the tables list but no input may produce; the kit checks their absence everywhere.
 NO_VECTOR = {-32603: "Internal error: a bug", -32001: "Overloaded: reserved, never sent"}
+NO_VECTOR_STATUS = {500: "a bug"}
 
 
 def kit(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -108,7 +109,8 @@ def test_every_error_code_and_status_of_the_readme_tables_has_a_vector() -> None
     assert {202, 200, 400, 403, 404, 405, 413, 415, 503} <= table_statuses
     codes, statuses = _codes_in_vectors()
     assert table_codes - set(NO_VECTOR) <= codes, table_codes - set(NO_VECTOR) - codes
-    assert table_statuses <= statuses, table_statuses - statuses
+    wanted = table_statuses - set(NO_VECTOR_STATUS)
+    assert wanted <= statuses, wanted - statuses
 
 
 def _contract_validator(file: str) -> jsonschema.Draft202012Validator:

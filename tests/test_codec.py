@@ -8,6 +8,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nvpair_wm_schema.jsonrpc_schema import ErrorCode
 from nvpair_wm_schema.manager_status_schema import ManagerStatus
 from nvpair_wm_schema.nodes_update_schema import NodesUpdate
 from nvpair_wm_schema.workload_events_schema import (
@@ -562,7 +563,7 @@ class TestResponses:
         }
 
     @pytest.mark.parametrize("code", sorted(codec.ERROR_MESSAGES))
-    def test_every_code_has_a_message(self, code: int) -> None:
+    def test_every_code_has_a_message(self, code: ErrorCode) -> None:
         body = json.loads(codec.encode(RpcError(code, "r", "i").response()))
         assert body["error"]["message"] == codec.ERROR_MESSAGES[code]
         assert body["error"]["code"] == code

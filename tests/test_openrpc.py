@@ -167,3 +167,36 @@ def test_vendored_meta_schema_is_the_npm_packages() -> None:
     assert json.loads(out) == META
     tools = modules / "@json-schema-tools" / "meta-schema" / "schema.json"
     assert json.loads(tools.read_text()) == JSON_SCHEMA_META
+
+
+def readme_catalogue() -> dict[str, list[str]]:
+    text = (ROOT / "schema" / "README.md").read_text()
+    section = text.split("## Method catalogue", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return {
+        cells[0].strip("`"): cells[1:]
+        for cells in ([c.strip() for c in row.strip("|").split("|")] for row in rows)
+    }
+
+
+def test_readme_method_catalogue_matches_the_document() -> None:
+    """schema/README.md's one-table catalogue says what generated/openrpc.json says."""
+    table = readme_catalogue()
+    kinds = {
+        "notification or request": "either",
+        "request": "request",
+        "notification": "notification",
+    }
+    assert list(table) == [m["name"] for m in DOC["methods"]]
+    for m in DOC["methods"]:
+        direction, kind, params, result, errors = table[m["name"]]
+        assert direction.replace("→", "->").split(", ") == m["x-direction"], m["name"]
+        assert kind == kinds[m["x-kind"]], m["name"]
+        names = [p["name"] + ("" if p["required"] else "?") for p in m["params"]]
+        assert params == (
+            ", ".join(f"`{n[:-1]}`?" if n.endswith("?") else f"`{n}`" for n in names) or "none"
+        )
+        assert result == (f"`{m['result']['name']}`" if "result" in m else "none"), m["name"]
+        refs = [e["$ref"].rsplit("/", 1)[-1] for e in m.get("errors", [])]
+        codes = [str(DOC["components"]["errors"][r]["code"]) for r in refs]
+        assert errors == (" ".join(codes) or "none"), m["name"]

@@ -41,7 +41,7 @@ INTERNAL_ERROR: Final = -32603
 FRAME_TOO_LARGE: Final = -32000
 """A line or body exceeds the maximum frame size (1 MiB by default); on the local channel the stream resynchronises at the next newline. Answered with id null."""
 OVERLOADED: Final = -32001
-"""Reserved: the queue toward the broker is full, retry later. Not sent by this version (the local channel applies backpressure instead, HTTP answers 503); a receiver treats it like any error code it does not know."""
+"""Reserved for 'the queue toward the broker is full'; never sent by this version (the local channel applies backpressure instead, HTTP answers 503 with Retry-After). A receiver treats it like any error code it does not know: the request failed."""
 
 ERROR_MESSAGES: Final[dict[ErrorCode, str]] = {
     PARSE_ERROR: "Parse error",

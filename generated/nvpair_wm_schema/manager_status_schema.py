@@ -9,7 +9,7 @@ from . import jsonrpc_schema, node_record_schema, workload_info_schema
 
 class ManagerStatus(Struct, tag_field="method", tag="manager:status"):
     """
-    Broker to manager request 'manager:status' (it must carry an id) and its result: what an operator needs to see whether this node relays: identity, the bound port, each peer's link and queue, and counters since start.
+    Broker to manager request 'manager:status' (it must carry an id: without one it is an invalid notification, which gets no answer) and its result: what an operator needs to see whether this node relays: identity, the bound port, each peer's link and queue, and counters since start.
     """
 
     jsonrpc: Literal["2.0"]

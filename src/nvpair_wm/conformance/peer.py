@@ -9,6 +9,7 @@ server answers before the body is sent.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import socket
 import ssl
@@ -54,6 +55,7 @@ class HttpRequest:
     headers: list[tuple[str, str]]
     body: bytes
     content_length: bool = True  # False: HTTP/1.1 chunked, HTTP/2 without the header
+    raw: bytes | None = None  # HTTP/1.1 only: these bytes instead of a well-formed request
 
 
 def _connect(
@@ -113,6 +115,13 @@ def request(
 
 def _h1_exchange(sock: ssl.SSLSocket, host: str, port: int, req: HttpRequest) -> HttpResponse:
     conn = h11.Connection(h11.CLIENT)
+    if req.raw is not None:
+        # h11 reads a response only after a request: play one without sending it.
+        conn.send(h11.Request(method="GET", target="/", headers=[("host", host)]))
+        conn.send(h11.EndOfMessage())
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            sock.sendall(req.raw)
+        return _h1_read(conn, sock)
     headers = [("host", f"{host}:{port}"), *req.headers]
     if req.content_length:
         headers.append(("content-length", str(len(req.body))))
@@ -126,6 +135,10 @@ def _h1_exchange(sock: ssl.SSLSocket, host: str, port: int, req: HttpRequest) ->
         sock.sendall(conn.send(h11.EndOfMessage()) or b"")
     except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
         pass  # the server answered early (413, 403...) and closed: read what it said
+    return _h1_read(conn, sock)
+
+
+def _h1_read(conn: h11.Connection, sock: ssl.SSLSocket) -> HttpResponse:
     resp = HttpResponse(0)
     body = bytearray()
     while True:
@@ -216,13 +229,18 @@ def _h2_exchange(sock: ssl.SSLSocket, host: str, port: int, req: HttpRequest) ->
     conn = ex.conn
     conn.initiate_connection()
     sid = conn.get_next_available_stream_id()
-    headers = [
-        (":method", req.method),
-        (":scheme", "https"),
-        (":authority", f"{host}:{port}"),
-        (":path", req.path),
-        *req.headers,
-    ]
+    if req.raw is not None:
+        raise PeerError("a raw request is HTTP/1.1 only")
+    if req.method == "CONNECT":  # RFC 9113 8.5: no :scheme, no :path
+        pseudo = [(":method", "CONNECT"), (":authority", f"{host}:{port}")]
+    else:
+        pseudo = [
+            (":method", req.method),
+            (":scheme", "https"),
+            (":authority", f"{host}:{port}"),
+            (":path", req.path),
+        ]
+    headers = [*pseudo, *req.headers]
     if req.content_length:
         headers.append(("content-length", str(len(req.body))))
     conn.send_headers(sid, headers, end_stream=not req.body)
