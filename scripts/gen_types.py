@@ -1,4 +1,4 @@
-"""Generate generated/nvpair_wm_schema from schema/*.schema.json, or check that it is current.
+"""Generate generated/ (nvpair_wm_schema and openrpc.json) from schema/, or check it is current.
 
 Run through `make gen` / `make check-gen`. The generator runs on a staged copy holding only the
 schema files (schema/conformance/ holds test vectors, not schemas), and any warning it prints is
@@ -14,7 +14,8 @@ nothing is retyped, and ``schema/`` stays strict-clean.
 Besides the types, ``make gen`` writes ``contract.py``: the constants the schema owns and code
 would otherwise retype (:func:`contract_module`): the contract version (``schema/VERSION``), the
 error codes and their messages (``ErrorCode``'s ``oneOf`` branches: ``const`` and ``title``), the
-method → type map of every tagged union, and bounds such as the default port.
+method → type map of every tagged union, and bounds such as the default port; and
+``generated/openrpc.json``, the OpenRPC document of every method (:func:`openrpc_document`).
 """
 
 from __future__ import annotations
@@ -219,11 +220,9 @@ def openrpc_document(schemas: dict[str, Any], version: str) -> dict[str, Any]:
     base = rpc["$id"].rsplit("/", 1)[0] + "/"
     components: dict[str, Any] = {}
     for branch in rpc["$defs"]["ErrorCode"]["oneOf"]:
-        components[_camel(branch["title"])] = {
-            "code": branch["const"],
-            "message": branch["title"],
-            "data": branch["description"],
-        }
+        # No "data": on the wire it is an ErrorData object; when each code is sent is said by
+        # ErrorCode's branch descriptions in jsonrpc.schema.json.
+        components[_camel(branch["title"])] = {"code": branch["const"], "message": branch["title"]}
     err_ref = {
         b["const"]: f"#/components/errors/{_camel(b['title'])}"
         for b in rpc["$defs"]["ErrorCode"]["oneOf"]

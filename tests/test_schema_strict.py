@@ -4,13 +4,16 @@ Ajv (Node) compiles every schema in strict mode (no unknown keywords, such as th
 ``discriminator``); ``make gen`` derives the ``discriminator`` that datamodel-code-generator needs
 from the branches' ``method`` consts (``scripts/gen_types.py``), so the generated unions stay
 msgspec tagged unions. Node and the npm packages are real: a missing one fails the test with the
-command that installs it. Adds about a second (two Node runs).
+command that installs it. json-schema-to-typescript, run as schema/README.md tells a TypeScript
+team to, gives closed, named types and a discriminated union on ``method`` that ``tsc --strict``
+checks for exhaustiveness. Adds about 10 s of CPU (Node, json-schema-to-typescript, two tsc runs).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import typing
@@ -110,3 +113,121 @@ def test_tag_unions_leaves_a_union_without_tags_alone() -> None:
     }
     gen.tag_unions(schemas)
     assert "discriminator" not in schemas["a.schema.json"]
+
+
+# json-schema-to-typescript over every schema root and definition, the way schema/README.md
+# tells a TypeScript team to run it: a resolver that maps each $id to its file (no network),
+# and additionalProperties: false for closed types.
+JSTT_SCRIPT = r"""
+import { compile } from "json-schema-to-typescript";
+import { readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+const [dir, out] = process.argv.slice(1);
+const base = "https://schemas.nvpair.dev/wm/v1/";
+const local = {
+  order: 1,
+  canRead: (f) => f.url.startsWith(base),
+  read: (f) => readFileSync(join(dir, f.url.slice(base.length).split("#")[0]), "utf8"),
+};
+const props = {};
+for (const f of readdirSync(dir).filter((x) => x.endsWith(".schema.json")).sort()) {
+  const s = JSON.parse(readFileSync(join(dir, f), "utf8"));
+  if (s.type || s.oneOf || s.anyOf) props[s.title] = { $ref: s.$id };
+  for (const d of Object.keys(s.$defs ?? {})) props[d] = { $ref: `${s.$id}#/$defs/${d}` };
+}
+const all = { $id: base + "all", title: "All", type: "object", properties: props };
+const ts = await compile(all, "All", {
+  cwd: dir, bannerComment: "", additionalProperties: false,
+  $refOptions: { resolve: { nvpair: local, http: false, external: true } },
+});
+writeFileSync(out, ts);
+"""
+
+USE_TYPES = """
+import type { InboundFrame, PeerFrame, WorkloadsRemove } from "./types";
+export function tag(f: InboundFrame | PeerFrame): string {
+  switch (f.method) {
+    case "workload:submitted": case "workload:started": case "workload:completed":
+    case "workload:errored": case "workload:cancelled": return f.params.workloadInfo.runId;
+    case "workloads:remove": return f.params.originatedFrom;
+    case "nodes:update": return String(f.params.nodes.length);
+    case "manager:status": return String(f.id);
+    default: { const unreachable: never = f; return unreachable; }
+  }
+}
+export function typo(r: WorkloadsRemove): unknown { return TYPO; }
+"""
+
+
+def typescript(tmp_path: Path) -> str:
+    node()
+    if not (TS_DIR / "node_modules" / "json-schema-to-typescript" / "package.json").is_file():
+        pytest.fail("the Node packages are not installed: npm ci --prefix consumers/ts")
+    proc = subprocess.run(
+        [
+            node(),
+            "--input-type=module",
+            "-e",
+            JSTT_SCRIPT,
+            str(SCHEMA_DIR),
+            str(tmp_path / "types.ts"),
+        ],
+        cwd=TS_DIR,  # bare imports resolve from consumers/ts/node_modules
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return (tmp_path / "types.ts").read_text()
+
+
+def tsc(tmp_path: Path, files: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    for name, body in files.items():
+        (tmp_path / name).write_text(body)
+    return subprocess.run(
+        [
+            node(),
+            str(TS_DIR / "node_modules" / "typescript" / "bin" / "tsc"),
+            "--strict",
+            "--noEmit",
+            "--target",
+            "es2022",
+            "--moduleResolution",
+            "bundler",
+            "--module",
+            "es2022",
+            *(str(tmp_path / name) for name in files),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_typescript_types_are_closed_named_and_exhaustive(tmp_path: Path) -> None:
+    ts = typescript(tmp_path)
+    names = re.findall(r"^export (?:type|interface) (\w+)", ts, re.MULTILINE)
+    assert [n for n in names if re.search(r"\d$", n)] == [], "numbered alias types"
+    for f in SCHEMA_DIR.glob("*.schema.json"):
+        s = json.loads(f.read_text())
+        for d in s.get("$defs", {}).values():
+            if "title" in d:
+                assert d["title"] in names, d["title"]
+    # The one open object left is SuccessResponse.result (any JSON value, by design).
+    assert ts.count("[k: string]: unknown") == 1
+    # One tsc run: use.ts must compile (exhaustive switch), typo.ts must not (closed types).
+    proc = tsc(
+        tmp_path,
+        {
+            "use.ts": USE_TYPES.replace("TYPO", "r.params"),
+            "typo.ts": USE_TYPES.replace("TYPO", "r.parms"),
+        },
+    )
+    errors = [line for line in proc.stdout.splitlines() if "error TS" in line]
+    assert proc.returncode != 0 and errors, proc.stdout + proc.stderr
+    assert all(
+        line.startswith(str(tmp_path / "typo.ts")) or "typo.ts" in line for line in errors
+    ), errors
+    assert any("parms" in line for line in errors), errors
