@@ -181,6 +181,13 @@ def test_items_match_in_any_order_one_to_one() -> None:
     assert expect.match([{"id": 1}, {"id": 2}], {"items": [loose, a]}) == []  # needs backtracking
 
 
+def test_elements_match_in_order() -> None:
+    a, b = {"equal": {"/id": 1}}, {"equal": {"/id": 2}}
+    assert expect.match([{"id": 1}, {"id": 2}], {"elements": [a, b]}) == []
+    assert expect.match([{"id": 2}, {"id": 1}], {"elements": [a, b]})
+    assert expect.match([{"id": 1}], {"elements": [a, b]})
+
+
 def test_no_response_means_no_line() -> None:
     assert expect.match_lines([], []) == []
     assert expect.match_lines([{"id": 1}], []) != []

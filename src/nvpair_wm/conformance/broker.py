@@ -191,6 +191,19 @@ class Implementation:
             elif self.proc.stdin is not None:
                 self.proc.stdin.close()
 
+    def rest(self) -> list[Any]:
+        """Every line written until the channel closes (after close_channel), parsed."""
+        out: list[Any] = []
+        while True:
+            line = self._lines.get(timeout=self.timeout)
+            if line is None:
+                self._lines.put(None)
+                return out
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append(f"<not JSON> {line[:200]!r}")
+
     def wait(self, timeout: float | None = None) -> int | None:
         try:
             return self.proc.wait(timeout=timeout or self.timeout)

@@ -9,7 +9,9 @@ A matcher is a JSON object; every key it has must hold:
 - ``types``: ``{pointer: type}`` with JSON types ``object``, ``array``, ``string``,
   ``integer``, ``number``, ``boolean``, ``null``;
 - ``items``: the value is an array of exactly this many elements, matched one-to-one by these
-  matchers in any order (JSON-RPC lets a batch's responses come in any order).
+  matchers in any order (JSON-RPC lets a batch's responses come in any order);
+- ``elements``: the value is an array of exactly this many elements, the i-th matching the i-th
+  matcher (this contract fixes a batch's responses in element order).
 
 Each function returns a list of mismatch descriptions; empty means a match.
 """
@@ -101,6 +103,13 @@ def match(value: Any, matcher: dict[str, Any]) -> list[str]:
             problems.append(f"{pointer} is {kind}, expected {want}")
     if "items" in matcher:
         problems += _match_unordered(value, matcher["items"])
+    if "elements" in matcher:
+        want = matcher["elements"]
+        if not isinstance(value, list) or len(value) != len(want):
+            problems.append(f"expected an array of {len(want)} elements, got {_short(value)}")
+        else:
+            for i, (v, m) in enumerate(zip(value, want, strict=True)):
+                problems += [f"[{i}]: {p}" for p in match(v, m)]
     return problems
 
 

@@ -11,6 +11,7 @@ member under test.
 from __future__ import annotations
 
 import json
+import queue
 import re
 import shutil
 import socket
@@ -176,7 +177,22 @@ class GroupRun:
         if self.impl.proc.poll() is not None:
             problems.append(f"exited early with status {self.impl.proc.returncode}")
         else:
+            final = self.group.get("atExit")
+            if final is not None and self.broken is None:
+                try:
+                    for item in final["local"]:
+                        self.impl.write(vectors.line(item))
+                except BrokerError as exc:
+                    problems.append(str(exc))
+                    final = None
             self.impl.close_channel()
+            if final is not None and self.broken is None:
+                try:
+                    lines = self.impl.rest()
+                except queue.Empty:
+                    problems.append(f"the broker channel stayed open {self.timeout} s after EOF")
+                else:
+                    problems += expect.match_lines(lines, final["expect"])
             status = self.impl.wait()
             if status is None:
                 problems.append(
