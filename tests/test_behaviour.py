@@ -2,8 +2,9 @@
 
 The kit runs as its users run it: a subprocess given ``-- COMMAND``. It must pass
 ``nvpair-wm`` and fail a stand-in with one fault (``tests/broken_wm.py``), naming the vectors
-that catch it. Adds about 40 s to the suite (one daemon per group; 10 s of it is the 408 vector
-waiting out the header timeout; the stand-ins run only the groups that matter).
+that catch it. Adds about a minute to the suite on the shared 2-core machine (one daemon per
+group; the full kit runs once, about 20 s, 10 s of which is the 408 vector waiting out the header
+timeout; the stand-ins run only the groups that matter).
 """
 
 from __future__ import annotations
