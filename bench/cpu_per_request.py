@@ -15,12 +15,14 @@ Starts a real ``nvpair-wm`` (stdio broker drained by a thread), connects with th
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import os
 import socket
 import ssl
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import h2.config
@@ -150,17 +152,11 @@ def main() -> None:
             for proto in protos:
                 alpn = "h2" if proto == "h2" else "http/1.1"
                 sock = _connect(port, _context(cli, alpn), pin)
+                run: Callable[[Bodies, int], None]
                 if proto == "h2":
-                    h2c = start_h2(sock)
-
-                    def run(bodies: Bodies, n: int) -> None:
-                        run_h2(sock, h2c, bodies, n)
+                    run = functools.partial(run_h2, sock, start_h2(sock))
                 else:
-                    h1c = h11.Connection(h11.CLIENT)
-
-                    def run(bodies: Bodies, n: int) -> None:
-                        run_h1(sock, h1c, bodies, n)
-
+                    run = functools.partial(run_h1, sock, h11.Connection(h11.CLIENT))
                 run(Bodies(1, base), args.warmup)
                 base += args.warmup
                 cpu0, t0 = cpu_seconds(wm.pid), time.perf_counter()
