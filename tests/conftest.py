@@ -163,9 +163,15 @@ def start_wm_server(tls_cluster: TLSCluster) -> Iterator[Callable[..., WmServer]
         cdir = cluster_dir or tls_cluster.server_dir
         sink = RecordingSink()
         dispatcher = Dispatcher(WorkloadTable(), _no_status)
-        endpoint = handler or EventsEndpoint(dispatcher, PinSet(cdir / "trusted"), sink)
+        pins = PinSet(cdir / "trusted")
+        endpoint = handler or EventsEndpoint(dispatcher, pins, sink)
         server = InterNodeServer(
-            endpoint, Identity(cdir), port=0, hosts=list(hosts), limits=Limits(**limits)
+            endpoint,
+            Identity(cdir),
+            port=0,
+            hosts=list(hosts),
+            limits=Limits(**limits),
+            is_pinned=pins.is_pinned,
         )
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="wm-server", daemon=True)

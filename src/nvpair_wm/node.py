@@ -76,7 +76,12 @@ class Node:
         endpoint = EventsEndpoint(self.dispatcher, self.pins, self.queue, max_body=config.max_frame)
         hosts = [config.host] if config.host else None
         self.server = InterNodeServer(
-            endpoint, self.identity, port=config.port, hosts=hosts, limits=config.http
+            endpoint,
+            self.identity,
+            port=config.port,
+            hosts=hosts,
+            limits=config.http,
+            is_pinned=self.pins.is_pinned,
         )
         self.broadcaster = Broadcaster(
             self.identity, self.pins, self.table.originated, config.broadcast
