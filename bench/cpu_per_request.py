@@ -36,6 +36,14 @@ from bench.procs import Drain, WmProc, cpu_seconds
 PATH = "/v1/workloads/events"
 
 
+def _user_system(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of ``pid`` from /proc/<pid>/stat (clock ticks)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def _context(cli_dir: Path, alpn: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
@@ -159,14 +167,19 @@ def main() -> None:
                     run = functools.partial(run_h1, sock, h11.Connection(h11.CLIENT))
                 run(Bodies(1, base), args.warmup)
                 base += args.warmup
-                cpu0, t0 = cpu_seconds(wm.pid), time.perf_counter()
+                (u0, s0), cpu0, t0 = _user_system(wm.pid), cpu_seconds(wm.pid), time.perf_counter()
                 run(Bodies(1, base), args.requests)
-                cpu1, t1 = cpu_seconds(wm.pid), time.perf_counter()
+                cpu1, t1, (u1, s1) = cpu_seconds(wm.pid), time.perf_counter(), _user_system(wm.pid)
                 base += args.requests
                 sock.close()
                 us = (cpu1 - cpu0) / args.requests * 1e6
                 rate = args.requests / (t1 - t0)
-                print(f"{proto}: {us:.0f} us server CPU/request, {rate:.0f} req/s (1 in flight)")
+                user = (u1 - u0) / args.requests * 1e6
+                system = (s1 - s0) / args.requests * 1e6
+                print(
+                    f"{proto}: {us:.0f} us server CPU/request (user {user:.0f}, system "
+                    f"{system:.0f}), {rate:.0f} req/s (1 in flight)"
+                )
         except BaseException:
             print(wm.log_tail())
             raise
