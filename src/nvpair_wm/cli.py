@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import resource
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -84,10 +86,22 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def raise_fd_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit: every connection is a descriptor, and the
+    default soft limit (often 1,024) is below ``max_connections`` plus what the node needs."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:  # e.g. an infinite hard limit the kernel caps
+            logging.getLogger(__name__).warning("cannot raise the open-file limit: %s", exc)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     logs.configure(args.log_level)
     allocator.pin_mmap_threshold()
+    raise_fd_limit()
     config = Config(
         port=args.port,
         ipc=args.ipc,
