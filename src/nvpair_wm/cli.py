@@ -82,11 +82,6 @@ def parser() -> argparse.ArgumentParser:
         default="info",
         help="error, warn, info (default) or debug; logs go to stderr",
     )
-    p.add_argument(
-        "--uvloop",
-        action="store_true",
-        help="run on uvloop (the optional extra nvpair-wm[uvloop]) instead of asyncio's loop",
-    )
     p.add_argument("--version", action="version", version=f"nvpair-wm {__version__}")
     return p
 
@@ -103,8 +98,7 @@ def raise_fd_limit() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = parser()
-    args = p.parse_args(argv)
+    args = parser().parse_args(argv)
     logs.configure(args.log_level)
     allocator.pin_mmap_threshold()
     raise_fd_limit()
@@ -115,16 +109,8 @@ def main(argv: list[str] | None = None) -> None:
         host=args.bind,
         broker_queue=args.broker_queue,
     )
-    loop_factory = None
-    if args.uvloop:
-        try:
-            import uvloop  # noqa: PLC0415 - an optional extra
-        except ImportError:
-            p.error("--uvloop needs the uvloop extra: pip install 'nvpair-wm[uvloop]'")
-        loop_factory = uvloop.new_event_loop
     try:
-        with asyncio.Runner(loop_factory=loop_factory) as runner:
-            code = runner.run(Node(config).run())
+        code = asyncio.run(Node(config).run())
     except KeyboardInterrupt:  # pragma: no cover - SIGINT is handled inside run()
         code = 130
     sys.exit(code)
