@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, str] = {
     "memory": "bench.memory",
     "local_channel": "bench.local_channel",
     "internode": "bench.internode",
+    "realpeer": "bench.realpeer",
     "propagation": "bench.propagation",
     "journal": "bench.journal",
     "scale": "bench.scale",
