@@ -56,6 +56,7 @@ ESTIMATE_SECONDS: dict[str, tuple[float, float]] = {
     "memory": (94, 11),
     "local_channel": (30, 4),
     "internode": (72, 25),
+    "realpeer": (110, 50),
     "propagation": (62, 19),
     "scale": (6, 1),
 }
