@@ -11,7 +11,9 @@ import json
 from pathlib import Path
 from typing import Any, Final
 
-DEFAULT_DIR: Final = Path(__file__).resolve().parents[3] / "schema" / "conformance" / "behaviour"
+# The vectors ship inside the package: ``vectors`` is a symlink to schema/conformance/behaviour/
+# in the source tree (one copy in the repository), and a directory of copies in a built wheel.
+DEFAULT_DIR: Final = Path(__file__).parent / "vectors"
 FORMAT_SCHEMA: Final = "behaviour-vector.schema.json"
 COUNTER: Final = "{n}"
 
