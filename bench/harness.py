@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, str] = {
     "memory": "bench.memory",
     "local_channel": "bench.local_channel",
     "internode": "bench.internode",
+    "realpeer": "bench.realpeer",
     "propagation": "bench.propagation",
     "journal": "bench.journal",
     "scale": "bench.scale",
@@ -55,6 +56,7 @@ ESTIMATE_SECONDS: dict[str, tuple[float, float]] = {
     "memory": (94, 11),
     "local_channel": (30, 4),
     "internode": (72, 25),
+    "realpeer": (110, 50),
     "propagation": (62, 19),
     "scale": (6, 1),
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# RFC 9113 conformance: run h2spec against serve_h2 (nvpair_wm/http/h2.py) on a plaintext
-# prior-knowledge harness (tests/test_http2.py: a test-only TCP ByteStream, the EchoHandler).
+# RFC 9113 conformance: run h2spec against the plaintext harness of the real driver and HTTP/2
+# session (tests/test_http2.py; tests/test_h2spec.py runs the same in the suite).
 #
 #   scripts/h2spec.sh [h2spec args...]       e.g. scripts/h2spec.sh http2/6.9 -v
 #

@@ -19,7 +19,7 @@ from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher
 from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.http.core import Limits
-from nvpair_wm.http.server import InterNodeServer
+from nvpair_wm.io.server import InterNodeServer
 from nvpair_wm.pins import Identity, PinSet
 
 # ==================================================================================================
@@ -163,9 +163,15 @@ def start_wm_server(tls_cluster: TLSCluster) -> Iterator[Callable[..., WmServer]
         cdir = cluster_dir or tls_cluster.server_dir
         sink = RecordingSink()
         dispatcher = Dispatcher(WorkloadTable(), _no_status)
-        endpoint = handler or EventsEndpoint(dispatcher, PinSet(cdir / "trusted"), sink)
+        pins = PinSet(cdir / "trusted")
+        endpoint = handler or EventsEndpoint(dispatcher, pins, sink)
         server = InterNodeServer(
-            endpoint, Identity(cdir), port=0, hosts=list(hosts), limits=Limits(**limits)
+            endpoint,
+            Identity(cdir),
+            port=0,
+            hosts=list(hosts),
+            limits=Limits(**limits),
+            is_pinned=pins.is_pinned,
         )
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="wm-server", daemon=True)

@@ -22,7 +22,8 @@ def tree_files(root: Path = ROOT) -> list[str]:
         capture_output=True,
         check=True,
     ).stdout
-    return [p for p in out.decode().split("\0") if p and (root / p).is_file()]
+    paths = out.decode().split("\0")
+    return [p for p in paths if p and ((root / p).is_symlink() or (root / p).is_file())]
 
 
 def copy_tree(dest: Path, root: Path = ROOT) -> Path:
@@ -30,5 +31,8 @@ def copy_tree(dest: Path, root: Path = ROOT) -> Path:
     for rel in tree_files(root):
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(root / rel, target)
+        if (root / rel).is_symlink():  # as git stores it: the link, not what it points to
+            target.symlink_to((root / rel).readlink())
+        else:
+            shutil.copy2(root / rel, target)
     return dest

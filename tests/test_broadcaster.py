@@ -28,7 +28,7 @@ from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher
 from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.http.core import Limits, Request, Response, empty_response, error_response
-from nvpair_wm.http.server import InterNodeServer
+from nvpair_wm.io.server import InterNodeServer
 from nvpair_wm.pins import Identity, PinSet
 from tests.conftest import WAIT, RecordingSink, TLSCluster, WmServer
 from tests.frames import event, remove, status_result, workload

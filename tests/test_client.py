@@ -1,6 +1,6 @@
 """The outbound client against the real inter-node server: real TLS, real certificates.
 
-The server (``nvpair_wm.http.server`` + ``endpoint`` + a real Dispatcher, or a scripted handler)
+The server (``nvpair_wm.io.server`` + ``endpoint`` + a real Dispatcher, or a scripted handler)
 runs on its own event-loop thread (tests/conftest.py); the client runs in ``asyncio.run`` here.
 Every wait is for an event (a response, a callback, a queue item), never for the clock.
 """

@@ -3,7 +3,6 @@ the real server with real curl (--http1.1 and --http2), real certificates, real 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from collections.abc import Callable
@@ -127,14 +126,7 @@ def test_complete_forwards_to_the_sink_and_answers_like_the_dispatcher() -> None
 # Through the server with curl
 # ---------------------------------------------------------------------------------------------
 
-HAS_H2_ADAPTER = importlib.util.find_spec("nvpair_wm.http.h2") is not None
-PROTOCOLS = [
-    "--http1.1",
-    pytest.param(
-        "--http2",
-        marks=pytest.mark.skipif(not HAS_H2_ADAPTER, reason="HTTP/2 adapter not present yet"),
-    ),
-]
+PROTOCOLS = ["--http1.1", "--http2"]
 
 
 @dataclass

@@ -312,3 +312,56 @@ def test_bounded_load_many_keep_alive_clients(
     results = wm.call(all_clients(), timeout=WAIT * 2)
     assert results == [[202] * per_client] * clients
     assert len(wm.sink.drain()) == clients * per_client
+
+
+# -- RFC 9112 defects found under attack (issue 9) ---------------------------------------------
+
+
+def test_content_length_with_transfer_encoding_gets_400_then_close_and_nothing_behind_it(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    chunked = f"{len(GOOD):x}\r\n".encode() + GOOD + b"\r\n0\r\n\r\n"
+    smuggler = http_request(GOOD, extra="Transfer-Encoding: chunked\r\n")
+    smuggler = smuggler.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n" + chunked
+    c.send(smuggler + http_request(event("workload:started", workload(state="running", seq=2))))
+    status, headers, _ = c.response()
+    assert status == 400
+    assert headers.get("connection") == "close"
+    assert c.is_closed_by_peer()  # RFC 9112 §6.1: the server closes after such a request
+    assert wm.sink.drain() == []  # neither it nor the request pipelined behind it applied
+
+
+def test_absolute_form_target_is_accepted(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    c.send(http_request(GOOD, path=f"https://test:{wm.port}/v1/workloads/events"))
+    assert c.response()[0] == 202  # RFC 9112 §3.2.2
+    assert wm.sink.get()
+
+
+def test_http_2_0_in_a_request_line_gets_505(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    c.send(http_request(GOOD).replace(b"HTTP/1.1", b"HTTP/2.0", 1))
+    assert c.response()[0] == 505
+    assert c.is_closed_by_peer()
+    assert wm.sink.drain() == []
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["with-headers", "line-only"])
+def test_100_kb_request_line_gets_414(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster, whole: bool
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    path = "/v1/workloads/events?" + "x" * 100_000
+    request = http_request(GOOD, path=path)
+    c.send(request if whole else request[: len(path) + 10])  # the line, still unfinished
+    assert c.response()[0] == 414
+    assert c.is_closed_by_peer()

@@ -1,7 +1,7 @@
-"""HTTP/2 adapter (``nvpair_wm.http.h2``) over a real loopback TCP socket.
+"""HTTP/2 server session (``nvpair_wm.proto.h2``) over a real loopback TCP socket.
 
-The server side is ``serve_h2`` behind a plain-TCP :class:`TcpStream` (a test-only ByteStream:
-prior-knowledge h2, no TLS); clients are the ``h2`` library (:class:`H2Client`), raw frames
+The server side is the real connection driver (``nvpair_wm.io.server``) in plaintext mode
+(prior-knowledge h2, no TLS); clients are the ``h2`` library (:class:`H2Client`), raw frames
 built with hyperframe + hpack (:class:`RawPeer`, for the protocol rules and the abuse cases in
 ``test_h2_abuse.py``) and ``curl --http2-prior-knowledge``.
 
@@ -38,8 +38,9 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
-from nvpair_wm.http.core import Limits, Request, Response, ShutdownRequested
-from nvpair_wm.http.h2 import DISCARD_LIMIT, H2_PREFACE, H2Session
+from nvpair_wm.http.core import Limits, Request, Response
+from nvpair_wm.io.server import InterNodeServer, ServerConnection
+from nvpair_wm.proto.h2 import DISCARD_LIMIT, H2_PREFACE, H2ServerSession
 
 T = TypeVar("T")
 WAIT = 10.0  # upper bound for anything a test waits for; reactions come much sooner
@@ -47,56 +48,6 @@ MIB = 1024 * 1024
 FINGERPRINT = "ab" * 32
 
 # -- server side ---------------------------------------------------------------------------------
-
-
-class TcpStream:
-    """ByteStream over asyncio streams (plain TCP): the test stand-in for the TLS connection."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
-        self._shutdown = asyncio.Event()
-        self._shutdown_raised = False
-
-    @property
-    def peer_fingerprint(self) -> str | None:
-        return FINGERPRINT
-
-    @property
-    def alpn(self) -> str | None:
-        return None
-
-    @property
-    def shutting_down(self) -> bool:
-        return self._shutdown.is_set()
-
-    def request_shutdown(self) -> None:
-        self._shutdown.set()
-
-    async def read(self) -> bytes:
-        if self._shutdown.is_set() and not self._shutdown_raised:
-            self._shutdown_raised = True
-            raise ShutdownRequested()
-        reading = asyncio.ensure_future(self._reader.read(65536))
-        if self._shutdown_raised:
-            return await reading
-        stopping = asyncio.ensure_future(self._shutdown.wait())
-        await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        if reading.done():
-            return reading.result()
-        reading.cancel()
-        self._shutdown_raised = True
-        raise ShutdownRequested()
-
-    def write(self, data: bytes) -> None:
-        self._writer.write(data)
-
-    async def drain(self) -> None:
-        await self._writer.drain()
-
-    def close(self) -> None:
-        self._writer.close()
 
 
 class EchoHandler:
@@ -145,65 +96,77 @@ def fast_limits(**overrides: Any) -> Limits:
     return Limits(**values)
 
 
+class _RecordingServer(InterNodeServer):
+    """The real server in plaintext mode, recording its connections for the tests."""
+
+    def __init__(self, owner: H2TestServer, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.owner = owner
+
+    def _new_protocol(self) -> ServerConnection:
+        conn = super()._new_protocol()
+        self.owner.conns.append(conn)
+        return conn
+
+    def released(self, conn: ServerConnection) -> None:
+        super().released(conn)
+        self.owner.connection_released(conn)
+
+
 class H2TestServer:
-    """``serve_h2`` on 127.0.0.1:<free port>; one :class:`H2Session` per accepted connection."""
+    """The real connection driver (``nvpair_wm.io.server``) without TLS on 127.0.0.1.
+
+    Every peer has the fingerprint :data:`FINGERPRINT` and speaks HTTP/2 (prior knowledge), or,
+    with ``sniff_preface``, the protocol is sniffed as without ALPN. ``crashes`` collects
+    what the event loop reports as unhandled in the protocol callbacks.
+    """
 
     def __init__(
         self,
         handler: EchoHandler | None = None,
         limits: Limits | None = None,
         *,
-        sniff_preface: bool = False,
+        sniff_preface: bool = False,  # True: sniffed as without ALPN; False: h2 at once
         port: int = 0,
     ) -> None:
         self.handler = handler or EchoHandler()
         self.limits = limits or fast_limits()
-        self.sniff_preface = sniff_preface
-        self.sessions: list[H2Session] = []
-        self.streams: list[TcpStream] = []
+        self.conns: list[ServerConnection] = []
         self.finished = 0
-        self.connection_done = asyncio.Event()  # set when any connection's serve_h2 returned
-        self.crashes: list[BaseException] = []
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._server: asyncio.Server | None = None
+        self.connection_done = asyncio.Event()  # set when any connection was released
+        self.crashes: list[object] = []
+        self.server = _RecordingServer(
+            self,
+            handler=self.handler,
+            identity=None,
+            port=port,
+            hosts=["127.0.0.1"],
+            limits=self.limits,
+            plaintext=True,
+            plain_fingerprint=FINGERPRINT,
+            plain_alpn=None if sniff_preface else "h2",
+        )
         self.port = port
 
+    @property
+    def sessions(self) -> list[H2ServerSession]:
+        return [c.session for c in self.conns if isinstance(c.session, H2ServerSession)]
+
+    def connection_released(self, conn: ServerConnection) -> None:
+        self.finished += 1
+        self.connection_done.set()
+
     async def __aenter__(self) -> H2TestServer:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, ctx: self.crashes.append(ctx))
+        await self.server.start()
+        self.port = self.server.port
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-        assert not self.crashes, f"serve_h2 raised: {self.crashes!r}"
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        stream = TcpStream(reader, writer)
-        self.streams.append(stream)
-        try:
-            preface = b""
-            if self.sniff_preface:  # what the real server does without ALPN
-                preface = await reader.readexactly(len(H2_PREFACE))
-            session = H2Session(stream, self.handler, self.limits, preface=preface)
-            self.sessions.append(session)
-            await session.run()
-        except asyncio.CancelledError:
-            return  # torn down by __aexit__ (returning keeps 3.11's start_server from logging)
-        except Exception as exc:
-            self.crashes.append(exc)
-        finally:
-            self.finished += 1
-            self.connection_done.set()
-            writer.close()
-            self._tasks.discard(task)
+        await self.server.close(grace=1.0)
+        asyncio.get_running_loop().set_exception_handler(None)
+        assert not self.crashes, f"the server crashed: {self.crashes!r}"
 
 
 # -- raw-frame client ------------------------------------------------------------------------------
@@ -754,7 +717,7 @@ def test_graceful_goaway_finishes_in_flight_streams_and_refuses_new_ones() -> No
             # A PING round trip proves the server has seen stream 1 before we shut down.
             peer.send(PingFrame(0, opaque_data=b"12345678"))
             await peer.wait_for(lambda f: isinstance(f, PingFrame))
-            server.sessions[0].goaway()
+            server.conns[0].shutdown()
             goaway = await peer.wait_for(lambda f: isinstance(f, GoAwayFrame))
             assert isinstance(goaway, GoAwayFrame)
             assert (goaway.error_code, goaway.last_stream_id) == (ErrorCodes.NO_ERROR, 1)
@@ -770,17 +733,18 @@ def test_graceful_goaway_finishes_in_flight_streams_and_refuses_new_ones() -> No
     run(main())
 
 
-def test_shutdown_requested_by_the_byte_stream_is_a_graceful_goaway() -> None:
+def test_server_close_is_a_graceful_goaway() -> None:
     async def main() -> None:
         async with H2TestServer() as server:
             client = await H2Client.connect(server.port)
             assert (await client.request("GET", "/")).status == 200
             sid = client.start("POST", "/echo", b"x" * 10, content_length=True)
             await client.wait(sid)
-            server.streams[0].request_shutdown()
+            closing = asyncio.create_task(server.server.close(grace=WAIT))
             async with asyncio.timeout(WAIT):
                 while await client.pump():
                     pass
+            await closing
             assert client.goaway is not None
             assert client.goaway.error_code == ErrorCodes.NO_ERROR
             assert client.goaway.last_stream_id == sid
@@ -1251,9 +1215,9 @@ class TestConformance:
 
 
 async def serve_plaintext(port: int) -> None:
-    """serve_h2 with default Limits on 127.0.0.1:``port`` (prior knowledge) until cancelled."""
+    """The plaintext server with default Limits on 127.0.0.1:``port`` until cancelled."""
     async with H2TestServer(limits=Limits(), port=port) as server:
-        print(f"serve_h2 harness on 127.0.0.1:{server.port}", flush=True)
+        print(f"h2 harness on 127.0.0.1:{server.port}", flush=True)
         await asyncio.Event().wait()
 
 

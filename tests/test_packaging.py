@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from nvpair_wm_schema.contract import CONTRACT_VERSION
 
 from nvpair_wm import __version__
 from tests.source_tree import ROOT, copy_tree
@@ -121,7 +122,8 @@ def test_installed_daemon_answers_on_stdio_and_exits_0_at_eof(installed: Install
         input=json.dumps(frame) + "\n",
     )
     ready, reply = (json.loads(line) for line in out.splitlines())
-    assert ready == {"jsonrpc": "2.0", "method": "ready", "params": {"version": __version__}}
+    params = {"version": __version__, "contractVersion": CONTRACT_VERSION}
+    assert ready == {"jsonrpc": "2.0", "method": "ready", "params": params}
     assert reply["id"] == 1 and reply["result"]["version"] == __version__
     assert reply["result"]["port"] > 0
 
@@ -135,6 +137,24 @@ def test_installed_cluster_tool_makes_a_cluster(installed: Installed) -> None:
     assert len(fingerprint) == 64 and int(fingerprint, 16) >= 0
     pinned = installed.work / "cl" / "node-2" / "trusted" / "node-1.crt"
     assert run([tool, "fingerprint", str(pinned)], cwd=installed.work).strip() == fingerprint
+
+
+def test_installed_conformance_kit_carries_its_vectors_and_passes_the_installed_daemon(
+    installed: Installed,
+) -> None:
+    """A team in another language installs the wheel and runs the kit: the behaviour vectors
+    must be inside it (they live in schema/conformance/behaviour/ in the tree)."""
+    kit = str(installed.bin / "nvpair-wm-conformance")
+    groups = run([kit, "--list"], cwd=installed.work, env=clean_env())
+    for group in ("local-errors", "local-framing", "http-status", "http-dedup"):
+        assert group in groups, groups
+    out = run(
+        [kit, "--json", "--only", "local-errors", "--", str(installed.bin / "nvpair-wm")],
+        cwd=installed.work,
+        env=clean_env(),
+    )
+    report = json.loads(out)
+    assert report["failed"] == 0 and report["passed"] >= 10, out
 
 
 def test_pipx_install_gives_working_commands(tmp_path: Path) -> None:

@@ -156,24 +156,42 @@ def test_handshake_timeout_closes_a_silent_connection(start_wm_server: StartServ
         assert 0.25 <= time.monotonic() - started < 3.0
 
 
-def test_connection_cap(
+def test_connection_cap_evicts_the_oldest_stranger(
     start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
 ) -> None:
+    """Over the cap, a newcomer evicts the oldest unauthenticated connection at once."""
     wm = start_wm_server(max_connections=2, handshake_timeout=0.5)
     held = [socket.create_connection(("127.0.0.1", wm.port), timeout=WAIT) for _ in range(2)]
     try:
-        with (
-            socket.create_connection(("127.0.0.1", wm.port), timeout=WAIT) as third,
-            contextlib.suppress(ConnectionResetError),  # an abort may reset
-        ):
-            assert third.recv(1) == b""  # closed at once, not after the handshake timeout
-        assert wm.server.refused_over_cap >= 1
-        for raw in held:  # the handshake timeout frees the slots
-            assert raw.recv(1) == b""
+        with socket.create_connection(("127.0.0.1", wm.port), timeout=WAIT):
+            with contextlib.suppress(ConnectionResetError):  # an abort may reset
+                started = time.monotonic()
+                assert held[0].recv(1) == b""  # evicted at once, not after the timeout
+                assert time.monotonic() - started < 0.4
+            assert wm.server.evicted >= 1
+            assert wm.server.refused_over_cap == 0
     finally:
         for raw in held:
             raw.close()
     assert _served(https_client, wm.port, tls_cluster.pair("b"))
+
+
+def test_connection_cap_refuses_when_full_of_pinned_peers(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server(max_connections=2, handshake_timeout=0.5)
+    peers = [https_client(wm.port, tls_cluster.pair("b")) for _ in range(2)]
+    for peer in peers:  # a request each: the server has seen their pinned certificates
+        peer.send(http_request(GOOD))
+        assert peer.response()[0] == 202
+    with (
+        socket.create_connection(("127.0.0.1", wm.port), timeout=WAIT) as third,
+        contextlib.suppress(ConnectionResetError),  # an abort may reset
+    ):
+        assert third.recv(1) == b""  # closed at once, not after the handshake timeout
+    assert wm.server.refused_over_cap >= 1
+    peers[0].send(http_request(GOOD))  # the peers' connections were left alone
+    assert peers[0].response()[0] == 202
 
 
 def test_tls_1_1_is_refused(start_wm_server: StartServer, tls_cluster: TLSCluster) -> None:

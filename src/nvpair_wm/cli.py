@@ -14,6 +14,7 @@ import ipaddress
 import logging
 import os
 import re
+import resource
 import socket
 import stat
 import sys
@@ -132,6 +133,17 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"nvpair-wm {__version__}")
     return p
+
+
+def raise_fd_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit: every connection is a descriptor, and the
+    default soft limit (often 1,024) is below ``max_connections`` plus what the node needs."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:  # e.g. an infinite hard limit the kernel caps
+            logging.getLogger(__name__).warning("cannot raise the open-file limit: %s", exc)
 
 
 # -- checks of values that parse but cannot work ------------------------------------------------
@@ -257,6 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0)
     logs.configure(cfg.log_level)
     allocator.pin_mmap_threshold()
+    raise_fd_limit()
     try:
         code = asyncio.run(Node(cfg).run())
     except KeyboardInterrupt:  # pragma: no cover - SIGINT is handled inside run()

@@ -28,7 +28,8 @@ from nvpair_wm.config import Config
 from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.endpoint import EventsEndpoint
-from nvpair_wm.http.server import InterNodeServer
+from nvpair_wm.io.pin_watch import WatchedPins
+from nvpair_wm.io.server import InterNodeServer
 from nvpair_wm.journal import Journal, fsync_and_close, open_journal, reload_table
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
@@ -97,10 +98,17 @@ class Node:
         self.pins: PinSet | _NoPins = (
             PinSet(cluster / "trusted", config.pins) if cluster else _NoPins()
         )
-        endpoint = EventsEndpoint(self.dispatcher, self.pins, self.queue, max_body=config.max_frame)
+        # trusted/ is rescanned only when inotify saw it change (per request without inotify).
+        pins = WatchedPins(self.pins) if isinstance(self.pins, PinSet) else self.pins
+        endpoint = EventsEndpoint(self.dispatcher, pins, self.queue, max_body=config.max_frame)
         hosts = [config.bind] if config.bind else None
         self.server = InterNodeServer(
-            endpoint, self.identity, port=config.port, hosts=hosts, limits=config.http
+            endpoint,
+            self.identity,
+            port=config.port,
+            hosts=hosts,
+            limits=config.http,
+            is_pinned=pins.is_pinned,
         )
         self.broadcaster = Broadcaster(
             self.identity, self.pins, self.table.originated, config.broadcast

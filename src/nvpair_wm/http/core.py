@@ -1,18 +1,14 @@
-"""Protocol-neutral request handling shared by the HTTP/1.1 and HTTP/2 adapters (no IO).
+"""Protocol-neutral request handling shared by the HTTP/1.1 and HTTP/2 sessions (no IO).
 
-The adapters (``h1.py`` on h11, ``h2.py`` on h2) turn bytes from a :class:`ByteStream` into a
-:class:`Request`, ask the :class:`Handler` whether to go on (``head``), read the body up to
-``handler.max_body`` (answering :func:`too_large` when it is exceeded) and finally call
-``complete``. Everything protocol-neutral an adapter or an endpoint needs lives here.
+The sans-IO sessions (``nvpair_wm.proto.h1`` on h11, ``nvpair_wm.proto.h2`` on h2) turn bytes
+into a :class:`Request`, ask the :class:`Handler` whether to go on (``head``), read the body up
+to ``handler.max_body`` (answering :func:`too_large` when it is exceeded) and finally call
+``complete``. Everything protocol-neutral a session or an endpoint needs lives here, with
+:class:`Limits`, every bound of the server. Response headers from the handler never contain
+``content-length``; the sessions add the framing headers themselves.
 
-Adapter entry points (one per protocol, all with this shape)::
-
-    async def serve_h1(conn: ByteStream, handler: Handler, limits: Limits) -> None
-    async def serve_h2(conn: ByteStream, handler: Handler, limits: Limits) -> None
-
-Each returns when the connection is finished; it never closes ``conn`` itself (the server does),
-but it may stop reading, and it must not leak tasks. Response headers from the handler never
-contain ``content-length``; adapters add the framing headers themselves.
+:class:`ByteStream` and :class:`ShutdownRequested` describe the asyncio stream face of
+``nvpair_wm.tls.TLSConnection``, which the client side still uses.
 """
 
 from __future__ import annotations
@@ -136,6 +132,10 @@ class Limits:
     body_timeout: float = 30.0  # headers done → complete body
     write_timeout: float = 30.0  # one drain() waiting for a slow reader
     max_connections: int = 1024  # open connections; more are closed right after accept
+    # Connections still in the handshake or whose certificate is not pinned have their own small
+    # budget and short timers, so that pinned peers always find a slot.
+    max_unauthenticated_connections: int = 128  # strangers at once; the oldest goes for a new one
+    unauthenticated_timeout: float = 5.0  # their handshake, header and idle timeout
     max_body: int = MIB  # request body bytes (the handler's max_body wins if smaller)
     max_header_bytes: int = 16 * 1024  # h1 header block / h2 header list (uncompressed) size
     shutdown_grace: float = 5.0  # graceful close: time for in-flight requests
@@ -175,8 +175,17 @@ def content_length_of(headers: list[tuple[bytes, bytes]]) -> int | None:
 
 
 def path_of(target: str | bytes) -> str:
-    """The path part of a request target (query and fragment stripped)."""
+    """The path part of a request target (query and fragment stripped).
+
+    An absolute-form target (``https://host/path``) is reduced to its path: RFC 9112 §3.2.2
+    says a server must accept it.
+    """
     text = target.decode("ascii", "replace") if isinstance(target, bytes) else target
+    if not text.startswith("/"):
+        scheme, sep, rest = text.partition("://")
+        if sep and scheme.lower() in ("http", "https"):
+            slash = rest.find("/")
+            text = rest[slash:] if slash >= 0 else "/"
     for sep in ("?", "#"):
         text = text.split(sep, 1)[0]
     return text

@@ -1,0 +1,3 @@
+module nvpair-wm/bench/goload
+
+go 1.19

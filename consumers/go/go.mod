@@ -1,0 +1,3 @@
+module nvpair.dev/wm/consumer
+
+go 1.19

@@ -1,0 +1,5 @@
+import sys
+
+from nvpair_wm.conformance.cli import main
+
+sys.exit(main())

@@ -1,0 +1,144 @@
+"""``nvpair-wm-conformance [--json] [--only GROUP] [--vectors DIR] -- COMMAND [ARGS...]``.
+
+Exit status: 0 when every vector passed, 1 when one failed, 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from nvpair_wm.conformance import broker, runner, vectors
+
+PROG = "nvpair-wm-conformance"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Check an nvpair workload manager implementation against the behaviour "
+        "vectors: COMMAND is started with --port, --cluster-dir (and --ipc) appended.",
+        usage=f"{PROG} [--json] [--only GROUP] [--vectors DIR] [--timeout S] [--list] "
+        "-- COMMAND [ARGS...]",
+    )
+    p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="GROUP",
+        help="run only this group (repeatable; a trailing * matches a prefix)",
+    )
+    p.add_argument(
+        "--vectors",
+        type=Path,
+        default=vectors.DEFAULT_DIR,
+        metavar="DIR",
+        help="directory of behaviour vector files (default: %(default)s)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=broker.WAIT,
+        metavar="SECONDS",
+        help="how long to wait for each answer (default: %(default)s)",
+    )
+    p.add_argument("--list", action="store_true", help="list the groups and exit")
+    return p
+
+
+def _selected(groups: list[dict[str, object]], only: list[str] | None) -> list[dict[str, object]]:
+    if not only:
+        return groups
+
+    def wanted(name: str) -> bool:
+        return any(name == o or (o.endswith("*") and name.startswith(o[:-1])) for o in only)
+
+    return [g for g in groups if wanted(str(g["group"]))]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "--" in args_in:
+        cut = args_in.index("--")
+        args_in, command = args_in[:cut], args_in[cut + 1 :]
+    parser = _parser()
+    args = parser.parse_args(args_in)
+    try:
+        groups = vectors.load(args.vectors)
+    except (OSError, ValueError) as exc:
+        parser.exit(2, f"{PROG}: cannot load vectors from {args.vectors}: {exc}\n")
+    if args.list:
+        for g in groups:
+            print(f"{g['group']}\t{len(g['cases'])} cases\t{g.get('description', '')}")
+        return 0
+    groups = _selected(groups, args.only)
+    if not groups:
+        parser.exit(2, f"{PROG}: no group matches {args.only}\n")
+    if not command:
+        parser.exit(2, f"{PROG}: give the implementation to test after --: -- COMMAND [ARGS...]\n")
+
+    err = Console(stderr=True)
+    started = time.monotonic()
+
+    def progress(result: runner.Result) -> None:
+        if not args.json:
+            mark = "[green]pass[/]" if result.passed else "[red]FAIL[/]"
+            err.print(f"{mark} {result.name}", highlight=False)
+
+    results = runner.run(groups, command, on_result=progress, timeout=args.timeout)
+    elapsed = time.monotonic() - started
+    failed = [r for r in results if not r.passed]
+    if args.json:
+        doc = {
+            "command": command,
+            "passed": len(results) - len(failed),
+            "failed": len(failed),
+            "seconds": round(elapsed, 3),
+            "results": [
+                {
+                    "group": r.group,
+                    "case": r.case,
+                    "name": r.name,
+                    "passed": r.passed,
+                    "problems": r.problems,
+                    "seconds": round(r.seconds, 3),
+                }
+                for r in results
+            ],
+        }
+        print(json.dumps(doc, indent=2, ensure_ascii=False))
+    else:
+        _table(results, elapsed)
+    return 1 if failed else 0
+
+
+def _table(results: list[runner.Result], elapsed: float) -> None:
+    out = Console()
+    table = Table(title="nvpair-wm behaviour conformance", show_lines=False)
+    table.add_column("group")
+    table.add_column("case")
+    table.add_column("result")
+    table.add_column("why", overflow="fold")
+    for r in results:
+        table.add_row(
+            r.group,
+            r.case,
+            "[green]pass[/]" if r.passed else "[bold red]FAIL[/]",
+            "\n".join(r.problems),
+        )
+    out.print(table)
+    failed = sum(not r.passed for r in results)
+    verdict = "[green]all passed[/]" if not failed else f"[bold red]{failed} failed[/]"
+    out.print(f"{len(results)} checks, {verdict} in {elapsed:.1f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

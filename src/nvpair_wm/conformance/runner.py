@@ -1,0 +1,380 @@
+"""Running behaviour vectors against an implementation: one process per group, cases in order.
+
+Each group starts COMMAND once, with a fresh port, the cluster directory of the member under
+test and, for ``"transport": "ipc"`` groups, ``--ipc``. Its cases run in order against that one
+process (deduplication cases depend on it), then the broker closes the channel and the process
+must exit 0. Beyond each case's own expectations, every case checks what holds everywhere: no
+``-32603`` (internal error), no HTTP 500, and the server presents the certificate of the
+member under test.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from nvpair_wm_schema.contract import INTERNAL_ERROR
+
+from nvpair_wm import clusterdir
+from nvpair_wm.conformance import expect, peer, vectors
+from nvpair_wm.conformance.broker import WAIT, BrokerError, Implementation
+
+SUBJECT: Final = "subject"
+PEER: Final = "peer"
+STRANGER: Final = "stranger"
+HOST: Final = "127.0.0.1"
+PROTOCOLS: Final = {"h2": peer.H2, "http/1.1": peer.H1}
+
+
+@dataclass(slots=True)
+class Result:
+    group: str
+    case: str
+    passed: bool
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.group}/{self.case}"
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """The cluster directory the runner made: the member under test, a pinned peer and a
+    stranger whose certificate nobody pins."""
+
+    root: Path
+    subject_dir: Path
+    fingerprint: str
+    pinned: peer.Identity
+    unpinned: peer.Identity
+
+    @classmethod
+    def create(cls, root: Path) -> Cluster:
+        dirs = clusterdir.init_cluster(root / "cluster", [SUBJECT, PEER])
+        cert, key = clusterdir.make_self_signed(STRANGER)
+        sdir = root / STRANGER
+        sdir.mkdir()
+        (sdir / "node.crt").write_bytes(cert)
+        (sdir / "node.key").write_bytes(key)
+        (sdir / "node.key").chmod(0o600)
+        subject = dirs[SUBJECT]
+        return cls(
+            root,
+            subject,
+            clusterdir.cert_fingerprint((subject / "node.crt").read_bytes()),
+            peer.Identity(dirs[PEER] / "node.crt", dirs[PEER] / "node.key"),
+            peer.Identity(sdir / "node.crt", sdir / "node.key"),
+        )
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the implementation binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _internal_errors(value: Any) -> list[str]:
+    values = value if isinstance(value, list) else [value]
+    return [
+        f"internal error (-32603) in {v}"
+        for v in values
+        if isinstance(v, dict)
+        and isinstance(v.get("error"), dict)
+        and v["error"].get("code") == INTERNAL_ERROR
+    ]
+
+
+class GroupRun:
+    """One group against one process."""
+
+    def __init__(
+        self,
+        group: dict[str, Any],
+        command: Sequence[str],
+        cluster: Cluster,
+        timeout: float = WAIT,
+    ) -> None:
+        self.group = group
+        self.timeout = timeout
+        # An HTTP answer may come only when a server-side timeout fires (408 after a 10 s
+        # header timeout): wait well past it.
+        self.http_timeout = 3 * timeout
+        self.name = str(group["group"])
+        self.command = command
+        self.cluster = cluster
+        self.port = free_port()
+        self.results: list[Result] = []
+        self.impl: Implementation | None = None
+        self.accepted = 0  # frames of the bodies a repeatUntil case saw accepted
+        self.broken: str | None = None
+
+    def _record(self, case: str, started: float, problems: list[str]) -> None:
+        self.results.append(
+            Result(self.name, case, not problems, problems, time.monotonic() - started)
+        )
+
+    def run(self) -> list[Result]:
+        ipc_dir = None
+        if self.group.get("transport") == "ipc":
+            # Short and private: a Unix socket path is limited to about 100 bytes.
+            ipc_dir = Path(tempfile.mkdtemp(prefix="wmc-", dir="/tmp"))
+        try:
+            ipc = ipc_dir / "broker.sock" if ipc_dir is not None else None
+            if self._start(ipc):
+                for case in self.group["cases"]:
+                    self._case(case)
+                self._exit()
+        finally:
+            if self.impl is not None:
+                self.impl.kill()
+            if ipc_dir is not None:
+                shutil.rmtree(ipc_dir, ignore_errors=True)
+        return self.results
+
+    def _start(self, ipc: Path | None) -> bool:
+        """Start the process and check its first line. A process that exits before its first
+        line gets one more try on another port: the free port may have been taken meanwhile."""
+        started = time.monotonic()
+        for attempt in range(2):
+            flags = ["--port", str(self.port), "--cluster-dir", str(self.cluster.subject_dir)]
+            if ipc is not None:
+                ipc.unlink(missing_ok=True)
+            try:
+                self.impl = Implementation(self.command, flags, ipc=ipc, timeout=self.timeout)
+            except (OSError, BrokerError) as exc:
+                self._record("startup", started, [f"could not start {list(self.command)}: {exc}"])
+                return False
+            try:
+                first = self.impl.read_startup()
+            except BrokerError as exc:
+                if attempt == 0 and self.impl.wait(1.0) is not None:
+                    self.impl.kill()
+                    self.port = free_port()
+                    continue
+                self._record("startup", started, [str(exc)])
+                self.broken = str(exc).splitlines()[0]
+                return True  # the cases report "not run"; the exit is still checked
+            self._record("startup", started, expect.match_lines([first], self.group["startup"]))
+            return True
+        return False  # not reached: the second attempt returns
+
+    def _exit(self) -> None:
+        assert self.impl is not None
+        started = time.monotonic()
+        problems: list[str] = []
+        if self.impl.proc.poll() is not None:
+            problems.append(f"exited early with status {self.impl.proc.returncode}")
+        else:
+            final = self.group.get("atExit")
+            if final is not None and self.broken is None:
+                try:
+                    for item in final["local"]:
+                        self.impl.write(vectors.line(item))
+                except BrokerError as exc:
+                    problems.append(str(exc))
+                    final = None
+            self.impl.close_channel()
+            if final is not None and self.broken is None:
+                try:
+                    lines = self.impl.rest()
+                except queue.Empty:
+                    problems.append(f"the broker channel stayed open {self.timeout} s after EOF")
+                else:
+                    problems += expect.match_lines(lines, final["expect"])
+            status = self.impl.wait()
+            if status is None:
+                problems.append(
+                    f"still running {self.timeout} s after the broker closed the channel"
+                )
+            elif status != 0:
+                problems.append(f"exit status {status} after the broker closed the channel")
+        self._record("exit", started, problems + ([self.impl.stderr_excerpt()] if problems else []))
+
+    def _case(self, case: dict[str, Any]) -> None:
+        assert self.impl is not None
+        runs: list[tuple[str, Callable[[dict[str, Any], str], list[str]]]]
+        if "local" in case:
+            runs = [("", self._local)]
+        elif "http" in case:
+            protos = case["http"].get("protocols", list(PROTOCOLS))
+            runs = [(f"[{p}]", self._http_for(p)) for p in protos]
+        else:
+            runs = [("", self._control)]
+        for suffix, kind in runs:
+            started = time.monotonic()
+            if self.impl.proc.poll() is not None:
+                problems = [f"the process had exited (status {self.impl.proc.returncode})"]
+            elif self.broken is not None:
+                problems = [f"not run: the broker channel failed earlier ({self.broken})"]
+            else:
+                try:
+                    problems = kind(case, suffix)
+                except peer.PeerError as exc:
+                    problems = [str(exc)]
+                except BrokerError as exc:
+                    # Out of step with the process (a timeout, a closed channel): the rest of
+                    # the group fails at once instead of waiting out one timeout per case.
+                    problems = [str(exc)]
+                    self.broken = str(exc).splitlines()[0]
+            self._record(case["name"] + suffix, started, problems)
+
+    # -- the kinds of case ------------------------------------------------------------------------
+
+    def _local(self, case: dict[str, Any], _: str) -> list[str]:
+        assert self.impl is not None
+        for item in case["local"]:
+            self.impl.write(vectors.line(item))
+        lines = self.impl.collect()
+        problems = expect.match_lines(lines, case.get("expect", []))
+        for line in lines:
+            problems += _internal_errors(line)
+        return problems
+
+    def _control(self, case: dict[str, Any], _: str) -> list[str]:
+        assert self.impl is not None
+        action = case["control"]
+        if action == "pause-broker":
+            self.impl.pause_reading()
+            return []
+        if action == "resume-broker":
+            self.impl.resume_reading()
+            lines = self.impl.collect(timeout=max(60.0, self.timeout))
+            want = case.get("count")
+            if want == "accepted":
+                want = self.accepted
+            if want is not None and len(lines) != want:
+                return [f"expected {want} frames written to the broker, got {len(lines)}"]
+            return []
+        raise ValueError(f"unknown control {action!r}")
+
+    def _http_for(self, protocol: str) -> Callable[[dict[str, Any], str], list[str]]:
+        return lambda case, _: self._http(case, PROTOCOLS[protocol])
+
+    def _http(self, case: dict[str, Any], protocol: str) -> list[str]:
+        assert self.impl is not None
+        spec = case["http"]
+        identity = {
+            "pinned": self.cluster.pinned,
+            "unpinned": self.cluster.unpinned,
+            "none": None,
+        }[spec.get("client", "pinned")]
+        headers = list(spec.get("headers", {"content-type": "application/json"}).items())
+        want = case["response"]
+        until = spec.get("repeatUntil")
+        rounds = int(until["max"]) if until else 1
+        counter = 0
+        self.accepted = 0
+        problems: list[str] = []
+        for _ in range(rounds):
+            body = vectors.payload(spec["body"], counter) if "body" in spec else b""
+            counter += vectors.batch_size(spec["body"]) if "body" in spec else 1
+            req = peer.HttpRequest(
+                spec.get("method", "POST"),
+                spec.get("path", "/v1/workloads/events"),
+                [(str(k).lower(), str(v)) for k, v in headers],
+                body,
+                spec.get("contentLength", True),
+                str(spec["raw"]).encode() if "raw" in spec else None,
+            )
+            if want.get("refused"):
+                try:
+                    resp = peer.request(
+                        HOST, self.port, identity, protocol, req, timeout=self.http_timeout
+                    )
+                except peer.PeerError:
+                    break
+                problems.append(f"expected no HTTP response, got {resp.status}")
+                break
+            resp = peer.request(HOST, self.port, identity, protocol, req, timeout=self.http_timeout)
+            if resp.server_fingerprint != self.cluster.fingerprint:
+                problems.append("the server did not present the member's node.crt")
+            if resp.status == 500:
+                problems.append("HTTP 500: no input may earn an internal error")
+            if until and resp.status != until["status"]:
+                if resp.status != until.get("meanwhile", 202):
+                    problems.append(
+                        f"status {resp.status} before {until['status']} "
+                        f"(expected {until.get('meanwhile', 202)})"
+                    )
+                    break
+                self.accepted += vectors.batch_size(spec["body"]) if "body" in spec else 1
+                continue
+            problems += check_response(resp, want)
+            break
+        else:
+            if until:
+                problems.append(f"no {until['status']} after {rounds} requests")
+        if "broker" in case and case["broker"] is not None:
+            lines = self.impl.collect()
+            problems += [f"broker: {p}" for p in expect.match_lines(lines, case["broker"])]
+        elif "broker" not in case:
+            lines = self.impl.collect()
+            problems += [f"broker: {p}" for p in expect.match_lines(lines, [])]
+        return problems
+
+
+def check_response(resp: peer.HttpResponse, want: dict[str, Any]) -> list[str]:
+    """An HTTP response against a vector's ``response``."""
+    problems: list[str] = []
+    if resp.status != want["status"]:
+        problems.append(f"status {resp.status}, expected {want['status']}")
+    for name, value in want.get("headers", {}).items():
+        got = resp.headers.get(name.lower())
+        if got is None:
+            problems.append(f"header {name} missing")
+        elif not _header_equal(got, value):
+            problems.append(f"header {name}: {got!r}, expected {value!r}")
+    for name, pattern in want.get("headerPatterns", {}).items():
+        got = resp.headers.get(name.lower())
+        if got is None or not re.fullmatch(pattern, got):
+            problems.append(f"header {name}: {got!r} does not match {pattern!r}")
+    if "body" in want:
+        matcher = want["body"]
+        if matcher is None:
+            if resp.body:
+                problems.append(f"expected no body, got {resp.body[:160]!r}")
+        else:
+            try:
+                value = json.loads(resp.body)
+            except ValueError:
+                problems.append(f"body is not JSON: {resp.body[:160]!r}")
+            else:
+                problems += [f"body: {p}" for p in expect.match(value, matcher)]
+                problems += _internal_errors(value)
+    return problems
+
+
+def _header_equal(got: str, want: str) -> bool:
+    """Case-insensitive; a media type matches with or without parameters."""
+    g, w = got.strip().lower(), want.strip().lower()
+    return g == w or g.split(";")[0].strip() == w
+
+
+def run(
+    groups: list[dict[str, Any]],
+    command: Sequence[str],
+    *,
+    on_result: Callable[[Result], None] | None = None,
+    timeout: float = WAIT,
+) -> list[Result]:
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="nvpair-wm-conformance-") as tmp:
+        cluster = Cluster.create(Path(tmp))
+        for group in groups:
+            for result in GroupRun(group, command, cluster, timeout).run():
+                results.append(result)
+                if on_result is not None:
+                    on_result(result)
+    return results

@@ -1,0 +1,65 @@
+"""The one error hierarchy of nvpair-wm (no IO, no dependencies).
+
+Modelled on h11's: a protocol error is either *remote* (the peer broke the protocol: answer it
+with the hinted status or a GOAWAY, log at debug, keep serving others) or *local* (we tried to
+do something the protocol forbids: a bug of ours, logged as one, never blamed on the peer).
+Everything else is a bug and propagates; ``asyncio.CancelledError`` is a ``BaseException`` and
+is never caught here.
+
+    WmError
+    ├── ProtocolError                 error_status_hint: the HTTP status to answer with
+    │   ├── LocalProtocolError        our side broke the protocol (a bug)
+    │   └── RemoteProtocolError       the peer broke it
+    │       └── H2ConnectionError     ...badly enough to end an HTTP/2 connection (GOAWAY code)
+    ├── ConnectionClosed              the transport is gone (also a ConnectionError)
+    └── TLSError                      handshake refused, TLS protocol error (also a ConnectionError)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConnectionClosed",
+    "H2ConnectionError",
+    "LocalProtocolError",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "TLSError",
+    "WmError",
+]
+
+
+class WmError(Exception):
+    """Base of every error nvpair-wm raises on purpose."""
+
+
+class ProtocolError(WmError):
+    """A protocol rule was broken; ``error_status_hint`` is the HTTP status that says so."""
+
+    def __init__(self, msg: str, error_status_hint: int = 400) -> None:
+        super().__init__(msg)
+        self.error_status_hint = error_status_hint
+
+
+class LocalProtocolError(ProtocolError):
+    """We were about to break the protocol: a bug of ours (answered 500 at most, logged)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer broke the protocol: its error, answered with ``error_status_hint``."""
+
+
+class H2ConnectionError(RemoteProtocolError):
+    """The peer's frames end the HTTP/2 connection: GOAWAY with ``code`` (RFC 9113 §7)."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason, 400)
+        self.code = code
+        self.reason = reason
+
+
+class ConnectionClosed(WmError, ConnectionError):
+    """The connection is gone (closed, reset, or aborted for a peer that stopped reading)."""
+
+
+class TLSError(WmError, ConnectionError):
+    """A TLS failure: handshake refused, protocol error, peer vanished mid-handshake."""

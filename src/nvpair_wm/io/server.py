@@ -1,0 +1,623 @@
+"""The inbound inter-node server: one thin ``asyncio.Protocol`` per connection.
+
+Per connection: ``data_received`` feeds the sans-IO machines (:class:`~nvpair_wm.proto.tls.
+TLSMachine`, then :class:`~nvpair_wm.proto.h2.H2ServerSession` or :class:`~nvpair_wm.proto.h1.
+H1Session`) and writes what they return; ONE timer handle follows the machines' next deadline
+(moved only when a deadline comes earlier: a timer firing early just re-arms). No task or
+future per read, no protocol decision here.
+
+Admission: every connection starts *unauthenticated* (in the TLS handshake, or handshaken with
+a certificate that is not pinned). Those live in their own small budget
+(``max_unauthenticated_connections``) with short timers (``unauthenticated_timeout`` for the
+handshake and as their idle timeout); a new connection past that budget, or past
+``max_connections``, evicts the oldest unauthenticated one. Connections whose certificate is
+pinned at handshake time take the other slots, so idle strangers cannot lock peers out.
+
+Protocol choice by ALPN: ``h2`` → HTTP/2, ``http/1.1`` → HTTP/1.1, none → HTTP/2 if the client
+opens with the HTTP/2 preface (prior knowledge), else HTTP/1.1.
+
+Backpressure: while the transport's write buffer is over its high-water mark, reading pauses
+(``pause_reading``); a peer that does not read for ``write_timeout`` is aborted. The broker
+queue answers 503 when full (the endpoint's job).
+
+Closing: close_notify, FIN, then the peer's leftovers are read and dropped for at most
+``linger_timeout`` (closing with unread input would RST away an answer the peer has not read).
+Shutdown (:meth:`InterNodeServer.close`): stop accepting, GOAWAY / ``Connection: close``,
+in-flight requests finish within ``grace`` seconds, then what is left is aborted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Self, cast
+
+from nvpair_wm_schema.contract import DEFAULT_PORT
+
+from nvpair_wm import allocator
+from nvpair_wm.errors import TLSError
+from nvpair_wm.http.core import Handler, Limits
+from nvpair_wm.pins import IdentitySource
+from nvpair_wm.proto.h1 import H1Session
+from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
+from nvpair_wm.proto.tls import TLSMachine
+from nvpair_wm.tls import ServerTLS
+
+__all__ = ["DEFAULT_PORT", "H2_PREFACE", "InterNodeServer", "ServerConnection", "bind_sockets"]
+
+log = logging.getLogger(__name__)
+
+#: When the open connections fall to an eighth of a high-water mark of at least this many,
+#: the heap is trimmed (``allocator.trim``): TLS connections leave fragmented free memory.
+TRIM_AFTER_CONNECTIONS = 256
+
+Session = H1Session | H2ServerSession
+
+
+def bind_sockets(hosts: Sequence[str] | None, port: int, backlog: int = 128) -> list[socket.socket]:
+    """Listening sockets for ``hosts`` (IP literals or names) sharing one port.
+
+    ``hosts=None`` means every interface, IPv4 and IPv6. With ``port=0`` the first socket picks
+    the port and the others bind the same one.
+    """
+    if hosts is None:
+        if socket.has_ipv6 and socket.has_dualstack_ipv6():
+            try:
+                return [
+                    socket.create_server(
+                        ("::", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=backlog
+                    )
+                ]
+            except OSError as exc:
+                if exc.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
+                    raise
+        hosts = ["0.0.0.0", "::"]
+        optional_v6 = True
+    else:
+        optional_v6 = False
+    addrs: list[tuple[socket.AddressFamily, str]] = []
+    for host in hosts:
+        for fam, _, _, _, sockaddr in socket.getaddrinfo(
+            host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        ):
+            if fam in (socket.AF_INET, socket.AF_INET6) and (fam, sockaddr[0]) not in addrs:
+                addrs.append((fam, str(sockaddr[0])))
+    socks: list[socket.socket] = []
+    try:
+        for family, addr in addrs:
+            try:
+                sock = socket.create_server((addr, port), family=family, backlog=backlog)
+            except OSError as exc:
+                if optional_v6 and family == socket.AF_INET6:
+                    log.info("IPv6 unavailable (%s): listening on IPv4 only", exc)
+                    continue
+                raise
+            socks.append(sock)
+            if port == 0:
+                port = sock.getsockname()[1]
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+class _Admission:
+    """Who holds a connection slot: pinned peers, and a small bounded set of strangers."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.unauthenticated: dict[ServerConnection, None] = {}  # oldest first
+        self.authenticated: set[ServerConnection] = set()
+        self.evicted = 0
+        self.refused = 0
+
+    def __len__(self) -> int:
+        return len(self.unauthenticated) + len(self.authenticated)
+
+    def admit(self, conn: ServerConnection) -> bool:
+        """Take a slot for a new (unauthenticated) connection, evicting a stranger if needed."""
+        limits = self.limits
+        over_total = len(self) >= limits.max_connections
+        over_strangers = len(self.unauthenticated) >= limits.max_unauthenticated_connections
+        if over_total or over_strangers:
+            if not self.unauthenticated:
+                self.refused += 1
+                return False
+            oldest = next(iter(self.unauthenticated))
+            self.evicted += 1
+            # Once loudly, then quietly: a connection flood must not become a log flood.
+            level = logging.WARNING if self.evicted == 1 else logging.DEBUG
+            log.log(level, "evicting unauthenticated connection from %s", oldest.peername)
+            oldest.abort()  # connection_lost() calls release()
+            self.release(oldest)
+        self.unauthenticated[conn] = None
+        return True
+
+    def authenticate(self, conn: ServerConnection) -> None:
+        if conn in self.unauthenticated:
+            del self.unauthenticated[conn]
+            self.authenticated.add(conn)
+
+    def release(self, conn: ServerConnection) -> None:
+        self.unauthenticated.pop(conn, None)
+        self.authenticated.discard(conn)
+
+    def all(self) -> list[ServerConnection]:
+        return [*self.unauthenticated, *self.authenticated]
+
+
+class ServerConnection(asyncio.Protocol):
+    """One accepted connection: TLS (or plaintext, for test harnesses) → HTTP/2 or HTTP/1.1."""
+
+    def __init__(self, server: InterNodeServer, tls: TLSMachine | None) -> None:
+        self.server = server
+        self.tls = tls
+        self.loop = server.loop
+        self.limits = server.unauth_limits  # until the peer turns out to be pinned
+        self.session: Session | None = None
+        self.transport: asyncio.Transport | None = None
+        self.peername: object = None
+        self.peer_fingerprint: str | None = None if tls is not None else server.plain_fingerprint
+        self.closed = False
+        self._sniffed = b""  # plaintext before the protocol is known (no ALPN)
+        self._started = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._write_stalled_since: float | None = None
+        self._linger_until: float | None = None
+        self._shutdown = False
+        self._peer_eof = False
+
+    # -- asyncio callbacks --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport (uvloop's is not an asyncio.Transport subclass: no isinstance).
+        self.transport = transport = cast(asyncio.Transport, transport)
+        self.peername = transport.get_extra_info("peername")
+        self._started = self.loop.time()
+        if not self.server.accepted(self):
+            self.closed = True
+            transport.abort()
+            return
+        if self.tls is None:
+            self._handshake_done(self._started)
+        self._rearm()
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed or self._linger_until is not None:
+            return  # closing: the peer's leftovers are dropped
+        now = self.loop.time()
+        tls = self.tls
+        if tls is None:
+            plain = data
+        else:
+            was_done = tls.handshake_done
+            try:
+                plain = tls.receive(data)
+            except TLSError as exc:
+                what = "TLS with" if tls.handshake_done else "TLS handshake with"
+                log.debug("%s %s failed: %s", what, self.peername, exc)
+                self._write_tls()  # deliver the alert
+                self._close_now()
+                return
+            if not was_done and tls.handshake_done:
+                self._handshake_done(now)
+        if plain:
+            self._feed(plain, now)
+        if tls is not None and tls.peer_closed and not self.closed:
+            self._feed(b"", now)
+        self._flush(now)
+
+    def eof_received(self) -> bool | None:
+        self._peer_eof = True
+        if self.tls is not None:
+            self.tls.receive_eof()
+        now = self.loop.time()
+        if self._linger_until is not None:
+            self._close_now()
+            return None
+        self._feed(b"", now)
+        self._flush(now)
+        return True  # half-close: keep our side open to answer
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.server.released(self)
+
+    def pause_writing(self) -> None:
+        self._write_stalled_since = self.loop.time()
+        if self.transport is not None:
+            self.transport.pause_reading()  # answer what we have before reading more
+        self._rearm()
+
+    def resume_writing(self) -> None:
+        self._write_stalled_since = None
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    # -- the machines -------------------------------------------------------------------------
+
+    def _handshake_done(self, now: float) -> None:
+        tls = self.tls
+        if tls is not None:
+            self.peer_fingerprint = tls.peer_fingerprint
+        if self.server.authenticate(self):
+            self.limits = self.server.limits
+        self._started = now  # from here on: the time to say which protocol
+        alpn = tls.alpn if tls is not None else self.server.plain_alpn
+        if alpn == "h2":
+            self._start_session(True, now)
+        elif alpn == "http/1.1":
+            self._start_session(False, now)
+
+    def _start_session(self, h2: bool, now: float) -> None:
+        limits, handler, fp = self.limits, self.server.handler, self.peer_fingerprint
+        self.session = (
+            H2ServerSession(handler, limits, fp, now) if h2 else H1Session(handler, limits, fp, now)
+        )
+        if self._shutdown:
+            self._start_shutdown(now)
+
+    def _feed(self, data: bytes, now: float) -> None:
+        session = self.session
+        if session is None:
+            if self.tls is not None and not self.tls.handshake_done:
+                return
+            # No ALPN: HTTP/2 with prior knowledge starts with the preface; anything else 1.1.
+            buf = self._sniffed + data
+            if data and len(buf) < len(H2_PREFACE) and H2_PREFACE.startswith(buf):
+                self._sniffed = buf
+                return
+            self._sniffed = b""
+            if not buf:  # EOF before a byte
+                self._begin_close(now)
+                return
+            self._start_session(buf.startswith(H2_PREFACE), now)
+            session = self.session
+            assert session is not None
+            data = buf
+        session.receive_data(data, now)
+
+    def _flush(self, now: float) -> None:
+        """Write what the machines produced; close when the session is over; re-arm."""
+        if self.closed:
+            return
+        session = self.session
+        if session is not None:
+            out = session.data_to_send()
+            if out:
+                if self.tls is not None:
+                    try:
+                        self.tls.send(out)
+                    except TLSError as exc:
+                        log.debug("TLS write to %s failed: %s", self.peername, exc)
+                        self.abort()
+                        return
+                else:
+                    self._write(out)
+            finished = session.done if isinstance(session, H2ServerSession) else session.closed
+            if finished and self._linger_until is None:
+                self._begin_close(now)
+                return
+        self._write_tls()
+        self._rearm()
+
+    def _write_tls(self) -> None:
+        if self.tls is not None:
+            out = self.tls.data_to_send()
+            if out:
+                self._write(out)
+
+    def _write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    # -- the one timer --------------------------------------------------------------------------
+
+    def _deadline(self) -> float | None:
+        if self._linger_until is not None:
+            return self._linger_until
+        best: float | None = None
+        if self._write_stalled_since is not None:
+            best = self._write_stalled_since + self.limits.write_timeout
+        session = self.session
+        if session is not None:
+            when = session.next_deadline()
+        elif self.tls is not None and not self.tls.handshake_done:
+            when = self._started + self.limits.handshake_timeout
+        else:  # sniffing the preface
+            when = self._started + self.limits.header_timeout
+        if when is not None and (best is None or when < best):
+            best = when
+        return best
+
+    def _rearm(self) -> None:
+        if self.closed:
+            return
+        when = self._deadline()
+        timer = self._timer
+        if when is None:
+            return  # a timer already set fires early and re-arms: harmless
+        if timer is not None:
+            if self._timer_at <= when:
+                return
+            timer.cancel()
+        self._timer_at = when
+        self._timer = self.loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self.closed:
+            return
+        now = self.loop.time()
+        if self._linger_until is not None:
+            if now >= self._linger_until:
+                self._close_now()
+            else:
+                self._rearm()
+            return
+        stalled = self._write_stalled_since
+        if stalled is not None and now >= stalled + self.limits.write_timeout:
+            log.debug("peer %s is not reading: aborting", self.peername)
+            self.abort()
+            return
+        session = self.session
+        if session is None:
+            deadline = self._deadline()
+            if deadline is not None and now >= deadline:
+                log.debug("connection from %s: no handshake or request in time", self.peername)
+                self._close_now()
+                return
+        else:
+            session.handle_timeout(now)
+        self._flush(now)
+
+    # -- closing ------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Graceful shutdown: finish what is in flight, then close."""
+        if self._shutdown or self.closed:
+            return
+        self._shutdown = True
+        now = self.loop.time()
+        if self.session is None:
+            if self.tls is not None and not self.tls.handshake_done:
+                self.abort()  # a handshake is not worth finishing now
+            else:
+                self._begin_close(now)
+            return
+        self._start_shutdown(now)
+        self._flush(now)
+
+    def _start_shutdown(self, now: float) -> None:
+        session = self.session
+        if isinstance(session, H2ServerSession):
+            session.goaway(now)
+        elif session is not None:
+            session.shutdown()
+
+    def _begin_close(self, now: float) -> None:
+        """close_notify + FIN, then drop the peer's leftovers until EOF or the linger time."""
+        transport = self.transport
+        if self.closed or transport is None:
+            return
+        if self.tls is not None:
+            self.tls.close()
+            self._write_tls()
+        if transport.is_closing() or not transport.can_write_eof():
+            self._close_now()
+            return
+        try:
+            transport.write_eof()
+        except OSError:  # the peer is already gone
+            self.abort()
+            return
+        if self._peer_eof:
+            self._close_now()
+            return
+        self._linger_until = now + self.limits.linger_timeout
+        if self._write_stalled_since is None:
+            transport.resume_reading()
+        self._rearm()
+
+    def _close_now(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+        self.server.released(self)  # free the slot now, before the socket is gone
+
+    def abort(self) -> None:
+        """Drop the connection now, without flushing."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+        self.server.released(self)
+
+
+class InterNodeServer:
+    """The mTLS HTTP server of ``POST /v1/workloads/events`` (or any :class:`Handler`).
+
+    ``is_pinned`` tells pinned peers from strangers at handshake time (admission only; the
+    handler still authorizes every request). Without it every handshaken peer counts as pinned.
+    ``plaintext`` (test harnesses, h2spec) skips TLS; every peer then has ``plain_fingerprint``
+    and speaks ``plain_alpn`` (None: sniffed, as without ALPN).
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        identity: IdentitySource | None,
+        *,
+        port: int = DEFAULT_PORT,
+        hosts: Sequence[str] | None = None,
+        limits: Limits | None = None,
+        is_pinned: Callable[[str], bool] | None = None,
+        plaintext: bool = False,
+        plain_fingerprint: str | None = None,
+        plain_alpn: str | None = None,
+    ) -> None:
+        self.handler = handler
+        self.limits = limits or Limits()
+        lim = self.limits
+        short = lim.unauthenticated_timeout
+        self.unauth_limits = replace(
+            lim,
+            handshake_timeout=min(lim.handshake_timeout, short),
+            idle_timeout=min(lim.idle_timeout, short),
+            header_timeout=min(lim.header_timeout, short),
+        )
+        if plaintext:
+            self.tls: ServerTLS | None = None
+        else:
+            assert identity is not None, "a TLS server needs an identity source"
+            self.tls = ServerTLS(identity)
+        self.plain_fingerprint = plain_fingerprint
+        self.plain_alpn = plain_alpn
+        self.is_pinned = is_pinned
+        self._requested_port = port
+        self._hosts = hosts
+        self._servers: list[asyncio.Server] = []
+        self._admission = _Admission(lim)
+        self._closing = False
+        self._drained: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.port: int = 0  # the bound port, once started
+        self._high_water = 0  # most connections open since the last trim
+        self._trim: asyncio.Handle | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None, "InterNodeServer.start() first"
+        return self._loop
+
+    @property
+    def refused_over_cap(self) -> int:
+        """Connections closed at accept: over ``max_connections`` with no stranger to evict."""
+        return self._admission.refused
+
+    @property
+    def evicted(self) -> int:
+        """Unauthenticated connections closed to make room for a new connection."""
+        return self._admission.evicted
+
+    @property
+    def unauthenticated_count(self) -> int:
+        return len(self._admission.unauthenticated)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind and start accepting. Raises OSError if the port cannot be bound."""
+        loop = self._loop = asyncio.get_running_loop()
+        socks = bind_sockets(self._hosts, self._requested_port)
+        self.port = socks[0].getsockname()[1]
+        try:
+            for sock in socks:
+                srv = await loop.create_server(self._new_protocol, sock=sock)
+                self._servers.append(srv)
+        except BaseException:
+            for srv in self._servers:
+                srv.close()
+            for sock in socks:
+                sock.close()
+            raise
+        log.info(
+            "inter-node server listening on %s",
+            ", ".join(_fmt_addr(s.getsockname()) for s in socks),
+        )
+        if self.tls is not None and not self.tls.has_identity():
+            log.warning("no cluster identity yet: TLS handshakes fail until node.crt/key appear")
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        return [
+            (str(sock.getsockname()[0]), int(sock.getsockname()[1]))
+            for srv in self._servers
+            for sock in srv.sockets
+        ]
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._admission)
+
+    async def close(self, grace: float | None = None) -> None:
+        """Stop accepting, let in-flight requests finish (up to ``grace`` s), close everything."""
+        if grace is None:
+            grace = self.limits.shutdown_grace
+        self._closing = True
+        for srv in self._servers:
+            srv.close()
+        conns = self._admission.all()
+        if conns:
+            self._drained = asyncio.Event()
+            for conn in conns:
+                conn.shutdown()
+            if len(self._admission):
+                try:
+                    async with asyncio.timeout(grace):
+                        await self._drained.wait()
+                except TimeoutError:
+                    for conn in self._admission.all():
+                        conn.abort()
+        for srv in self._servers:
+            await srv.wait_closed()
+        self._servers.clear()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- connections (called by ServerConnection) --------------------------------------------
+
+    def _new_protocol(self) -> ServerConnection:
+        tls = TLSMachine(self.tls.new_connection()) if self.tls is not None else None
+        return ServerConnection(self, tls)
+
+    def accepted(self, conn: ServerConnection) -> bool:
+        if self._closing or not self._admission.admit(conn):
+            return False
+        self._high_water = max(self._high_water, len(self._admission))
+        return True
+
+    def authenticate(self, conn: ServerConnection) -> bool:
+        """Move a handshaken connection to the pinned slots if its certificate is pinned."""
+        fp = conn.peer_fingerprint
+        pinned = self.is_pinned is None or (fp is not None and self.is_pinned(fp))
+        if pinned:
+            self._admission.authenticate(conn)
+        return pinned
+
+    def released(self, conn: ServerConnection) -> None:
+        admission = self._admission
+        admission.release(conn)
+        count = len(admission)
+        if self._drained is not None and not count:
+            self._drained.set()
+        if count <= self._high_water // 8 and self._high_water >= TRIM_AFTER_CONNECTIONS:
+            # A burst of connections is over: hand their freed memory back (once per burst).
+            self._high_water = count
+            if self._trim is None:
+                self._trim = self.loop.call_soon(self._trim_now)
+
+    def _trim_now(self) -> None:
+        self._trim = None
+        allocator.trim()
+
+
+def _fmt_addr(addr: tuple[object, ...]) -> str:
+    host, port = str(addr[0]), addr[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

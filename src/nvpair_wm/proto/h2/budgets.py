@@ -1,0 +1,109 @@
+"""Flood budgets of an HTTP/2 connection (sans-IO): frames that cost us without progress.
+
+Counted per ``h2_rate_window`` seconds: RST_STREAM (rapid reset, CVE-2023-44487, plus the
+resets the client makes us send: "MadeYouReset"), SETTINGS, PING, PRIORITY, unknown frames,
+empty DATA, DATA on streams no longer tracked, pointless WINDOW_UPDATEs, and refused streams.
+Overflowing one ends the connection with GOAWAY ENHANCE_YOUR_CALM.
+"""
+
+from __future__ import annotations
+
+from h2.errors import ErrorCodes
+
+from nvpair_wm.errors import H2ConnectionError
+from nvpair_wm.http.core import Limits
+from nvpair_wm.proto.h2.frames import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    END_STREAM,
+    HEADERS,
+    PING,
+    PRIORITY,
+    RST_STREAM,
+    SETTINGS,
+    WINDOW_UPDATE,
+    Frame,
+)
+
+__all__ = ["FloodBudgets", "Rate"]
+
+
+class Rate:
+    """A counter over fixed windows of ``window`` seconds; :meth:`hit` says when it overflows."""
+
+    __slots__ = ("count", "limit", "start", "window")
+
+    def __init__(self, window: float, limit: int) -> None:
+        self.window = window
+        self.limit = limit
+        self.start = float("-inf")
+        self.count = 0
+
+    def hit(self, now: float) -> bool:
+        if now - self.start >= self.window:
+            self.start = now
+            self.count = 0
+        self.count += 1
+        return self.count > self.limit
+
+
+class FloodBudgets:
+    """The budgets of one connection, and the handshake-order check of the preface."""
+
+    __slots__ = ("control", "refused", "resets", "settings_seen")
+
+    def __init__(self, limits: Limits) -> None:
+        window = limits.h2_rate_window
+        self.resets = Rate(window, limits.h2_max_resets_per_window)
+        self.control = Rate(window, limits.h2_max_control_frames_per_window)
+        self.refused = Rate(window, limits.h2_max_refused_per_window)
+        self.settings_seen = False
+
+    def account(
+        self, frame: Frame, now: float, *, tracked: bool, ended: bool, waiting_for_window: bool
+    ) -> None:
+        """Check one inbound frame; raises :class:`H2ConnectionError` on abuse.
+
+        ``tracked``: the frame's stream is one the session still serves; ``ended``: the stream
+        recently ended both ways; ``waiting_for_window``: a response waits for window there.
+        """
+        ftype = frame.type
+        if not self.settings_seen:
+            if ftype != SETTINGS or frame.flags & ACK:
+                raise H2ConnectionError(
+                    ErrorCodes.PROTOCOL_ERROR, "the preface must end with SETTINGS"
+                )
+            self.settings_seen = True
+        if ftype == SETTINGS and frame.flags & ACK and frame.length:
+            raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
+        if ftype in (DATA, HEADERS) and ended:
+            # RFC 9113 §5.1: after END_STREAM both ways this is a connection error (h2 would
+            # answer DATA with a stream error only).
+            raise H2ConnectionError(
+                ErrorCodes.STREAM_CLOSED, f"frame on closed stream {frame.stream_id}"
+            )
+        if ftype == RST_STREAM:
+            self.reset(now)
+            return
+        if ftype in (SETTINGS, PING, PRIORITY) or ftype > CONTINUATION:
+            control = True
+        elif ftype == DATA:
+            # Empty DATA moves nothing; DATA for a stream no longer tracked (reset, refused,
+            # finished) only makes h2 answer with RST_STREAM.
+            control = (frame.length == 0 and not frame.flags & END_STREAM) or not tracked
+        elif ftype == WINDOW_UPDATE:
+            control = not waiting_for_window
+        else:
+            control = False
+        if control and self.control.hit(now):
+            raise H2ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, "control frame flood")
+
+    def reset(self, now: float, what: str = "too many stream resets") -> None:
+        """Count a reset (the peer's, or one its frames made us send)."""
+        if self.resets.hit(now):
+            raise H2ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, what)
+
+    def refuse(self, now: float) -> None:
+        if self.refused.hit(now):
+            raise H2ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, "too many refused streams")

@@ -1,0 +1,297 @@
+"""The behaviour vectors and the conformance kit (``nvpair-wm-conformance``).
+
+The kit runs as its users run it: a subprocess given ``-- COMMAND``. It must pass
+``nvpair-wm`` and fail a stand-in with one fault (``tests/broken_wm.py``), naming the vectors
+that catch it. Adds about a minute to the suite on the shared 2-core machine (one daemon per
+group; the full kit runs once, about 20 s, 10 s of which is the 408 vector waiting out the header
+timeout; the stand-ins run only the groups that matter).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from nvpair_wm.conformance import expect, vectors
+
+ROOT = Path(__file__).resolve().parents[1]
+BEHAVIOUR = ROOT / "schema" / "conformance" / "behaviour"
+FORMAT = json.loads((BEHAVIOUR / "behaviour-vector.schema.json").read_text())
+NVPAIR_WM = [sys.executable, "-m", "nvpair_wm", "--bind", "127.0.0.1"]
+BROKEN = [sys.executable, str(ROOT / "tests" / "broken_wm.py")]
+# What the tables list but no input may produce; the kit checks their absence everywhere.
+NO_VECTOR = {-32603: "Internal error: a bug", -32001: "Overloaded: reserved, never sent"}
+NO_VECTOR_STATUS = {500: "a bug"}
+
+
+def kit(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nvpair_wm.conformance", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def kit_json(*args: str) -> tuple[int, dict[str, Any]]:
+    proc = kit("--json", *args)
+    assert proc.stdout, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+# -- the vectors ----------------------------------------------------------------------------
+
+
+def _vector_files() -> list[Path]:
+    return sorted(p for p in BEHAVIOUR.glob("*.json") if not p.name.endswith(".schema.json"))
+
+
+def test_format_schema_is_valid_2020_12() -> None:
+    jsonschema.Draft202012Validator.check_schema(FORMAT)
+
+
+@pytest.mark.parametrize("path", _vector_files(), ids=lambda p: p.name)
+def test_vector_file_matches_the_format(path: Path) -> None:
+    validator = jsonschema.Draft202012Validator(FORMAT)
+    errors = [
+        f"{e.json_path}: {e.message[:200]}"
+        for e in validator.iter_errors(json.loads(path.read_text()))
+    ]
+    assert not errors, "\n".join(errors[:10])
+
+
+def test_format_refuses_a_typo_and_a_case_with_two_kinds() -> None:
+    validator = jsonschema.Draft202012Validator(FORMAT)
+    good = {"name": "x", "local": [{"text": "{}"}], "expect": []}
+    group = {"group": "g", "description": "", "startup": [], "cases": [good]}
+    assert validator.is_valid([group])
+    for bad in (
+        {**good, "expect": [{"equals": {"/id": 1}}]},  # typo in a matcher
+        {**good, "http": {}, "response": {"status": 200}},  # local and http at once
+        {**good, "local": [{"text": "{}", "frame": {}}]},  # two payloads
+        {**good, "local": [{"text": "{}", "eol": "\r"}]},  # CR alone is no line ending
+    ):
+        assert not validator.is_valid([{**group, "cases": [bad]}]), bad
+
+
+def test_case_names_are_unique_within_each_group() -> None:
+    for group in vectors.load(BEHAVIOUR):
+        names = [c["name"] + str(c.get("http", {}).get("protocols", "")) for c in group["cases"]]
+        assert len(names) == len(set(names)), group["group"]
+
+
+def _codes_in_vectors() -> tuple[set[int], set[int]]:
+    codes: set[int] = set()
+    statuses: set[int] = set()
+    for group in vectors.load(BEHAVIOUR):
+        text = json.dumps(group)
+        codes |= {int(c) for c in re.findall(r'"/error/code": (-3\d{4})', text)}
+        for case in group["cases"]:
+            if "response" in case and "status" in case["response"]:
+                statuses.add(case["response"]["status"])
+    return codes, statuses
+
+
+def test_every_error_code_and_status_of_the_readme_tables_has_a_vector() -> None:
+    readme = (ROOT / "schema" / "README.md").read_text()
+    table_codes = {int(c) for c in re.findall(r"^\|\s*`?(-3\d{4})`?\s*\|", readme, re.M)}
+    table_statuses = {int(s) for s in re.findall(r"^\|\s*`?([2-5]\d\d)`?\s*\|", readme, re.M)}
+    assert {-32700, -32600, -32601, -32602, -32000} <= table_codes  # the tables were found
+    assert {202, 200, 400, 403, 404, 405, 413, 415, 503} <= table_statuses
+    codes, statuses = _codes_in_vectors()
+    assert table_codes - set(NO_VECTOR) <= codes, table_codes - set(NO_VECTOR) - codes
+    wanted = table_statuses - set(NO_VECTOR_STATUS)
+    assert wanted <= statuses, wanted - statuses
+
+
+def _contract_validator(file: str) -> jsonschema.Draft202012Validator:
+    schemas = [json.loads(p.read_text()) for p in (ROOT / "schema").glob("*.schema.json")]
+    registry: Registry = Registry().with_resources(
+        (s["$id"], Resource.from_contents(s, default_specification=DRAFT202012)) for s in schemas
+    )
+    ref = {"$ref": f"https://schemas.nvpair.dev/wm/v1/{file}"}
+    return jsonschema.Draft202012Validator(ref, registry=registry)
+
+
+def _exact_values(matchers: list[dict[str, Any]] | None) -> list[Any]:
+    found: list[Any] = []
+    for m in matchers or []:
+        if "exact" in m:
+            found.append(m["exact"])
+        found += _exact_values(m.get("items"))
+    return found
+
+
+def test_exact_expectations_are_valid_contract_values() -> None:
+    """A vector that expects an exact line or body must expect something the contract allows:
+    every line to the broker is a BrokerLine, every HTTP body an HttpResponseBody."""
+    line = _contract_validator("broker-line.schema.json")
+    body = _contract_validator("http-response.schema.json")
+    checked = 0
+    for group in vectors.load(BEHAVIOUR):
+        for case in group["cases"]:
+            lines = _exact_values(case.get("expect")) + _exact_values(case.get("broker"))
+            for value in lines:
+                assert line.is_valid(value), (group["group"], case["name"], value)
+            response_body = case.get("response", {}).get("body")
+            for value in _exact_values([response_body] if response_body else []):
+                assert body.is_valid(value), (group["group"], case["name"], value)
+                checked += 1
+            checked += len(lines)
+    assert checked > 40
+
+
+# -- the matchers ---------------------------------------------------------------------------
+
+
+def test_json_equality_is_json_s() -> None:
+    assert expect.json_equal({"a": [1, None]}, {"a": [1.0, None]})
+    assert not expect.json_equal(True, 1)
+    assert not expect.json_equal(0, False)
+    assert not expect.json_equal({"a": 1}, {"a": 1, "b": None})
+    assert not expect.json_equal("1", 1)
+
+
+def test_pointers_and_constraints() -> None:
+    value = {"error": {"code": -32602, "data": {"a/b": 1, "t~": 2}}, "id": None}
+    assert expect.match(value, {"equal": {"/error/data/a~1b": 1, "/error/data/t~0": 2}}) == []
+    assert expect.match(value, {"present": ["/id"], "absent": ["/result"]}) == []
+    assert expect.match(value, {"types": {"/id": "null", "/error/code": "integer"}}) == []
+    assert expect.match(value, {"absent": ["/id"]})  # present but null is not absent
+    assert expect.match(value, {"equal": {"/error/code": -32601}})
+    assert expect.match(value, {"types": {"/error/data/path": "string"}})
+
+
+def test_items_match_in_any_order_one_to_one() -> None:
+    a, b = {"equal": {"/id": 1}}, {"equal": {"/id": 2}}
+    assert expect.match([{"id": 2}, {"id": 1}], {"items": [a, b]}) == []
+    assert expect.match([{"id": 1}, {"id": 1}], {"items": [a, b]})  # one element, two matchers
+    assert expect.match([{"id": 1}], {"items": [a, b]})
+    assert expect.match({"id": 1}, {"items": [a]})  # not an array
+    loose = {"present": ["/id"]}
+    assert expect.match([{"id": 1}, {"id": 2}], {"items": [loose, a]}) == []  # needs backtracking
+
+
+def test_elements_match_in_order() -> None:
+    a, b = {"equal": {"/id": 1}}, {"equal": {"/id": 2}}
+    assert expect.match([{"id": 1}, {"id": 2}], {"elements": [a, b]}) == []
+    assert expect.match([{"id": 2}, {"id": 1}], {"elements": [a, b]})
+    assert expect.match([{"id": 1}], {"elements": [a, b]})
+
+
+def test_no_response_means_no_line() -> None:
+    assert expect.match_lines([], []) == []
+    assert expect.match_lines([{"id": 1}], []) != []
+    assert expect.match_lines([], [{"present": ["/id"]}]) != []
+
+
+# -- the kit against implementations ---------------------------------------------------------
+
+
+def test_kit_passes_nvpair_wm_over_every_group() -> None:
+    status, doc = kit_json("--", *NVPAIR_WM)
+    failed = [(r["name"], r["problems"]) for r in doc["results"] if not r["passed"]]
+    assert status == 0 and not failed, failed
+    groups = {g["group"]: g for g in vectors.load(BEHAVIOUR)}
+    ran = {r["group"] for r in doc["results"]}
+    assert ran == set(groups)
+    # every case ran (http cases once per protocol), plus startup and exit per group
+    expected = sum(
+        2
+        + sum(
+            len(c.get("http", {}).get("protocols", ["h2", "http/1.1"])) if "http" in c else 1
+            for c in g["cases"]
+        )
+        for g in groups.values()
+    )
+    assert len(doc["results"]) == doc["passed"] == expected
+
+
+def test_kit_prints_a_table_and_exits_0() -> None:
+    proc = kit("--only", "local-ipc", "--", *NVPAIR_WM)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "local-ipc" in proc.stdout and "oversize-then-resync" in proc.stdout
+    assert "all passed" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("mode", "groups", "caught"),
+    [
+        ("code", ["local-errors"], {"local-errors/unknown-method": "-32601"}),
+        ("dedup", ["local-dedup"], {"local-dedup/duplicate": '"outcome": "duplicate"'}),
+        (
+            "status",
+            ["http-status"],
+            {
+                "http-status/415-text-plain[h2]": "status 400, expected 415",
+                "http-status/415-text-plain[http/1.1]": "status 400, expected 415",
+            },
+        ),
+        (
+            "forward",
+            ["http-dedup"],
+            {
+                "http-dedup/duplicate-notification-not-forwarded[http/1.1]": (
+                    "broker: expected no response, got 1"
+                ),
+            },
+        ),
+    ],
+)
+def test_kit_catches_a_broken_implementation(
+    mode: str, groups: list[str], caught: dict[str, str]
+) -> None:
+    only = [a for g in groups for a in ("--only", g)]
+    status, doc = kit_json(*only, "--", *BROKEN, mode, "--bind", "127.0.0.1")
+    assert status == 1
+    failed = {r["name"]: " ".join(r["problems"]) for r in doc["results"] if not r["passed"]}
+    for name, why in caught.items():
+        assert name in failed, sorted(failed)
+        assert why in failed[name], failed[name]
+    assert doc["failed"] == len(failed) and doc["passed"] > len(failed)  # one fault, not chaos
+
+
+def test_kit_reports_an_implementation_that_does_not_start() -> None:
+    status, doc = kit_json("--only", "local-requests", "--", sys.executable, "-c", "pass")
+    assert status == 1
+    assert doc["results"][0]["name"] == "local-requests/startup"
+    assert not doc["results"][0]["passed"]
+
+
+def test_kit_usage_errors_exit_2() -> None:
+    assert kit("--only", "no-such-group", "--", *NVPAIR_WM).returncode == 2
+    assert kit("--only", "local-requests").returncode == 2  # no command
+    listed = kit("--list")
+    assert listed.returncode == 0 and "http-backpressure" in listed.stdout
+
+
+def test_kit_fails_a_silent_implementation_quickly(tmp_path: Path) -> None:
+    """An implementation that says ready and then never answers: one timeout, not one per case."""
+    script = tmp_path / "silent.py"
+    script.write_text(
+        "import sys\n"
+        'print(\'{"jsonrpc":"2.0","method":"ready","params":{"version":"0","contractVersion":"1.0.0"}}\','
+        " flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    status, doc = kit_json(
+        "--only", "local-requests", "--timeout", "2", "--", sys.executable, str(script)
+    )
+    assert status == 1
+    results = {r["name"]: r for r in doc["results"]}
+    assert results["local-requests/startup"]["passed"]
+    first = results["local-requests/status-integer-id"]
+    assert not first["passed"] and "within" in first["problems"][0]
+    rest = [r for r in doc["results"] if r["case"] not in ("startup", "status-integer-id", "exit")]
+    assert rest and all("not run" in r["problems"][0] for r in rest)
+    assert doc["seconds"] < 15
