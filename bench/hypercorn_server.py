@@ -84,7 +84,7 @@ class App:
             while True:
                 frames = await queue.take()
                 writer.write(b"".join(frames))
-                self.dispatcher.counters.framesOut += len(frames)
+                self.dispatcher.wrote_to_broker(len(frames))
                 await writer.drain()
 
         self.writer_task = loop.create_task(write_forever())

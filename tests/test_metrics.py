@@ -105,7 +105,9 @@ def test_metrics_report_status_counters_and_latencies_as_traffic_flows(
     assert value(before, "nvpair_wm_has_identity") == 1
     assert value(before, "nvpair_wm_peer_connected", peer="node-b", protocol="h2") == 1
     assert value(before, "nvpair_wm_delivery_seconds_count") == 0
-    frames_in = value(before, "nvpair_wm_frames_total", direction="in")
+    broker_in = value(before, "nvpair_wm_frames_total", channel="broker", direction="in")
+    assert value(before, "nvpair_wm_frames_total", channel="peer", direction="out") == 0
+    assert value(before, "nvpair_wm_frame_outcomes_total", channel="broker", outcome="applied") == 0
 
     n = 5
     for i in range(n):
@@ -116,7 +118,11 @@ def test_metrics_report_status_counters_and_latencies_as_traffic_flows(
     after = wait_scrape(url_a, "nvpair_wm_peer_sent_frames_total", n, peer="node-b")
     assert value(after, "nvpair_wm_delivery_seconds_count") == n
     assert 0 < value(after, "nvpair_wm_delivery_seconds_sum") < WAIT * n
-    assert value(after, "nvpair_wm_frames_total", direction="in") >= frames_in + n
+    # The broker channel of a: n events in, each applied and relayed once toward the peers.
+    assert value(after, "nvpair_wm_frames_total", channel="broker", direction="in") >= broker_in + n
+    assert value(after, "nvpair_wm_frame_outcomes_total", channel="broker", outcome="applied") == n
+    assert value(after, "nvpair_wm_frames_total", channel="peer", direction="out") == n
+    assert value(after, "nvpair_wm_frames_total", channel="peer", direction="in") == 0
     assert value(after, "nvpair_wm_workloads") == n
     assert value(after, "nvpair_wm_peer_queue_frames", peer="node-b") == 0
     status = a.status()
@@ -130,11 +136,34 @@ def test_metrics_report_status_counters_and_latencies_as_traffic_flows(
     )
     assert served >= 1
     assert value(seen_b, "nvpair_wm_workloads") == n
-    assert value(seen_b, "nvpair_wm_frames_total", direction="out") >= n + 1  # ready + upserts
+    # The peer channel of b: the n events in, applied; out to b's broker: ready + n upserts.
+    assert value(seen_b, "nvpair_wm_frames_total", channel="peer", direction="in") == n
+    assert value(seen_b, "nvpair_wm_frame_outcomes_total", channel="peer", outcome="applied") == n
+    assert value(seen_b, "nvpair_wm_frame_outcomes_total", channel="peer", outcome="invalid") == 0
+    assert value(seen_b, "nvpair_wm_frames_total", channel="peer", direction="out") == 0
+    assert value(seen_b, "nvpair_wm_frames_total", channel="broker", direction="out") >= n + 1
+    by_channel = b.status()["counters"]["byChannel"]
+    assert by_channel["peer"] == {
+        "framesIn": n,
+        "framesOut": 0,
+        "applied": n,
+        "duplicate": 0,
+        "stale": 0,
+        "suppressed": 0,
+        "invalid": 0,
+    }
 
-    # A duplicate from the broker moves the duplicates counter, at the next scrape.
+    # A duplicate and an invalid notification from the broker move that channel's outcomes
+    # (and the totals), at the next scrape; the peer channel is untouched.
     a.send(event("workload:submitted", workload("node-a", "w0")))
+    a.send({"jsonrpc": "2.0", "method": "workload:started", "params": {}})
     wait_scrape(url_a, "nvpair_wm_duplicates_total", 1)
+    last = wait_scrape(
+        url_a, "nvpair_wm_frame_outcomes_total", 1, channel="broker", outcome="invalid"
+    )
+    assert value(last, "nvpair_wm_frame_outcomes_total", channel="broker", outcome="duplicate") == 1
+    assert value(last, "nvpair_wm_frames_total", channel="peer", direction="out") == n
+    assert value(last, "nvpair_wm_frame_outcomes_total", channel="peer", outcome="invalid") == 0
 
 
 def test_metrics_endpoint_answers_bad_requests_and_stays_up(pair: tuple[Node, Node]) -> None:

@@ -337,6 +337,9 @@ type Counters struct {
 	Workloads   Int `json:"workloads"`
 	Tombstones  Int `json:"tombstones"`
 	BrokerQueue Int `json:"brokerQueue"`
+	// ByChannel is optional in the schema (since 1.1.0; a 1.0 manager does not send it) and
+	// always sent by a 1.1 manager: absent stays absent.
+	ByChannel *FramesByChannel `json:"byChannel,omitempty"`
 }
 
 type countersJSON Counters
@@ -345,10 +348,55 @@ var counterNames = []string{"framesIn", "framesOut", "invalid", "duplicates", "s
 
 func (c *Counters) UnmarshalJSON(b []byte) error {
 	var v countersJSON
-	if err := decodeObject(b, rules{required: counterNames, nonNull: counterNames}, &v); err != nil {
+	r := rules{required: counterNames, nonNull: append([]string{"byChannel"}, counterNames...)}
+	if err := decodeObject(b, r, &v); err != nil {
 		return fmt.Errorf("Counters: %w", err)
 	}
 	*c = Counters(v)
+	return nil
+}
+
+// FramesByChannel holds the frame counters of the local channel (broker) and of the inter-node
+// channel (peer), since 1.1.0.
+type FramesByChannel struct {
+	Broker ChannelCounters `json:"broker"`
+	Peer   ChannelCounters `json:"peer"`
+}
+
+type framesByChannelJSON FramesByChannel
+
+func (f *FramesByChannel) UnmarshalJSON(b []byte) error {
+	var v framesByChannelJSON
+	names := []string{"broker", "peer"}
+	if err := decodeObject(b, rules{required: names, nonNull: names}, &v); err != nil {
+		return fmt.Errorf("FramesByChannel: %w", err)
+	}
+	*f = FramesByChannel(v)
+	return nil
+}
+
+// ChannelCounters are one channel's frames in and out and the outcome of those received.
+type ChannelCounters struct {
+	FramesIn   Int `json:"framesIn"`
+	FramesOut  Int `json:"framesOut"`
+	Applied    Int `json:"applied"`
+	Duplicate  Int `json:"duplicate"`
+	Stale      Int `json:"stale"`
+	Suppressed Int `json:"suppressed"`
+	Invalid    Int `json:"invalid"`
+}
+
+type channelCountersJSON ChannelCounters
+
+var channelCounterNames = []string{"framesIn", "framesOut", "applied", "duplicate", "stale", "suppressed", "invalid"}
+
+func (c *ChannelCounters) UnmarshalJSON(b []byte) error {
+	var v channelCountersJSON
+	r := rules{required: channelCounterNames, nonNull: channelCounterNames}
+	if err := decodeObject(b, r, &v); err != nil {
+		return fmt.Errorf("ChannelCounters: %w", err)
+	}
+	*c = ChannelCounters(v)
 	return nil
 }
 

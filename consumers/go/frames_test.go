@@ -48,6 +48,8 @@ var decoders = map[string]func([]byte) (any, error){
 	"manager-status.schema.json":                           into[ManagerStatus],
 	"manager-status.schema.json#/$defs/Count":              into[Int],
 	"manager-status.schema.json#/$defs/Counters":           into[Counters],
+	"manager-status.schema.json#/$defs/FramesByChannel":    into[FramesByChannel],
+	"manager-status.schema.json#/$defs/ChannelCounters":    into[ChannelCounters],
 	"manager-status.schema.json#/$defs/PeerStatus":         into[PeerStatus],
 	"manager-status.schema.json#/$defs/StatusResult":       into[StatusResult],
 	"manager-status.schema.json#/$defs/StatusResponse":     into[StatusResponse],

@@ -54,68 +54,73 @@ The bound inter-node port (the real one when --port 0 was given, never 0); null 
 """
 
 
-class Counters(Struct):
+class ChannelCounters(Struct):
     """
-    Monotonic counters since the process started, except the gauges workloads, tombstones and brokerQueue, which say how many there are now.
+    One channel's frames: received (framesIn), sent (framesOut), and the outcome of each received frame. framesIn is at least applied + duplicate + stale + suppressed + invalid; the rest are frames with no such outcome (nodes:update, manager:status).
     """
 
     framesIn: Annotated[
         Count,
         Meta(
-            description="Frames received on either channel (each batch element counts)."
+            description="Frames received on this channel (each batch element counts; a line over the frame limit or a refused batch counts once)."
         ),
     ]
     """
-    Frames received on either channel (each batch element counts).
+    Frames received on this channel (each batch element counts; a line over the frame limit or a refused batch counts once).
     """
-    framesOut: Annotated[Count, Meta(description="Frames written to the broker.")]
+    framesOut: Annotated[
+        Count,
+        Meta(
+            description="broker: lines written to the broker (responses, batch answers and notifications). peer: frames relayed toward the peers, each once however many peers there are (each peer's delivery is in PeerStatus.sent)."
+        ),
+    ]
     """
-    Frames written to the broker.
+    broker: lines written to the broker (responses, batch answers and notifications). peer: frames relayed toward the peers, each once however many peers there are (each peer's delivery is in PeerStatus.sent).
+    """
+    applied: Annotated[
+        Count,
+        Meta(
+            description="Events and removals received on this channel that changed the table."
+        ),
+    ]
+    """
+    Events and removals received on this channel that changed the table.
+    """
+    duplicate: Annotated[
+        Count,
+        Meta(
+            description="Events and removals received on this channel and collapsed as duplicates."
+        ),
+    ]
+    """
+    Events and removals received on this channel and collapsed as duplicates.
+    """
+    stale: Annotated[
+        Count,
+        Meta(
+            description="Events received on this channel older than the newest seen for their workload."
+        ),
+    ]
+    """
+    Events received on this channel older than the newest seen for their workload.
+    """
+    suppressed: Annotated[
+        Count,
+        Meta(
+            description="Events received on this channel for removed (tombstoned) workloads (outcome removed)."
+        ),
+    ]
+    """
+    Events received on this channel for removed (tombstoned) workloads (outcome removed).
     """
     invalid: Annotated[
         Count,
         Meta(
-            description="Frames refused with a JSON-RPC error or dropped as invalid notifications."
+            description="Frames received on this channel and refused with a JSON-RPC error or dropped as invalid notifications."
         ),
     ]
     """
-    Frames refused with a JSON-RPC error or dropped as invalid notifications.
-    """
-    duplicates: Annotated[Count, Meta(description="Events collapsed as duplicates.")]
-    """
-    Events collapsed as duplicates.
-    """
-    stale: Annotated[
-        Count, Meta(description="Events older than the newest seen for their workload.")
-    ]
-    """
-    Events older than the newest seen for their workload.
-    """
-    suppressed: Annotated[
-        Count, Meta(description="Events for removed (tombstoned) workloads.")
-    ]
-    """
-    Events for removed (tombstoned) workloads.
-    """
-    evicted: Annotated[
-        Count, Meta(description="Entries evicted by the hard cap before their TTL.")
-    ]
-    """
-    Entries evicted by the hard cap before their TTL.
-    """
-    workloads: Annotated[Count, Meta(description="Workloads tracked now.")]
-    """
-    Workloads tracked now.
-    """
-    tombstones: Annotated[Count, Meta(description="Tombstones held now.")]
-    """
-    Tombstones held now.
-    """
-    brokerQueue: Annotated[
-        Count, Meta(description="Frames waiting to be written to the broker now.")
-    ]
-    """
-    Frames waiting to be written to the broker now.
+    Frames received on this channel and refused with a JSON-RPC error or dropped as invalid notifications.
     """
 
 
@@ -216,6 +221,81 @@ class PeerStatus(Struct):
     """
     When lastError happened, in epoch milliseconds; null if there has been none.
     """
+
+
+class FramesByChannel(Struct):
+    """
+    The frames of each channel since the process started, in and out, and what became of those received: broker is the local channel (frames from the broker, lines written to it), peer the inter-node channel (frames from peers, each batch element counting; frames relayed toward the peers). Counters.byChannel since 1.1.0: optional in the schema, so that a status from a 1.0 manager stays valid; a 1.1 manager always sends it.
+    """
+
+    broker: ChannelCounters
+    peer: ChannelCounters
+
+
+class Counters(Struct):
+    """
+    Monotonic counters since the process started, except the gauges workloads, tombstones and brokerQueue, which say how many there are now.
+    """
+
+    framesIn: Annotated[
+        Count,
+        Meta(
+            description="Frames received on either channel (each batch element counts); byChannel splits it."
+        ),
+    ]
+    """
+    Frames received on either channel (each batch element counts); byChannel splits it.
+    """
+    framesOut: Annotated[Count, Meta(description="Frames written to the broker.")]
+    """
+    Frames written to the broker.
+    """
+    invalid: Annotated[
+        Count,
+        Meta(
+            description="Frames refused with a JSON-RPC error or dropped as invalid notifications."
+        ),
+    ]
+    """
+    Frames refused with a JSON-RPC error or dropped as invalid notifications.
+    """
+    duplicates: Annotated[Count, Meta(description="Events collapsed as duplicates.")]
+    """
+    Events collapsed as duplicates.
+    """
+    stale: Annotated[
+        Count, Meta(description="Events older than the newest seen for their workload.")
+    ]
+    """
+    Events older than the newest seen for their workload.
+    """
+    suppressed: Annotated[
+        Count, Meta(description="Events for removed (tombstoned) workloads.")
+    ]
+    """
+    Events for removed (tombstoned) workloads.
+    """
+    evicted: Annotated[
+        Count, Meta(description="Entries evicted by the hard cap before their TTL.")
+    ]
+    """
+    Entries evicted by the hard cap before their TTL.
+    """
+    workloads: Annotated[Count, Meta(description="Workloads tracked now.")]
+    """
+    Workloads tracked now.
+    """
+    tombstones: Annotated[Count, Meta(description="Tombstones held now.")]
+    """
+    Tombstones held now.
+    """
+    brokerQueue: Annotated[
+        Count, Meta(description="Frames waiting to be written to the broker now.")
+    ]
+    """
+    Frames waiting to be written to the broker now.
+    """
+    byChannel: FramesByChannel | UnsetType = UNSET
 
 
 class StatusResult(Struct):

@@ -66,6 +66,7 @@ __all__ = [
     "INVALID_PARAMS",
     "INVALID_REQUEST",
     "KNOWN_METHODS",
+    "MAX_BATCH_FRAMES",
     "MAX_FRAME_BYTES",
     "METHOD_NOT_FOUND",
     "OVERLOADED",
@@ -77,6 +78,7 @@ __all__ = [
     "LineBuffer",
     "RpcError",
     "TooLarge",
+    "batch_too_long",
     "decode",
     "encode",
     "encode_line",
@@ -91,6 +93,12 @@ MAX_FRAME_BYTES: Final = 1 << 20
 # on: RFC 8259 section 9 lets a parser bound nesting, and msgspec would otherwise meet Python's
 # recursion limit (about 1,000 levels) and raise. The deepest frame of the contract nests 4.
 MAX_DEPTH: Final = 64
+# Frames in one batch (a broker line or a peer body), in elements of its array. The largest batch
+# a manager sends is broadcast.max_batch_frames (512); a broker's batch is bounded by the line
+# limit. Without a bound, a 1 MiB body of ~350,000 empty elements earns a ~30 MB answer and
+# seconds of CPU. A longer batch is refused as a whole (-32600, one error, nothing applied),
+# counted before any element is decoded.
+MAX_BATCH_FRAMES: Final = 10_000
 
 # The tags of the generated union: the methods a manager accepts on some channel.
 KNOWN_METHODS: Final = frozenset(INBOUND_FRAME_TYPES)
@@ -214,6 +222,7 @@ class Decoded:
 
     items: list[Item]
     batch: bool
+    too_many: bool = False  # a batch over the element bound, refused as a whole (items: its error)
 
 
 def _split_validation_error(message: str) -> tuple[str, str | None]:
@@ -630,15 +639,32 @@ def _split_array(payload: bytes) -> list[bytes] | None:
     return elements
 
 
-def decode(payload: bytes) -> Decoded:
-    """Decode one payload: a single frame or a batch (a JSON array of frames)."""
+def batch_too_long(count: int, limit: int) -> RpcError:
+    """The one error of a batch over ``limit`` elements (its ids are not read: null)."""
+    return RpcError(
+        INVALID_REQUEST,
+        f"batch of {count} frames exceeds the limit of {limit} frames per batch (max_batch)",
+    )
+
+
+def _too_many(count: int, limit: int) -> Decoded:
+    return Decoded([batch_too_long(count, limit)], batch=False, too_many=True)
+
+
+def decode(payload: bytes, max_batch: int = MAX_BATCH_FRAMES) -> Decoded:
+    """Decode one payload: a single frame or a batch (a JSON array of frames) of at most
+    ``max_batch`` elements; a longer batch is one -32600 (:attr:`Decoded.too_many`)."""
     head = payload[:1]
     if head.isspace():
         head = payload.lstrip()[:1]
     if head != b"[":
         return Decoded([_decode_one(payload)], batch=False)
     try:
-        raws = [bytes(r) for r in _batch_decoder.decode(payload)]
+        # Splitting makes one Raw view per element, in C; nothing is decoded or copied yet.
+        views = _batch_decoder.decode(payload)
+        if len(views) > max_batch:
+            return _too_many(len(views), max_batch)
+        raws = [bytes(r) for r in views]
     except RecursionError:
         # An element nests beyond msgspec's own bound: split by brackets, judge each alone.
         split = _split_array(payload)
@@ -656,6 +682,8 @@ def decode(payload: bytes) -> Decoded:
         raws = split
     if not raws:
         return Decoded([RpcError(INVALID_REQUEST, "empty batch")], batch=False)
+    if len(raws) > max_batch:
+        return _too_many(len(raws), max_batch)
     return Decoded([_decode_one(r) for r in raws], batch=True)
 
 

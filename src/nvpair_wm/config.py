@@ -67,6 +67,7 @@ class Config:
     cluster_dir: Path | None = None  # node.crt, node.key and trusted/
     log_level: str = "info"  # error, warn, info or debug
     max_frame: int = codec.MAX_FRAME_BYTES  # one JSON-RPC frame (broker line or peer body)
+    max_batch: int = codec.MAX_BATCH_FRAMES  # frames in one batch (line or body); more: refused
     shutdown_grace: float = 5.0  # at exit: time to finish requests and flush queues
     metrics: str | None = None  # serve Prometheus metrics at ADDR:PORT (plain HTTP); off unset
     broker: BrokerLimits = field(default_factory=BrokerLimits)

@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
+from nvpair_wm_schema.http_error_schema import HttpError
 from nvpair_wm_schema.jsonrpc_schema import RequestId
 from nvpair_wm_schema.manager_status_schema import (
+    ChannelCounters,
     Counters,
+    FramesByChannel,
     ManagerStatus,
     StatusResponse,
     StatusResult,
@@ -106,6 +109,12 @@ def _not_from_peers(frame: Any) -> RpcError:
     return RpcError(METHOD_NOT_FOUND, reason, rid, True, None, method)
 
 
+def _channel_counters() -> ChannelCounters:
+    return ChannelCounters(
+        framesIn=0, framesOut=0, applied=0, duplicate=0, stale=0, suppressed=0, invalid=0
+    )
+
+
 def new_counters() -> Counters:
     return Counters(
         framesIn=0,
@@ -118,6 +127,7 @@ def new_counters() -> Counters:
         workloads=0,
         tombstones=0,
         brokerQueue=0,
+        byChannel=FramesByChannel(broker=_channel_counters(), peer=_channel_counters()),
     )
 
 
@@ -127,23 +137,34 @@ class Dispatcher:
         table: WorkloadTable,
         status: Callable[[], StatusResult],
         clock: Callable[[], float] = time.monotonic,
+        *,
+        max_batch: int = codec.MAX_BATCH_FRAMES,
     ) -> None:
         self.table = table
         self._status = status
         self._clock = clock
+        self.max_batch = max_batch
         self.counters = new_counters()
+        by_channel = self.counters.byChannel
+        assert isinstance(by_channel, FramesByChannel)
+        self.broker_counters = by_channel.broker  # counters of the local channel
+        self.peer_counters = by_channel.peer  # counters of the inter-node channel
 
     # -- local channel (broker → manager) ---------------------------------------------------
 
     def local(self, payload: bytes) -> LocalResult:
-        decoded = codec.decode(payload)
+        decoded = codec.decode(payload, self.max_batch)
+        if decoded.too_many and isinstance(refusal := decoded.items[0], RpcError):
+            log.warning("broker batch refused: %s", refusal.reason)
         result = LocalResult()
         replies: list[Any] = []
         now = self._clock()
+        ch = self.broker_counters
         for index, item in enumerate(decoded.items):
             self.counters.framesIn += 1
+            ch.framesIn += 1
             if isinstance(item, RpcError):
-                self._refused(item, "broker")
+                self._refused(item, ch, "broker")
                 if item.respond:
                     replies.append(item.response(index if decoded.batch else None))
                 continue
@@ -153,6 +174,7 @@ class Dispatcher:
                 outcome = self.table.observe(frame.params.workloadInfo, now, replay=out)
                 if outcome == "applied":
                     result.outbound.append(out)
+                self._count(ch, outcome)
                 self._answer(item, outcome, replies)
             elif isinstance(item, WorkloadsRemove):
                 p = item.params
@@ -162,6 +184,7 @@ class Dispatcher:
                 )
                 if outcome == "applied":
                     result.outbound.append(outbound_removal(removal))
+                self._count(ch, outcome)
                 self._answer(item, outcome, replies)
             elif isinstance(item, NodesUpdate):
                 result.nodes = list(item.params.nodes)
@@ -170,30 +193,49 @@ class Dispatcher:
                 replies.append(StatusResponse(jsonrpc="2.0", id=item.id, result=self.status()))
         if replies:
             result.replies.append(codec.encode_line(replies if decoded.batch else replies[0]))
+        self.peer_counters.framesOut += len(result.outbound)  # relayed toward the peers
         return result
 
     def oversize(self, limit: int = codec.MAX_FRAME_BYTES) -> bytes:
         """The reply to a line over the frame limit (its id is unknowable: null)."""
         self.counters.framesIn += 1
+        self.broker_counters.framesIn += 1
         err = codec.too_large(limit)
-        self._refused(err, "broker")
+        self._refused(err, self.broker_counters, "broker")
         return codec.encode_line(err.response())
+
+    def wrote_to_broker(self, lines: int) -> None:
+        """Count lines written to the broker (the IO layer writes them)."""
+        self.counters.framesOut += lines
+        self.broker_counters.framesOut += lines
 
     # -- inter-node channel (peer → manager) ------------------------------------------------
 
     def peer(self, body: bytes) -> PeerResult:
-        decoded = codec.decode(body)
+        decoded = codec.decode(body, self.max_batch)
+        ch = self.peer_counters
+        if decoded.too_many:
+            # 413, as for a body over the byte limit: the retry rule for peers (schema/README.md)
+            # is "on 413, send smaller batches"; a 400 would name no frame to drop.
+            self.counters.framesIn += 1
+            ch.framesIn += 1
+            err = decoded.items[0]
+            assert isinstance(err, RpcError)
+            log.warning("peer batch refused with 413: %s", err.reason)
+            self._refused(err, ch, "peer")
+            return PeerResult(413, codec.encode(HttpError(error=err.reason)), [])
         now = self._clock()
         to_broker: list[bytes] = []
         answers: list[Any] = []
         bad = False
         for index, decoded_item in enumerate(decoded.items):
             self.counters.framesIn += 1
+            ch.framesIn += 1
             item = decoded_item
             if not isinstance(item, _PEER_ITEMS):
                 item = _not_from_peers(item)
             if isinstance(item, RpcError):
-                self._refused(item, "peer")
+                self._refused(item, ch, "peer")
                 bad = True
                 answers.append(item.response(index if decoded.batch else None))
                 continue
@@ -209,6 +251,7 @@ class Dispatcher:
                 outcome, removal = self.table.remove(p.originatedFrom, p.workloadId, run, now)
                 if outcome == "applied":
                     to_broker.append(codec.encode_line(removal_frame(removal)))
+            self._count(ch, outcome)
             self._answer(item, outcome, answers)
         if not answers:
             return PeerResult(202, None, to_broker)
@@ -234,8 +277,20 @@ class Dispatcher:
         if rid is not msgspec.UNSET:
             answers.append(codec.event_response(rid, outcome))
 
-    def _refused(self, err: RpcError, channel: str) -> None:
+    @staticmethod
+    def _count(ch: ChannelCounters, outcome: Outcome) -> None:
+        if outcome == "applied":
+            ch.applied += 1
+        elif outcome == "duplicate":
+            ch.duplicate += 1
+        elif outcome == "stale":
+            ch.stale += 1
+        else:  # "removed": counted as suppressed, like Counters.suppressed
+            ch.suppressed += 1
+
+    def _refused(self, err: RpcError, ch: ChannelCounters, channel: str) -> None:
         self.counters.invalid += 1
+        ch.invalid += 1
         if not err.respond:
             log.warning(
                 "%s invalid notification from %s (%s %s): %s%s",

@@ -206,7 +206,7 @@ class BrokerChannel:
 
     async def _write(self, frames: list[bytes]) -> None:
         self._writer.write(b"".join(frames))
-        self._dispatcher.counters.framesOut += len(frames)
+        self._dispatcher.wrote_to_broker(len(frames))
         await self._writer.drain()
 
 

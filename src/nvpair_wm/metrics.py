@@ -29,6 +29,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Final
 
 import h11
+from msgspec import UnsetType
 from nvpair_wm_schema.manager_status_schema import StatusResult
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -116,13 +117,32 @@ class StatusCollector(Collector):
         )
         frames = CounterMetricFamily(
             "nvpair_wm_frames",
-            "Frames received on either channel (direction=in, each batch element counts) and "
-            "written to the broker (direction=out).",
-            labels=["direction"],
+            "Frames received (direction=in, each batch element counts) and sent (direction=out: "
+            "lines written to the broker; frames relayed toward the peers, once however many "
+            "peers) by channel (broker, peer).",
+            labels=["channel", "direction"],
         )
-        frames.add_metric(["in"], c.framesIn)
-        frames.add_metric(["out"], c.framesOut)
+        outcomes = CounterMetricFamily(
+            "nvpair_wm_frame_outcomes",
+            "What became of the frames received, by channel: events and removals applied, "
+            "duplicate, stale or suppressed (removed workload); invalid frames.",
+            labels=["channel", "outcome"],
+        )
+        by_channel = c.byChannel
+        if not isinstance(by_channel, UnsetType):
+            for channel, ch in (("broker", by_channel.broker), ("peer", by_channel.peer)):
+                frames.add_metric([channel, "in"], ch.framesIn)
+                frames.add_metric([channel, "out"], ch.framesOut)
+                for outcome, value in (
+                    ("applied", ch.applied),
+                    ("duplicate", ch.duplicate),
+                    ("stale", ch.stale),
+                    ("suppressed", ch.suppressed),
+                    ("invalid", ch.invalid),
+                ):
+                    outcomes.add_metric([channel, outcome], value)
         yield frames
+        yield outcomes
         for name, value, text in (
             ("invalid", c.invalid, "Frames refused with a JSON-RPC error or dropped as invalid."),
             ("duplicates", c.duplicates, "Events collapsed as duplicates."),

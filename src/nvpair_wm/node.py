@@ -84,7 +84,7 @@ class Node:
         self.config = config
         self.table = WorkloadTable(config.table)
         self.queue = BrokerQueue(config.broker.queue_frames)
-        self.dispatcher = Dispatcher(self.table, self._status)
+        self.dispatcher = Dispatcher(self.table, self._status, max_batch=config.max_batch)
         cluster = config.cluster_dir
         # What this node originated before a restart, back in the table before any peer
         # connects, so that every first snapshot carries it (journal.py). No cluster dir: no
