@@ -49,3 +49,8 @@ demo: venv
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+
+# Seeded fault-injection soak (tests/soak): make soak ARGS="--seed S --minutes M --nodes N"
+.PHONY: soak
+soak: venv
+	$(PY) -m tests.soak $(ARGS)
