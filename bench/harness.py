@@ -43,6 +43,7 @@ BENCHMARKS: dict[str, str] = {
     "local_channel": "bench.local_channel",
     "internode": "bench.internode",
     "propagation": "bench.propagation",
+    "journal": "bench.journal",
     "scale": "bench.scale",
 }
 

@@ -27,6 +27,7 @@ from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.http.core import Limits
 from nvpair_wm.http.server import InterNodeServer
+from nvpair_wm.journal import Journal, JournalLimits, open_journal, reload_table
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, open_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
 
@@ -47,6 +48,7 @@ class Config:
     table: TableLimits = field(default_factory=TableLimits)
     http: Limits = field(default_factory=Limits)
     broadcast: BroadcastLimits = field(default_factory=BroadcastLimits)
+    journal: JournalLimits = field(default_factory=JournalLimits)
 
 
 class _NoIdentity:
@@ -71,6 +73,14 @@ class Node:
         self.queue = BrokerQueue(config.broker_queue)
         self.dispatcher = Dispatcher(self.table, self._status)
         cluster = config.cluster_dir
+        # What this node originated before a restart, back in the table before any peer
+        # connects, so that every first snapshot carries it (journal.py). No cluster dir: no
+        # peers, nothing to replay.
+        self.journal: Journal | None = None
+        if cluster:
+            self.journal, records = open_journal(cluster, config.journal, config.table, time.time())
+            skipped = reload_table(self.table, records, time.monotonic(), time.time())
+            log.info("journal: reloaded %d records (%d skipped)", len(records) - skipped, skipped)
         self.identity: Identity | _NoIdentity = Identity(cluster) if cluster else _NoIdentity()
         self.pins: PinSet | _NoPins = PinSet(cluster / "trusted") if cluster else _NoPins()
         endpoint = EventsEndpoint(self.dispatcher, self.pins, self.queue, max_body=config.max_frame)
@@ -94,6 +104,8 @@ class Node:
         return (True, ident.fingerprint) if ident else (False, None)
 
     def publish(self, outbound: list[Outbound]) -> None:
+        if self.journal is not None:  # written before the broker's reply can be
+            self.journal.append(outbound, time.time())
         self.broadcaster.publish(outbound)
 
     def update_nodes(self, nodes: list[NodeRecord]) -> None:
@@ -144,6 +156,8 @@ class Node:
             asyncio.create_task(channel.write_forever(), name="broker-writer"),
             asyncio.create_task(self._expire_forever(), name="expiry"),
         ]
+        if self.journal is not None:
+            tasks.append(asyncio.create_task(self._journal_forever(self.journal), name="journal"))
         reading = asyncio.create_task(channel.read_until_eof(), name="broker-reader")
         stopping = asyncio.create_task(self._stop.wait(), name="stop")
         done, _ = await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -160,6 +174,8 @@ class Node:
         with contextlib.suppress(OSError, RuntimeError):
             await asyncio.wait_for(channel.flush(), self.config.shutdown_grace)
         await close_writer(writer)
+        if self.journal is not None:
+            self.journal.close()
         log.info("stopped")
         return 0
 
@@ -180,3 +196,15 @@ class Node:
         while True:
             await asyncio.sleep(EXPIRE_EVERY)
             self.table.expire(time.monotonic())
+
+    async def _journal_forever(self, journal: Journal) -> None:
+        """The journal's group commit and compaction (journal.py says why on the loop)."""
+        interval = self.config.journal.fsync_interval
+        while True:
+            await asyncio.sleep(interval if interval > 0 else EXPIRE_EVERY)
+            journal.sync()
+            wall = time.time()
+            job = journal.begin_compaction(wall) if journal.compaction_due(wall) else None
+            if job is not None:
+                await asyncio.to_thread(job.run)  # reading and rewriting: off the loop
+                journal.finish_compaction(job)

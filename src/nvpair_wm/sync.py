@@ -43,9 +43,11 @@ snapshots about once a minute per link, which doubles as periodic anti-entropy a
 while events flow (busy links do not go idle).
 
 Limits of the design, on purpose: a node only replays what it originated (what a node learnt
-from others it does not relay), and what it originated survives only as long as its own
-process: a restarted manager has an empty table, and its broker is the source of truth for its
-own workloads.
+from others it does not relay). What it originated survives a restart, even ``kill -9``: the
+journal (:mod:`nvpair_wm.journal`, in the cluster directory) is reloaded into the table before
+any peer connects, so the first snapshot on every link carries it, including removals whose
+events never left the old process. Its broker stays the source of truth for anything newer
+(see the contract: what a broker re-reports after ``ready``).
 """
 
 from __future__ import annotations

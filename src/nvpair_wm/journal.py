@@ -1,0 +1,659 @@
+"""What this node originated, kept on disk so that a ``kill -9`` forgets nothing.
+
+A node replays to its peers (as the convergence snapshot, :mod:`nvpair_wm.sync`) the newest
+event of every workload its broker reported and its broker's removals. Without this module that
+state lived only in the process: events queued for an unreachable peer died with it, and a
+restarted node's table was empty, so no snapshot ever carried them. The journal keeps exactly
+that state, **``CLUSTER_DIR/journal.log``**, reloads it into the workload table at start (before
+the first connection, so every peer's first snapshot carries it) and rewrites it compacted.
+
+Mechanism: **an append-only log of checksummed records, with compaction**, rather than SQLite.
+
+* The write path is one ``os.write`` of a few hundred bytes per broker line (all the events and
+  removals of that line, already encoded: the body is the frame the table keeps for replay), done
+  synchronously when the line is dispatched, before its reply can reach the broker. That is all a
+  ``kill -9`` needs: the bytes are in the kernel once ``write`` returns. SQLite in WAL mode would
+  cost a transaction per line (a B-tree update, WAL frame, lock and header work, several times
+  the bytes) for the same guarantee, and its delete-on-expiry would need the table to report
+  every eviction; here expiry and caps are applied by rewriting, which the table's TTLs make
+  rare. ``bench/journal.py`` measures the cost (``python -m bench --only journal``).
+* **fsync** (power failure, not process crash) is a group commit: at most every
+  :attr:`JournalLimits.fsync_interval` seconds (default 1 s) if anything was written, on the
+  event loop (a few ms on a disk). So a process crash loses nothing that was answered; a power
+  failure loses at most the last ``fsync_interval`` of events (plus the record being written).
+  ``fsync_interval = 0`` syncs every write before the reply is sent (durable on power failure,
+  at the cost of one fsync per broker line).
+* **Size** follows the table's own bounds. Compaction folds the log (the last record of each
+  workload wins; a removal drops the events it covers), drops what the table would have
+  forgotten by now (a record whose TTL, ``terminal_ttl`` / ``live_ttl`` / ``tombstone_ttl`` by
+  its class, has passed since it was written) and keeps the newest ``max_workloads`` events and
+  ``max_tombstones`` removals. It runs at start, when the records appended since the last
+  compaction outnumber those it kept (and at least :attr:`JournalLimits.compact_min_records`),
+  and once per shortest TTL if anything was appended. So the file holds at most about
+  ``2 (max_workloads + max_tombstones) + compact_min_records`` records, and each compaction's
+  cost is paid for by as many appends (amortised O(1) per event). A compaction reads the log
+  as it was when it began and writes the result to a temporary file in a worker thread (about
+  6 µs per record read, measured in the benchmark), while the loop goes on appending to the log;
+  back on the loop, what was appended meanwhile is copied over, the file fsynced and renamed
+  over the log: a crash at any point leaves one whole file or the other.
+* **Damage** is detected, reported in one warning line and never fatal: every record carries
+  its length and a CRC-32. A **torn tail** (the file ends inside a record, the last record fails
+  its checksum, or the tail is zeros: what a power failure during an append leaves) keeps every
+  whole record before it, which is what was written before the tear. Anything else (a bad
+  header, a record in the middle failing its checksum, an impossible length) means the file
+  cannot be trusted: the node starts with an empty journal. Either way the damaged file is moved
+  aside (``journal.log.damaged-<unix time>``) for inspection and a fresh one is written; a file
+  that cannot be read or written disables the journal with one line (the node still relays).
+
+Reloading keeps each record's age: it is written with the wall-clock time of its event, and is
+put back into the table at ``monotonic now - age``, so TTLs run on from where they were (a
+clock that jumped backwards counts as age 0).
+
+What the broker still owns: events it sent that the node never wrote (the process died while
+reading them), and anything newer than the journal after a power failure. The contract says so:
+after ``ready`` a broker re-reports the newest event of each workload it holds (a duplicate is
+free) and its recent removals.
+
+The record codec and the fold (:func:`encode_record`, :func:`decode_log`, :class:`Fold`) are
+sans-IO: bytes and times in, records out. :class:`Journal` and :func:`open_journal` are the
+thin file shell.
+
+File format: the 8-byte header ``NVWMJNL\\x01``, then records: ``u32 length, u32 crc32`` of the
+payload, then the payload ``u8 kind (1 live event, 2 terminal event, 3 removal), f64 unix time,
+3 x u32 lengths`` of originatedFrom, id and runId (``""``: a removal covering every run), those
+three UTF-8 strings, and (events) the encoded lifecycle frame. Little-endian.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import struct
+import sys
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, NamedTuple
+
+from nvpair_wm import codec
+from nvpair_wm.dedup import TableLimits, WorkloadTable
+from nvpair_wm.events import FRAME_OF, LIFECYCLE_TYPES, TERMINAL, Outbound, translate
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "JOURNAL_FILE",
+    "Compaction",
+    "Damage",
+    "Fold",
+    "Journal",
+    "JournalLimits",
+    "Record",
+    "decode_log",
+    "encode_record",
+    "open_journal",
+    "record_of",
+    "reload_table",
+]
+
+JOURNAL_FILE: Final = "journal.log"
+HEADER: Final = b"NVWMJNL\x01"
+
+LIVE: Final = 1
+TERMINAL_EVENT: Final = 2
+REMOVAL: Final = 3
+_EVENT_KINDS: Final = (LIVE, TERMINAL_EVENT)
+
+_FRAME = struct.Struct("<II")  # payload length, CRC-32 of the payload
+_FIELDS = struct.Struct("<BdIII")  # kind, unix time, lengths of origin, id, runId
+#: No record is longer: a body is one encoded frame (the frame limit is 1 MiB), so a length
+#: past this is damage, not a record.
+MAX_RECORD: Final = 16 * 1024 * 1024
+
+# An encoded lifecycle frame starts with its method (msgspec writes the tag first), which
+# tells the record's class without decoding it; tests/test_journal.py checks this holds.
+_TERMINAL_PREFIXES: Final = tuple(
+    b'{"method":"' + str(FRAME_OF[state].__struct_config__.tag).encode() + b'"'
+    for state in sorted(TERMINAL)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalLimits:
+    """The journal's knobs. ``fsync_interval`` in seconds (0: fsync every write before the
+    broker gets its reply); ``compact_min_records``: the log is not compacted below this many
+    appended records."""
+
+    enabled: bool = True
+    fsync_interval: float = 1.0
+    compact_min_records: int = 4096
+
+
+class Record(NamedTuple):
+    """One journal record: an event this node originated (``body`` its encoded frame) or one of
+    its removals (``run`` is ``""`` when the removal covers every run). A tuple: a start or a
+    compaction makes one per record, and a tuple is the cheapest to make."""
+
+    kind: int
+    at: float
+    origin: str
+    wid: str
+    run: str
+    body: bytes = b""
+
+    @property
+    def is_removal(self) -> bool:
+        return self.kind == REMOVAL
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """Where and how a log is damaged; ``torn``: a torn tail (the records before it stand)."""
+
+    offset: int
+    reason: str
+    torn: bool
+
+
+# -- the record codec (sans-IO) ----------------------------------------------------------------
+
+
+def record_of(out: Outbound, at: float) -> Record:
+    """The record of an outbound item (an event or a removal) published at unix time ``at``."""
+    origin, wid, run = out.key
+    if out.seq == float("inf"):  # a removal (see sync.REMOVAL_SEQ)
+        return Record(REMOVAL, at, origin, wid, run)
+    kind = TERMINAL_EVENT if out.body.startswith(_TERMINAL_PREFIXES) else LIVE
+    return Record(kind, at, origin, wid, run, out.body)
+
+
+def encode_record(rec: Record) -> bytes:
+    o, w, r = rec.origin.encode(), rec.wid.encode(), rec.run.encode()
+    payload = b"".join((_FIELDS.pack(rec.kind, rec.at, len(o), len(w), len(r)), o, w, r, rec.body))
+    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def _parse(payload: bytes) -> Record | str:
+    """The record in a payload whose checksum held, or why it is not one."""
+    if len(payload) < _FIELDS.size:
+        return "record shorter than its fixed fields"
+    kind, at, lo, lw, lr = _FIELDS.unpack_from(payload)
+    if kind not in (LIVE, TERMINAL_EVENT, REMOVAL):
+        return f"unknown record kind {kind}"
+    end = _FIELDS.size + lo + lw + lr
+    if end > len(payload) or (kind == REMOVAL and end != len(payload)):
+        return "record fields do not add up to its length"
+    a, b = _FIELDS.size + lo, _FIELDS.size + lo + lw
+    try:
+        origin, wid, run = (
+            payload[_FIELDS.size : a].decode(),
+            payload[a:b].decode(),
+            payload[b:end].decode(),
+        )
+    except UnicodeDecodeError:
+        return "record strings are not UTF-8"
+    return Record(kind, at, origin, wid, run, payload[end:])
+
+
+def decode_log(data: bytes) -> tuple[list[Record], Damage | None]:
+    """Every whole record of a journal file, and the damage that ended the reading, if any."""
+    if not data:
+        return [], None
+    if not data.startswith(HEADER):
+        torn = HEADER.startswith(data)  # a file cut inside its header holds nothing yet
+        return [], Damage(0, "no journal header", torn)
+    records: list[Record] = []
+    append = records.append
+    view = memoryview(data)
+    unpack_frame, unpack_fields, crc32 = _FRAME.unpack_from, _FIELDS.unpack_from, zlib.crc32
+    fsize, hsize = _FRAME.size, _FIELDS.size
+    pos, size = len(HEADER), len(data)
+    while pos < size:
+        # The fast path: a whole, sound record. Anything else is examined by _record_at.
+        if size - pos >= fsize + hsize:
+            length, crc = unpack_frame(data, pos)
+            start = pos + fsize
+            end = start + length
+            if hsize <= length and end <= size and crc32(view[start:end]) == crc:
+                kind, at, lo, lw, lr = unpack_fields(data, start)
+                a = start + hsize
+                b, c, d = a + lo, a + lo + lw, a + lo + lw + lr
+                if d <= end and (kind in _EVENT_KINDS or (kind == REMOVAL and d == end)):
+                    try:
+                        origin, wid, run = (
+                            data[a:b].decode(),
+                            data[b:c].decode(),
+                            data[c:d].decode(),
+                        )
+                    except UnicodeDecodeError:
+                        pass
+                    else:
+                        append(Record(kind, at, origin, wid, run, data[d:end]))
+                        pos = end
+                        continue
+        found = _record_at(data, pos)
+        if isinstance(found, Damage):
+            if data.count(0, pos) == size - pos:  # only zeros from here: never written
+                return records, Damage(pos, "zero-filled tail", True)
+            return records, found
+        rec, pos = found  # pragma: no cover - the fast path takes every sound record
+        append(rec)  # pragma: no cover
+    return records, None
+
+
+def _record_at(data: bytes, pos: int) -> tuple[Record, int] | Damage:
+    """The record at ``pos`` and where the next one starts, or the damage found there."""
+    size = len(data)
+    if size - pos < _FRAME.size:
+        return Damage(pos, "file ends inside a record header", True)
+    length, crc = _FRAME.unpack_from(data, pos)
+    if length > MAX_RECORD:
+        return Damage(pos, f"record length {length} over {MAX_RECORD}", False)
+    start, end = pos + _FRAME.size, pos + _FRAME.size + length
+    if end > size:
+        return Damage(pos, "file ends inside a record", True)
+    payload = data[start:end]
+    if zlib.crc32(payload) != crc:
+        return Damage(pos, "checksum mismatch", end == size)
+    rec = _parse(payload)
+    if isinstance(rec, str):
+        return Damage(pos, rec, False)
+    return rec, end
+
+
+def encode_log(records: Iterable[Record]) -> bytes:
+    return HEADER + b"".join(map(encode_record, records))
+
+
+class Fold:
+    """The state a sequence of records leaves, as the table saw it: the last event of each
+    (origin, id, runId), and the last removal of each (origin, id), which dropped the events it
+    covered. An event after a removal that covers it means the table had already forgotten the
+    tombstone (it applied the event), so the tombstone goes too."""
+
+    __slots__ = ("events", "tombs")
+
+    def __init__(self, records: Iterable[Record] = ()) -> None:
+        self.events: dict[tuple[str, str], dict[str, Record]] = {}
+        self.tombs: dict[tuple[str, str], Record] = {}
+        for rec in records:
+            self.apply(rec)
+
+    def apply(self, rec: Record) -> None:
+        okey = (rec.origin, rec.wid)
+        if rec.is_removal:
+            runs = self.events.get(okey)
+            if runs is not None:
+                if rec.run:
+                    runs.pop(rec.run, None)
+                else:
+                    runs.clear()
+                if not runs:
+                    del self.events[okey]
+            self.tombs.pop(okey, None)
+            self.tombs[okey] = rec
+            return
+        if self.tombs:
+            tomb = self.tombs.get(okey)
+            if tomb is not None and tomb.run in ("", rec.run):
+                del self.tombs[okey]
+        runs = self.events.get(okey)
+        if runs is None:
+            self.events[okey] = {rec.run: rec}
+        else:
+            runs[rec.run] = rec
+
+    def __len__(self) -> int:
+        return sum(map(len, self.events.values())) + len(self.tombs)
+
+    def compacted(self, now: float, limits: TableLimits) -> list[Record]:
+        """What is still worth keeping at unix time ``now``: records within their TTL, at most
+        the table's caps of each (the newest), oldest first (the order to reload them in)."""
+        ttl = {LIVE: limits.live_ttl, TERMINAL_EVENT: limits.terminal_ttl}
+        events = [
+            rec
+            for runs in self.events.values()
+            for rec in runs.values()
+            if now - rec.at < ttl[rec.kind]
+        ]
+        tombs = [rec for rec in self.tombs.values() if now - rec.at < limits.tombstone_ttl]
+        events.sort(key=_at)
+        tombs.sort(key=_at)
+        kept = events[-limits.max_workloads :] if limits.max_workloads else []
+        kept += tombs[-limits.max_tombstones :] if limits.max_tombstones else []
+        kept.sort(key=_at)
+        return kept
+
+
+def _at(rec: Record) -> float:
+    return rec.at
+
+
+def reload_table(table: WorkloadTable, records: Iterable[Record], mono: float, wall: float) -> int:
+    """Put journal records (oldest first) back into the table, each at ``mono - age``.
+
+    Returns how many records were skipped because their frame no longer decodes (a journal
+    written by a version whose contract differed)."""
+    skipped = 0
+    for rec in records:
+        now = mono - max(0.0, wall - rec.at)
+        if rec.is_removal:
+            table.remove(rec.origin, rec.wid, rec.run or None, now, local=True)
+            continue
+        decoded = codec.decode(rec.body)
+        item = decoded.items[0] if len(decoded.items) == 1 and not decoded.batch else None
+        if not isinstance(item, LIFECYCLE_TYPES):
+            skipped += 1
+            continue
+        info = translate(item)
+        key = (sys.intern(info.originatedFrom), info.id, sys.intern(info.runId))
+        table.observe(info, now, replay=Outbound(key, info.seq, rec.body))
+    return skipped
+
+
+# -- the file shell ------------------------------------------------------------------------------
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _temp_of(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp")
+
+
+def _write_temp(path: Path, data: bytes) -> Path:
+    """``data`` in a fresh, fsynced temporary file next to ``path``."""
+    tmp = _temp_of(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return tmp
+
+
+def _install(tmp: Path, path: Path) -> int:
+    """Rename the temporary file over the journal (durably); an append descriptor on it."""
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    return os.open(path, os.O_WRONLY | os.O_APPEND)
+
+
+@dataclass(slots=True)
+class Compaction:
+    """One compaction: :meth:`run` (the heavy part, safe in a worker thread: it reads the log up
+    to ``upto`` and writes only its own temporary file) between :meth:`Journal.begin_compaction`
+    and :meth:`Journal.finish_compaction` (on the thread that appends)."""
+
+    path: Path
+    upto: int  # bytes of the log that existed when it began
+    appended: int  # records appended before it began
+    wall: float
+    table: TableLimits
+    kept: int = 0
+    size: int = 0
+    damage: Damage | None = None
+    error: OSError | None = None
+
+    def run(self) -> None:
+        try:
+            with self.path.open("rb") as f:
+                data = f.read(self.upto)
+            records, self.damage = decode_log(data)
+            kept = Fold(records).compacted(self.wall, self.table)
+            encoded = encode_log(kept)
+            _write_temp(self.path, encoded)
+        except OSError as exc:
+            self.error = exc
+            return
+        self.kept, self.size = len(kept), len(encoded)
+
+
+class Journal:
+    """The open journal file: appended to per broker line, synced and compacted on a timer."""
+
+    def __init__(
+        self,
+        path: Path,
+        fd: int,
+        *,
+        lock: int,
+        kept: int,
+        size: int,
+        limits: JournalLimits,
+        table: TableLimits,
+        wall: float,
+    ) -> None:
+        self.path = path
+        self.limits = limits
+        self.table_limits = table
+        self._fd: int | None = fd
+        self._lock = lock  # the directory, flocked: one process per journal
+        self._size = size  # bytes in the file
+        self._kept = kept  # records written by the last compaction
+        self._appended = 0  # records appended since
+        self._dirty = False
+        self._compacting = False
+        self._compacted_at = wall
+        self._min_ttl = min(table.terminal_ttl, table.live_ttl, table.tombstone_ttl)
+
+    @property
+    def active(self) -> bool:
+        return self._fd is not None
+
+    def append(self, items: Iterable[Outbound], at: float) -> None:
+        """Write the records of these outbound items (one broker line's) before returning."""
+        fd = self._fd
+        if fd is None:
+            return
+        encoded = [encode_record(record_of(out, at)) for out in items]
+        if not encoded:
+            return
+        data = b"".join(encoded)
+        try:
+            _write_all(fd, data)
+            if self.limits.fsync_interval <= 0:
+                os.fsync(fd)
+            else:
+                self._dirty = True
+        except OSError as exc:
+            self._fail("write to", exc)
+            return
+        self._size += len(data)
+        self._appended += len(encoded)
+
+    def sync(self) -> None:
+        """fsync what was written since the last sync (the group commit)."""
+        if self._fd is None or not self._dirty:
+            return
+        self._dirty = False
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            self._fail("fsync", exc)
+
+    def compaction_due(self, wall: float) -> bool:
+        if self._fd is None or not self._appended or self._compacting:
+            return False
+        if self._appended >= max(self._kept, self.limits.compact_min_records):
+            return True
+        return wall - self._compacted_at >= self._min_ttl
+
+    def begin_compaction(self, wall: float) -> Compaction | None:
+        if self._fd is None or self._compacting:
+            return None
+        self._compacting = True
+        return Compaction(self.path, self._size, self._appended, wall, self.table_limits)
+
+    def finish_compaction(self, job: Compaction) -> None:
+        """Install what the job wrote, with the records appended while it ran."""
+        self._compacting = False
+        tmp = _temp_of(self.path)
+        if job.error is not None or self._fd is None:
+            if job.error is not None:
+                log.warning(
+                    "journal: cannot compact %s (%s); appending on",
+                    self.path,
+                    job.error.strerror or job.error,
+                )
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            return
+        if job.damage is not None:  # only another writer or the disk can do this
+            log.warning(
+                "journal %s damaged at byte %d (%s); compacted what reads",
+                self.path,
+                job.damage.offset,
+                job.damage.reason,
+            )
+        try:
+            with self.path.open("rb") as f:
+                f.seek(job.upto)
+                since = f.read()
+            fd = os.open(tmp, os.O_WRONLY | os.O_APPEND)
+            try:
+                _write_all(fd, since)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fd = _install(tmp, self.path)
+        except OSError as exc:
+            self._fail("compact", exc)
+            return
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._fd = fd
+        self._size = job.size + len(since)
+        self._kept, self._appended = job.kept, self._appended - job.appended
+        self._dirty = False
+        self._compacted_at = job.wall
+
+    def compact(self, wall: float) -> None:
+        """A whole compaction on this thread (the node runs :meth:`Compaction.run` in a worker
+        thread instead)."""
+        job = self.begin_compaction(wall)
+        if job is not None:
+            job.run()
+            self.finish_compaction(job)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            self.sync()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
+
+    def _fail(self, what: str, exc: OSError) -> None:
+        log.error(
+            "journal: cannot %s %s (%s); journal off until restart: a crash now loses what "
+            "the peers have not received",
+            what,
+            self.path,
+            exc.strerror or exc,
+        )
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+def open_journal(
+    directory: Path, limits: JournalLimits, table: TableLimits, wall: float
+) -> tuple[Journal | None, list[Record]]:
+    """Read, check and compact the journal in ``directory``: the open journal (None when it
+    is off or cannot be written) and the records to reload, oldest first."""
+    if not limits.enabled:
+        return None, []
+    path = directory / JOURNAL_FILE
+    try:
+        lock = _lock(directory)
+    except BlockingIOError:
+        log.warning("journal: %s is in use by another process; journal off", path)
+        return None, []
+    except OSError as exc:
+        log.error("journal: cannot open %s (%s); journal off", directory, exc.strerror or exc)
+        return None, []
+    journal, kept = _open_locked(path, lock, limits, table, wall)
+    if journal is None:
+        os.close(lock)
+    return journal, kept
+
+
+def _lock(directory: Path) -> int:
+    """The directory, flocked for this process (BlockingIOError: another one holds it)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_locked(
+    path: Path, lock: int, limits: JournalLimits, table: TableLimits, wall: float
+) -> tuple[Journal | None, list[Record]]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        data = b""
+    except OSError as exc:
+        log.error("journal: cannot read %s (%s); journal off", path, exc.strerror or exc)
+        return None, []
+    records, damage = decode_log(data)
+    if damage is not None:
+        aside = path.with_name(f"{JOURNAL_FILE}.damaged-{int(wall)}")
+        outcome = f"kept the {len(records)} records before it" if damage.torn else "starting empty"
+        if not damage.torn:
+            records = []
+        try:
+            os.replace(path, aside)
+        except OSError as exc:
+            aside_note = f"could not move it aside: {exc.strerror or exc}"
+        else:
+            aside_note = f"moved to {aside.name}"
+        log.warning(
+            "journal %s damaged at byte %d (%s%s); %s, %s",
+            path,
+            damage.offset,
+            "torn tail: " if damage.torn else "",
+            damage.reason,
+            aside_note,
+            outcome,
+        )
+    kept = Fold(records).compacted(wall, table)
+    encoded = encode_log(kept)
+    try:
+        fd = _install(_write_temp(path, encoded), path)
+    except OSError as exc:
+        log.error("journal: cannot write %s (%s); journal off", path, exc.strerror or exc)
+        return None, kept
+    journal = Journal(
+        path,
+        fd,
+        lock=lock,
+        kept=len(kept),
+        size=len(encoded),
+        limits=limits,
+        table=table,
+        wall=wall,
+    )
+    return journal, kept

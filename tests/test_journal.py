@@ -1,0 +1,502 @@
+"""Unit tests of the journal: the record codec and fold fed records (no files), then the file
+shell on tmp directories (damage, compaction, reload).
+
+Broker frames are built with ``json`` (tests.frames) and go through the real Dispatcher, so the
+records are what the daemon writes. Time is injected (wall and monotonic), nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvpair_wm.dedup import Removal, TableLimits, WorkloadTable
+from nvpair_wm.dispatch import Dispatcher, outbound_event, outbound_removal
+from nvpair_wm.events import Outbound, lifecycle_frame
+from nvpair_wm.journal import (
+    HEADER,
+    JOURNAL_FILE,
+    LIVE,
+    REMOVAL,
+    TERMINAL_EVENT,
+    Fold,
+    Journal,
+    JournalLimits,
+    Record,
+    decode_log,
+    encode_log,
+    encode_record,
+    open_journal,
+    record_of,
+    reload_table,
+)
+from tests.frames import LIFECYCLE, event_frame, info, line, remove_frame, workload
+
+LIMITS = TableLimits(
+    terminal_ttl=10.0, live_ttl=100.0, tombstone_ttl=20.0, max_workloads=50, max_tombstones=50
+)
+T0 = 1_800_000_000.0  # a unix time
+
+
+def dispatcher(table: WorkloadTable) -> Dispatcher:
+    def no_status() -> Any:
+        raise AssertionError("not asked")
+
+    return Dispatcher(table, no_status, clock=lambda: 1000.0)
+
+
+def broker_line(disp: Dispatcher, frame: dict[str, Any]) -> list[Outbound]:
+    """One broker line through the real dispatcher: what the node publishes (and journals)."""
+    return disp.local(line(frame)).outbound
+
+
+def snapshot(table: WorkloadTable) -> tuple[list[bytes], list[Removal]]:
+    """What a peer that connects is sent, in a comparable form."""
+    events, removals = table.originated()
+    return sorted(e.body for e in events), sorted(
+        removals, key=lambda r: (r.origin, r.workload_id, r.run_id or "")
+    )
+
+
+def ev_record(wid: str = "1", run: str = "run-a", seq: int = 1, state: str = "queued") -> Record:
+    out = outbound_event(lifecycle_frame(info(id=wid, runId=run, seq=seq, state=state)))
+    return record_of(out, T0)
+
+
+# -- the record codec ------------------------------------------------------------------------
+
+
+class TestCodec:
+    @pytest.mark.parametrize(("method", "state"), LIFECYCLE.items())
+    def test_class_of_every_lifecycle_event_from_its_encoded_method(
+        self, method: str, state: str
+    ) -> None:
+        """The class (which TTL applies) is read from the body's first member, the method."""
+        out = outbound_event(lifecycle_frame(info(state=state)))
+        assert out.body.startswith(b'{"method":"' + method.encode() + b'"')
+        terminal = state in ("completed", "failed", "cancelled")
+        assert record_of(out, T0).kind == (TERMINAL_EVENT if terminal else LIVE)
+
+    def test_round_trip_events_and_removals(self) -> None:
+        records = [
+            ev_record(wid="ü-1 ✓", run="r\u00e9", state="running"),
+            record_of(outbound_removal(Removal("node-a", "7", "run-x")), T0 + 1.5),
+            record_of(outbound_removal(Removal("node-a", "8", None)), T0 + 2.0),
+        ]
+        decoded, damage = decode_log(encode_log(records))
+        assert damage is None
+        assert decoded == records
+        assert decoded[0].wid == "ü-1 ✓" and decoded[0].body.startswith(b'{"method"')
+        assert decoded[1].kind == REMOVAL and decoded[1].run == "run-x"
+        assert decoded[2].run == ""  # a removal of every run
+
+    def test_empty_file_is_empty_journal(self) -> None:
+        assert decode_log(b"") == ([], None)
+        assert decode_log(HEADER) == ([], None)
+
+    def test_truncated_tail_at_every_offset_keeps_the_whole_records(self) -> None:
+        records = [ev_record(wid=str(i), seq=i + 1) for i in range(3)]
+        data = encode_log(records)
+        last = len(encode_log(records[:2]))
+        for cut in range(last, len(data)):
+            got, damage = decode_log(data[:cut])
+            if cut == last:
+                assert (got, damage) == (records[:2], None)
+                continue
+            assert got == records[:2], cut
+            assert damage is not None and damage.torn and damage.offset == last, (cut, damage)
+
+    def test_header_cut_short_is_torn_and_empty(self) -> None:
+        got, damage = decode_log(HEADER[:5])
+        assert got == [] and damage is not None and damage.torn
+
+    def test_zero_filled_tail_is_torn(self) -> None:
+        records = [ev_record(wid=str(i)) for i in range(2)]
+        data = encode_log(records)
+        got, damage = decode_log(data + bytes(300))
+        assert got == records
+        assert damage is not None and damage.torn and damage.reason == "zero-filled tail"
+
+    def test_last_record_failing_its_checksum_is_torn(self) -> None:
+        records = [ev_record(wid=str(i)) for i in range(2)]
+        data = bytearray(encode_log(records))
+        data[-3] ^= 0xFF
+        got, damage = decode_log(bytes(data))
+        assert got == records[:1] and damage is not None and damage.torn
+
+    def test_garbage_in_the_middle_is_corruption(self) -> None:
+        records = [ev_record(wid=str(i)) for i in range(3)]
+        data = bytearray(encode_log(records))
+        second = len(encode_log(records[:1]))
+        data[second + 20 : second + 30] = b"\xde\xad\xbe\xef" * 2 + b"!!"
+        got, damage = decode_log(bytes(data))
+        assert got == records[:1]
+        assert damage is not None and not damage.torn and damage.offset == second
+        assert damage.reason == "checksum mismatch"
+
+    def test_garbage_file_is_corruption(self) -> None:
+        got, damage = decode_log(b"\x00garbage, not a journal at all" * 10)
+        assert got == [] and damage is not None and not damage.torn
+        assert damage.reason == "no journal header"
+
+    def test_impossible_length_is_corruption(self) -> None:
+        data = encode_log([ev_record()]) + b"\xff\xff\xff\x7f" + bytes(4) + b"x" * 50
+        got, damage = decode_log(data)
+        assert len(got) == 1 and damage is not None and not damage.torn
+
+    def test_record_with_a_valid_checksum_but_bad_fields_is_corruption(self) -> None:
+        bad = Record(9, T0, "a", "b", "c")  # kind 9 does not exist
+        data = encode_log([ev_record()]) + encode_record(bad) + encode_record(ev_record())
+        got, damage = decode_log(data)
+        assert len(got) == 1 and damage is not None and not damage.torn
+        assert "kind 9" in damage.reason
+
+
+# -- the fold and its compaction -------------------------------------------------------------
+
+
+class TestFold:
+    def test_newest_event_of_each_run_wins(self) -> None:
+        fold = Fold([ev_record(seq=1), ev_record(seq=2, state="running"), ev_record(run="run-b")])
+        assert len(fold) == 2
+        assert {r.run: r.body.count(b'"seq":2') for r in fold.events[("node-a", "1")].values()} == {
+            "run-a": 1,
+            "run-b": 0,
+        }
+
+    def test_removal_of_a_run_drops_that_run_only(self) -> None:
+        rm = record_of(outbound_removal(Removal("node-a", "1", "run-a")), T0)
+        fold = Fold([ev_record(run="run-a"), ev_record(run="run-b"), rm])
+        assert list(fold.events[("node-a", "1")]) == ["run-b"]
+        assert fold.tombs[("node-a", "1")] == rm
+
+    def test_removal_of_every_run_drops_them_all(self) -> None:
+        rm = record_of(outbound_removal(Removal("node-a", "1", None)), T0)
+        fold = Fold([ev_record(run="run-a"), ev_record(run="run-b"), rm])
+        assert fold.events == {} and len(fold) == 1
+
+    def test_event_after_a_covering_removal_means_the_tombstone_had_expired(self) -> None:
+        rm = record_of(outbound_removal(Removal("node-a", "1", "run-a")), T0)
+        fold = Fold([ev_record(), rm, ev_record(seq=5)])
+        assert fold.tombs == {} and len(fold) == 1
+        # An event of another run leaves the tombstone alone.
+        fold = Fold([ev_record(), rm, ev_record(run="run-b")])
+        assert list(fold.tombs) == [("node-a", "1")] and len(fold) == 2
+
+    def test_compaction_applies_each_class_ttl(self) -> None:
+        def at(rec: Record, t: float) -> Record:
+            return Record(rec.kind, t, rec.origin, rec.wid, rec.run, rec.body)
+
+        live = at(ev_record(wid="live"), T0)
+        done = at(ev_record(wid="done", state="completed"), T0)
+        tomb = at(record_of(outbound_removal(Removal("node-a", "gone", None)), 0), T0)
+        fold = Fold([live, done, tomb])
+        # terminal_ttl 10 s, tombstone_ttl 20 s, live_ttl 100 s
+        assert fold.compacted(T0 + 9.9, LIMITS) == [live, done, tomb]
+        assert fold.compacted(T0 + 10.0, LIMITS) == [live, tomb]
+        assert fold.compacted(T0 + 20.0, LIMITS) == [live]
+        assert fold.compacted(T0 + 100.0, LIMITS) == []
+
+    def test_compaction_keeps_the_newest_up_to_the_table_caps(self) -> None:
+        limits = TableLimits(max_workloads=3, max_tombstones=2)
+        events = [Record(LIVE, T0 + i, "node-a", f"w{i}", "run-a", b"{}") for i in range(10)]
+        tombs = [Record(REMOVAL, T0 + i + 0.5, "node-a", f"t{i}", "") for i in range(10)]
+        kept = Fold(events + tombs).compacted(T0 + 11, limits)
+        assert [r.wid for r in kept] == ["w7", "w8", "t8", "w9", "t9"]  # oldest first
+
+
+# -- the fold reproduces the table (what a peer is sent after a restart) ----------------------
+
+
+def random_broker_history(seed: int, n: int) -> list[dict[str, Any]]:
+    """Lifecycle events (seq moving forward, sometimes repeated or stale) and removals (with
+    and without runId) over a few workloads and runs, as a broker would send them."""
+    rng = random.Random(seed)
+    seqs: dict[tuple[str, str], int] = {}
+    frames: list[dict[str, Any]] = []
+    for _ in range(n):
+        wid, run = f"w{rng.randrange(6)}", f"run-{rng.randrange(3)}"
+        if rng.random() < 0.15:
+            frames.append(
+                remove_frame(wid, "node-a", run_id=run)
+                if rng.random() < 0.5
+                else remove_frame(wid, "node-a")
+            )
+            continue
+        seq = seqs.get((wid, run), 0) + rng.choice((1, 1, 2, 0, -1))
+        seqs[(wid, run)] = seq = max(seq, 1)
+        method = rng.choice(list(LIFECYCLE))
+        frames.append(event_frame(method, workload(id=wid, runId=run, seq=seq)))
+    return frames
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_reloaded_table_sends_the_same_snapshot(seed: int) -> None:
+    """Journal every broker line, fold and compact it, reload into an empty table: a peer that
+    connects then gets exactly the snapshot the original table would have sent."""
+    table = WorkloadTable(LIMITS)
+    disp = dispatcher(table)
+    records: list[Record] = []
+    for i, frame in enumerate(random_broker_history(seed, 120)):
+        records += [record_of(out, T0 + i * 0.01) for out in broker_line(disp, frame)]
+    kept = Fold(records).compacted(T0 + 2.0, LIMITS)
+    assert len(kept) <= len(records)
+    fresh = WorkloadTable(LIMITS)
+    assert reload_table(fresh, kept, mono=50.0, wall=T0 + 2.0) == 0
+    assert snapshot(fresh) == snapshot(table)
+    # And the broker's re-reports after `ready` collapse: every newest event is a duplicate.
+    again = dispatcher(fresh)
+    for body in snapshot(table)[0]:
+        assert again.local(body + b"\n").outbound == []
+
+
+def test_reload_keeps_each_records_age() -> None:
+    """A record 8 s old with a 10 s TTL is forgotten by the table 2 s (plus expiry) after."""
+    done = Record(
+        TERMINAL_EVENT,
+        T0 - 8.0,
+        "node-a",
+        "1",
+        "run-a",
+        outbound_event(lifecycle_frame(info(state="completed"))).body,
+    )
+    table = WorkloadTable(LIMITS)
+    reload_table(table, [done], mono=500.0, wall=T0)
+    assert len(table) == 1
+    table.expire(501.9)
+    assert len(table) == 1
+    table.expire(502.0)
+    assert len(table) == 0
+
+
+def test_reload_skips_a_body_that_no_longer_decodes() -> None:
+    bad = Record(LIVE, T0, "node-a", "1", "run-a", b'{"method":"workload:submitted"}')
+    table = WorkloadTable(LIMITS)
+    assert reload_table(table, [bad, ev_record(wid="2")], mono=1.0, wall=T0) == 1
+    assert len(table) == 1
+
+
+# -- the file shell ----------------------------------------------------------------------------
+
+
+def outbounds(disp: Dispatcher, *frames: dict[str, Any]) -> list[Outbound]:
+    return [out for frame in frames for out in broker_line(disp, frame)]
+
+
+def die(journal: Journal) -> None:
+    """What kill -9 does to a journal: its descriptors close (the lock goes), nothing is
+    synced or flushed by the process."""
+    for fd in (journal._fd, journal._lock):
+        if fd is not None and fd >= 0:
+            os.close(fd)
+    journal._fd, journal._lock = None, -1
+
+
+def test_append_then_reopen(tmp_path: Path) -> None:
+    journal, records = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+    assert journal is not None and records == []
+    assert (tmp_path / JOURNAL_FILE).read_bytes() == HEADER
+    disp = dispatcher(WorkloadTable(LIMITS))
+    batch = outbounds(
+        disp,
+        event_frame("workload:submitted", workload(id="1")),
+        event_frame("workload:started", workload(id="1", seq=2)),
+        event_frame("workload:submitted", workload(id="2")),
+        remove_frame("2", "node-a"),
+    )
+    journal.append(batch, T0 + 1)
+    die(journal)
+    again, records = open_journal(tmp_path, JournalLimits(), LIMITS, T0 + 2)
+    assert again is not None
+    assert [(r.kind, r.wid) for r in records] == [(LIVE, "1"), (REMOVAL, "2")]
+    assert b'"seq":2' in records[0].body
+    # The start compacted the file: it holds exactly what was reloaded.
+    assert decode_log((tmp_path / JOURNAL_FILE).read_bytes()) == (records, None)
+    again.close()
+
+
+def test_one_process_per_journal(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A second daemon on the same cluster dir would rewrite the first one's journal under it:
+    it runs without a journal instead, and says so."""
+    journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+    assert journal is not None
+    with caplog.at_level(logging.WARNING, logger="nvpair_wm.journal"):
+        assert open_journal(tmp_path, JournalLimits(), LIMITS, T0) == (None, [])
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "in use by another process" in warning
+    journal.close()
+    again, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+    assert again is not None
+    again.close()
+
+
+@pytest.mark.parametrize("fsync_interval", [0.0, 1.0])
+def test_sync_policies_write_the_same(tmp_path: Path, fsync_interval: float) -> None:
+    limits = JournalLimits(fsync_interval=fsync_interval)
+    journal, _ = open_journal(tmp_path, limits, LIMITS, T0)
+    assert journal is not None
+    disp = dispatcher(WorkloadTable(LIMITS))
+    journal.append(outbounds(disp, event_frame("workload:submitted")), T0)
+    journal.sync()
+    journal.close()
+    records, damage = decode_log((tmp_path / JOURNAL_FILE).read_bytes())
+    assert damage is None and [r.wid for r in records] == ["1"]
+
+
+def damaged_files(tmp_path: Path) -> list[Path]:
+    return sorted(tmp_path.glob(f"{JOURNAL_FILE}.damaged-*"))
+
+
+def test_truncated_tail_is_reported_moved_aside_and_the_rest_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    records = [ev_record(wid=str(i)) for i in range(3)]
+    data = encode_log(records)
+    (tmp_path / JOURNAL_FILE).write_bytes(data[:-7])
+    with caplog.at_level(logging.WARNING, logger="nvpair_wm.journal"):
+        journal, kept = open_journal(tmp_path, JournalLimits(), LIMITS, T0 + 1)
+    assert journal is not None and kept == records[:2]
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "torn tail" in warning and "kept the 2 records" in warning
+    [aside] = damaged_files(tmp_path)
+    assert aside.read_bytes() == data[:-7]  # kept as it was, for inspection
+    assert decode_log((tmp_path / JOURNAL_FILE).read_bytes()) == (records[:2], None)
+    journal.close()
+
+
+def test_garbage_is_reported_moved_aside_and_the_node_starts_empty(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    records = [ev_record(wid=str(i)) for i in range(3)]
+    data = bytearray(encode_log(records))
+    data[40:60] = b"\x13\x37" * 10
+    (tmp_path / JOURNAL_FILE).write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="nvpair_wm.journal"):
+        journal, kept = open_journal(tmp_path, JournalLimits(), LIMITS, T0 + 1)
+    assert journal is not None and kept == []
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "damaged at byte 8" in warning and "starting empty" in warning
+    assert len(damaged_files(tmp_path)) == 1
+    assert (tmp_path / JOURNAL_FILE).read_bytes() == HEADER
+    # The next start finds a sound file: no second warning, no crash loop.
+    journal.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="nvpair_wm.journal"):
+        again, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0 + 2)
+    assert again is not None and caplog.records == []
+    again.close()
+
+
+def test_unwritable_place_turns_the_journal_off(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_bytes(b"")
+    with caplog.at_level(logging.WARNING, logger="nvpair_wm.journal"):
+        journal, kept = open_journal(not_a_dir, JournalLimits(), LIMITS, T0)
+    assert journal is None and kept == []
+    [error] = [r.getMessage() for r in caplog.records]
+    assert "journal off" in error
+
+
+def test_disabled_journal_touches_nothing(tmp_path: Path) -> None:
+    assert open_journal(tmp_path, JournalLimits(enabled=False), LIMITS, T0) == (None, [])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_compaction_bounds_the_file(tmp_path: Path) -> None:
+    """Many events of a few workloads: the file is compacted once the appends outnumber what
+    the last compaction kept, and then holds one record per workload."""
+    limits = JournalLimits(compact_min_records=100)
+    journal, _ = open_journal(tmp_path, limits, LIMITS, T0)
+    assert journal is not None
+    disp = dispatcher(WorkloadTable(LIMITS))
+    path = tmp_path / JOURNAL_FILE
+    peak = 0
+    for seq in range(1, 400):
+        batch = outbounds(
+            disp,
+            *(event_frame("workload:started", workload(id=f"w{i}", seq=seq)) for i in range(3)),
+        )
+        journal.append(batch, T0 + seq * 0.001)
+        peak = max(peak, path.stat().st_size)
+        if journal.compaction_due(T0 + 1):
+            journal.compact(T0 + 1)
+            records, damage = decode_log(path.read_bytes())
+            assert damage is None and sorted(r.wid for r in records) == ["w0", "w1", "w2"]
+    one = len(encode_record(record_of(batch[0], T0)))
+    assert peak <= len(HEADER) + (100 + 3 + 3) * one  # min records + kept + one batch
+    journal.close()
+    _, records = open_journal(tmp_path, limits, LIMITS, T0 + 2)
+    assert [b'"seq":399' in r.body for r in records] == [True] * 3
+
+
+def test_compaction_follows_the_shortest_ttl(tmp_path: Path) -> None:
+    """A quiet node's file still sheds what expired: compaction is due once per shortest TTL
+    (terminal_ttl here, 10 s) after an append, and drops the expired records."""
+    journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+    assert journal is not None
+    disp = dispatcher(WorkloadTable(LIMITS))
+    journal.append(outbounds(disp, event_frame("workload:completed", workload(id="done"))), T0)
+    assert not journal.compaction_due(T0 + 9.9)
+    assert journal.compaction_due(T0 + 10.0)
+    journal.compact(T0 + 10.0)
+    assert decode_log((tmp_path / JOURNAL_FILE).read_bytes()) == ([], None)
+    assert not journal.compaction_due(T0 + 100)  # nothing appended since
+    journal.close()
+
+
+def test_appends_during_a_compaction_are_kept(tmp_path: Path) -> None:
+    """The node runs the heavy part of a compaction in a thread while the loop appends: what
+    was appended between its start and its end is in the compacted file, after what it kept."""
+    journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+    assert journal is not None
+    disp = dispatcher(WorkloadTable(LIMITS))
+    for seq in (1, 2, 3):
+        journal.append(
+            outbounds(disp, event_frame("workload:started", workload(id="1", seq=seq))), T0
+        )
+    job = journal.begin_compaction(T0 + 1)
+    assert job is not None and journal.begin_compaction(T0 + 1) is None  # one at a time
+    assert not journal.compaction_due(T0 + 1000)
+    job.run()
+    journal.append(outbounds(disp, event_frame("workload:started", workload(id="1", seq=4))), T0)
+    journal.append(outbounds(disp, remove_frame("1", "node-a")), T0 + 2)
+    journal.finish_compaction(job)
+    records, damage = decode_log((tmp_path / JOURNAL_FILE).read_bytes())
+    assert damage is None
+    assert [(r.kind, r.body.count(b'"seq":')) for r in records] == [
+        (LIVE, 1),
+        (LIVE, 1),
+        (REMOVAL, 0),
+    ]
+    assert b'"seq":3' in records[0].body and b'"seq":4' in records[1].body
+    # Appending goes on into the installed file; a later start folds it all.
+    journal.append(outbounds(disp, event_frame("workload:submitted", workload(id="2"))), T0 + 3)
+    die(journal)
+    _, kept = open_journal(tmp_path, JournalLimits(), LIMITS, T0 + 4)
+    assert [(r.kind, r.wid) for r in kept] == [(REMOVAL, "1"), (LIVE, "2")]
+
+
+def test_a_compaction_that_cannot_write_leaves_the_log_as_it_was(tmp_path: Path) -> None:
+    journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+    assert journal is not None
+    disp = dispatcher(WorkloadTable(LIMITS))
+    journal.append(outbounds(disp, event_frame("workload:submitted")), T0)
+    before = (tmp_path / JOURNAL_FILE).read_bytes()
+    job = journal.begin_compaction(T0)
+    assert job is not None
+    (tmp_path / f".{JOURNAL_FILE}.tmp").mkdir()  # the temporary file cannot be created
+    job.run()
+    assert job.error is not None
+    (tmp_path / f".{JOURNAL_FILE}.tmp").rmdir()
+    journal.finish_compaction(job)
+    assert journal.active and (tmp_path / JOURNAL_FILE).read_bytes() == before
+    journal.append(outbounds(disp, event_frame("workload:submitted", workload(id="2"))), T0)
+    assert journal.compaction_due(T0 + 1000)
+    journal.close()
