@@ -79,7 +79,7 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 from nvpair_wm import codec
-from nvpair_wm.dedup import TableLimits, WorkloadTable
+from nvpair_wm.dedup import MAX_TOMB_RUNS, TableLimits, WorkloadTable
 from nvpair_wm.events import FRAME_OF, LIFECYCLE_TYPES, TERMINAL, Outbound, translate
 
 log = logging.getLogger(__name__)
@@ -270,7 +270,8 @@ def encode_log(records: Iterable[Record]) -> bytes:
 
 class Fold:
     """The state a sequence of records leaves, as the table saw it: the last event of each
-    (origin, id, runId), and the last removal of each (origin, id), which dropped the events it
+    (origin, id, runId), and the removals of each (origin, id), one per run as the table's
+    tombstone keeps them (the newest ``MAX_TOMB_RUNS``), which dropped the events they
     covered. An event after a removal that covers it means the table had already forgotten the
     tombstone (it applied the event), so the tombstone goes too."""
 
@@ -278,7 +279,7 @@ class Fold:
 
     def __init__(self, records: Iterable[Record] = ()) -> None:
         self.events: dict[tuple[str, str], dict[str, Record]] = {}
-        self.tombs: dict[tuple[str, str], Record] = {}
+        self.tombs: dict[tuple[str, str], dict[str, Record]] = {}  # → run → removal
         for rec in records:
             self.apply(rec)
 
@@ -293,12 +294,16 @@ class Fold:
                     runs.clear()
                 if not runs:
                     del self.events[okey]
-            self.tombs.pop(okey, None)
-            self.tombs[okey] = rec
+            tombs = self.tombs.pop(okey, None) or {}
+            tombs.pop(rec.run, None)
+            tombs[rec.run] = rec
+            while len(tombs) > MAX_TOMB_RUNS:
+                del tombs[next(iter(tombs))]
+            self.tombs[okey] = tombs
             return
         if self.tombs:
-            tomb = self.tombs.get(okey)
-            if tomb is not None and tomb.run in ("", rec.run):
+            covering = self.tombs.get(okey)
+            if covering is not None and ("" in covering or rec.run in covering):
                 del self.tombs[okey]
         runs = self.events.get(okey)
         if runs is None:
@@ -307,7 +312,7 @@ class Fold:
             runs[rec.run] = rec
 
     def __len__(self) -> int:
-        return sum(map(len, self.events.values())) + len(self.tombs)
+        return sum(map(len, self.events.values())) + sum(map(len, self.tombs.values()))
 
     def compacted(self, now: float, limits: TableLimits) -> list[Record]:
         """What is still worth keeping at unix time ``now``: records within their TTL, at most
@@ -319,7 +324,12 @@ class Fold:
             for rec in runs.values()
             if now - rec.at < ttl[rec.kind]
         ]
-        tombs = [rec for rec in self.tombs.values() if now - rec.at < limits.tombstone_ttl]
+        tombs = [
+            rec
+            for runs in self.tombs.values()
+            for rec in runs.values()
+            if now - rec.at < limits.tombstone_ttl
+        ]
         events.sort(key=_at)
         tombs.sort(key=_at)
         kept = events[-limits.max_workloads :] if limits.max_workloads else []
