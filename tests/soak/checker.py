@@ -128,8 +128,9 @@ class Report:
             f"per-event convergence p50 {percentile(lat, 50):.3f} s, p99 "
             f"{percentile(lat, 99):.3f} s, max {max(lat, default=0.0):.3f} s over {len(lat)} "
             f"events ({self.never_converged_events} never)",
-            f"after the last heal: converged in p50 {percentile(conv, 50):.3f} s, max "
-            f"{max(conv, default=0.0):.3f} s (bound {self.bound:.0f} s)",
+            f"after the last heal (quiesce): every view equal to the origins' in p50 "
+            f"{percentile(conv, 50):.3f} s, max {max(conv, default=0.0):.3f} s "
+            f"(bound {self.bound:.0f} s)",
             f"peak RSS: {rss}",
         ]
         if self.ok:

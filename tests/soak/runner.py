@@ -10,9 +10,9 @@ Timeline of a run of ``seconds``:
    while the fault schedule (:mod:`tests.soak.schedule`) is applied, each fault recorded as it
    begins and ends; a node that is down reports nothing, and after a restart its broker waits
    for ``ready``, re-announces the nodes and re-reports what was never acknowledged;
-3. when the last fault has healed and ``seconds`` are over, the brokers stop reporting
-   (``quiesce``); the run waits up to ``bound`` seconds for every broker's view to equal the
-   truth (the live :class:`~tests.soak.checker.Checker` says when), asks each node for
+3. when the last fault has healed (the schedule ends by ``seconds``), the brokers stop
+   reporting (``quiesce``); the run waits up to ``bound`` seconds for every broker's view to
+   equal the truth (the live :class:`~tests.soak.checker.Checker` says when), asks each node for
    ``manager:status`` (a fence: what it wrote before is recorded), closes every broker channel
    (the nodes exit 0) and records the end;
 4. the history file is judged by :func:`tests.soak.checker.check`, from the file.
@@ -619,7 +619,8 @@ class Soak:
                 raise SoakError("the fault schedule did not finish in time")
         if errors:
             raise errors[0]
-        self.halt.wait(max(0.0, opts.seconds - self.rec.now()))
+        # The last fault has healed: the brokers stop reporting at once, so that what follows
+        # measures how long the cluster takes to repair, from the last heal.
         self.generating.clear()
         gen.join(5.0)
         for node in self.nodes.values():
