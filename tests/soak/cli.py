@@ -137,6 +137,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(format_schedule(seed, draw(seed, names, seconds, kinds=drawn)))
         return 0
     signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _run_seeds(args, seeds, seconds, kinds)
+    except KeyboardInterrupt:
+        print("interrupted: nodes stopped, namespaces removed", file=sys.stderr)
+        return 130
+
+
+def _run_seeds(
+    args: argparse.Namespace, seeds: list[int], seconds: float, kinds: tuple[str, ...]
+) -> int:
     worst = 0
     for seed in seeds:
         opts = Options(seed=seed, seconds=seconds, nodes=args.nodes, rate=args.rate,
