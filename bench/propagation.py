@@ -69,7 +69,9 @@ class Node:
 
 
 class Cluster:
-    def __init__(self, root: Path, size: int) -> None:
+    def __init__(self, root: Path, size: int, config: Path | None = None) -> None:
+        """``config``: a TOML file every node gets as ``--config`` (limits other than the
+        defaults; see bench/experiments.py)."""
         from nvpair_wm.clusterdir import cert_fingerprint, init_cluster  # noqa: PLC0415
 
         self.size = size
@@ -88,6 +90,7 @@ class Cluster:
                     "0",
                     "--log-level",
                     "info",
+                    *(["--config", str(config)] if config else []),
                     log_path=root / f"cluster{size}-{name}.log",
                 )
                 self.nodes.append(

@@ -7,19 +7,16 @@ line in its stderr log) with a deadline; nothing sleeps to synchronise. Where th
 to wait for, :meth:`Node.poll_status` polls ``manager:status`` until a condition holds, with a
 bounded deadline.
 
-Broadcast limits: ``Node(..., broadcast={...})`` starts the process with some fields of
+Limits: ``Node(..., broadcast={...})`` starts the process with some fields of
 :class:`nvpair_wm.outbox.BroadcastLimits` overridden (say, a short retry budget, so that a test
-can exhaust it in a second or two). There is no command-line flag for them, on purpose; the
-override is a test-only ``sitecustomize`` module that the harness writes next to the cluster
-directory and puts on the child's ``PYTHONPATH``: when ``NVPAIR_WM_TEST_BROADCAST`` is set it
-makes ``nvpair_wm.cli`` build its ``Config`` with those limits, and says so on stderr (which
-:meth:`Node.start` checks, so that a hook that silently failed to load fails the test).
+can exhaust it in a second or two), and ``config={"dotted.key": value}`` with any other key: the
+harness writes them to a TOML file next to the cluster directory and passes ``--config``, as a
+user would.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import queue
 import shutil
 import time
@@ -28,40 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from nvpair_wm.clusterdir import cert_fingerprint, init_cluster
+from nvpair_wm.config import dumps
 from nvpair_wm.pins import CERT_FILE, KEY_FILE
 from tests.wm_process import WAIT, WmProcess
 
-LIMITS_ENV = "NVPAIR_WM_TEST_BROADCAST"
-LIMITS_BANNER = "test hook: BroadcastLimits overridden:"
 POLL_EVERY = 0.05  # pause between two manager:status polls (a poll interval, not a sync sleep)
-
-_SITECUSTOMIZE = f'''\
-"""Written by tests/cluster.py: test-only BroadcastLimits overrides for nvpair-wm processes."""
-import os
-
-_raw = os.environ.get({LIMITS_ENV!r})
-if _raw:
-    import functools
-    import json
-    import sys
-
-    from nvpair_wm import cli, node
-    from nvpair_wm.outbox import BroadcastLimits
-
-    _limits = BroadcastLimits(**json.loads(_raw))
-    cli.Config = functools.partial(node.Config, broadcast=_limits)
-    print({LIMITS_BANNER!r}, _raw, file=sys.stderr, flush=True)
-'''
-
-
-def limits_hook_dir(root: Path) -> Path:
-    """A directory holding the test-only ``sitecustomize`` (written once per root)."""
-    hook = root / "_limits_hook"
-    hook.mkdir(parents=True, exist_ok=True)
-    path = hook / "sitecustomize.py"
-    if not path.exists():
-        path.write_text(_SITECUSTOMIZE)
-    return hook
 
 
 class Node:
@@ -72,13 +40,19 @@ class Node:
         port: int = 0,
         *extra: str,
         broadcast: dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
         use_cluster_dir: bool = True,
     ) -> None:
         self.name = name
         self.cluster_dir = cluster_dir
         self.extra = extra
         self.requested_port = port
-        self.broadcast = broadcast
+        settings = {f"broadcast.{k}": v for k, v in (broadcast or {}).items()}
+        settings.update(config or {})
+        self.config_file: Path | None = None
+        if settings:
+            self.config_file = cluster_dir.parent / f"{name}.toml"
+            self.config_file.write_text(dumps(settings))
         self.use_cluster_dir = use_cluster_dir  # False: run without --cluster-dir
         self.proc: WmProcess | None = None
         self.port = 0
@@ -95,21 +69,14 @@ class Node:
         if self.use_cluster_dir:
             args += ["--cluster-dir", str(self.cluster_dir)]
         args += ["--port", str(self.port or self.requested_port), "--log-level", "debug"]
-        env: dict[str, str] = {}
-        if self.broadcast:
-            hook = limits_hook_dir(self.cluster_dir.parent)
-            env[LIMITS_ENV] = json.dumps(self.broadcast)
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p
-            )
+        if self.config_file is not None:
+            args += ["--config", str(self.config_file)]
         self.seen = []
-        self.proc = WmProcess(*args, *self.extra, env=env)
+        self.proc = WmProcess(*args, *self.extra)
         self.runs.append(self.proc)
 
     def await_ready(self) -> None:
         assert self.recv()["method"] == "ready"
-        if self.broadcast:
-            self.wm.wait_stderr(LIMITS_BANNER)
         self.port = self.status()["port"]
 
     def start(self) -> None:
@@ -293,11 +260,20 @@ class Node:
 
 
 class Cluster:
-    def __init__(self, root: Path, size: int, *, broadcast: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        size: int,
+        *,
+        broadcast: dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
         self.root = root
         names = [f"node-{chr(ord('a') + i)}" for i in range(size)]
         dirs = init_cluster(root, names)
-        self.nodes = {name: Node(name, dirs[name], broadcast=broadcast) for name in names}
+        self.nodes = {
+            name: Node(name, dirs[name], broadcast=broadcast, config=config) for name in names
+        }
 
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes.values())

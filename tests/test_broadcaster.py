@@ -9,6 +9,7 @@ their own event-loop threads. Waiting is for observable conditions, with a deadl
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import queue
 import shutil
@@ -131,11 +132,14 @@ class Node:
         name: str = "b",
         limits: BroadcastLimits = FAST,
         cluster_dir: Path | None = None,
+        protocols: tuple[str, ...] | None = None,
         **kw: Any,
     ) -> None:
         self.dir = cluster_dir or cluster.dirs[name]
         self.table = WorkloadTable()
         self.dispatcher = Dispatcher(self.table, status_result)
+        if protocols is not None:  # what a user sets as broadcast.protocols in --config
+            limits = dataclasses.replace(limits, protocols=protocols)
         self.bc = Broadcaster(
             Identity(self.dir), PinSet(self.dir / "trusted"), self.table.originated, limits, **kw
         )
@@ -185,18 +189,19 @@ def ids(frames: list[Any]) -> list[tuple[str, Any]]:
 
 
 @pytest.fixture(params=["h2", "http/1.1"])
-def alpn(request: pytest.FixtureRequest) -> tuple[bytes, ...]:
-    return (b"h2", b"http/1.1") if request.param == "h2" else (b"http/1.1",)
+def protocols(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """What the sender offers: both (the peer picks h2) or HTTP/1.1 only."""
+    return ("h2", "http/1.1") if request.param == "h2" else ("http/1.1",)
 
 
 # -- delivery -------------------------------------------------------------------------------------
 
 
 def test_local_events_reach_the_peer_once_with_fields_unchanged(
-    servers: Servers, tls_cluster: TLSCluster, alpn: tuple[bytes, ...]
+    servers: Servers, tls_cluster: TLSCluster, protocols: tuple[str, ...]
 ) -> None:
     a = servers.start(tls_cluster.dirs["a"])
-    b = Node(tls_cluster, alpn=alpn)
+    b = Node(tls_cluster, protocols=protocols)
 
     async def go() -> None:
         b.bc.update_nodes([record(tls_cluster, "a", a.port), record(tls_cluster, "b", 1)])
@@ -209,7 +214,7 @@ def test_local_events_reach_the_peer_once_with_fields_unchanged(
         assert await upserts(a.sink, 1) == [("1", 2, "running")]
         await eventually(lambda: b.peer().sent == 3, "the third response")
         st = b.peer()
-        assert st.nodeId == "a" and st.connected and st.protocol == alpn[0].decode()
+        assert st.nodeId == "a" and st.connected and st.protocol == protocols[0]
         assert st.sent == 3 and st.dropped == 0 and st.lastError is None
         await b.bc.close(1.0)
 
@@ -271,11 +276,11 @@ def test_a_new_peer_gets_a_snapshot_of_everything_we_originated(
 
 
 def test_restarted_peer_is_caught_up_without_new_events(
-    servers: Servers, tls_cluster: TLSCluster, alpn: tuple[bytes, ...]
+    servers: Servers, tls_cluster: TLSCluster, protocols: tuple[str, ...]
 ) -> None:
     a1 = servers.start(tls_cluster.dirs["a"])
     port = a1.port
-    b = Node(tls_cluster, alpn=alpn)
+    b = Node(tls_cluster, protocols=protocols)
 
     async def go() -> None:
         b.bc.update_nodes([record(tls_cluster, "a", port)])
@@ -471,7 +476,7 @@ def test_slow_peer_gets_coalesced_state(servers: Servers, tls_cluster: TLSCluste
     release = threading.Event()
     handler = Scripted(block=release)
     a = servers.start(tls_cluster.dirs["a"], handler=handler)
-    b = Node(tls_cluster, alpn=(b"http/1.1",))  # one request at a time
+    b = Node(tls_cluster, protocols=("http/1.1",))  # one request at a time
 
     async def go() -> None:
         b.bc.update_nodes([record(tls_cluster, "a", a.port)])
@@ -628,11 +633,11 @@ def test_h2_keepalive_finds_a_silent_peer(servers: Servers, tls_cluster: TLSClus
 
 
 def test_idle_close_by_the_server_is_followed_by_a_reconnect_and_a_resync(
-    servers: Servers, tls_cluster: TLSCluster, alpn: tuple[bytes, ...]
+    servers: Servers, tls_cluster: TLSCluster, protocols: tuple[str, ...]
 ) -> None:
     handler = Scripted()
     a = servers.start(tls_cluster.dirs["a"], handler=handler, idle_timeout=0.2)
-    b = Node(tls_cluster, alpn=alpn)
+    b = Node(tls_cluster, protocols=protocols)
     b.report(submitted("1"))
 
     async def go() -> None:

@@ -3,9 +3,13 @@ socket that the test listens on."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import queue
+import re
 import signal
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -235,11 +239,68 @@ def test_bad_flags_are_one_line_and_exit_2(args: list[str], needle: str) -> None
     assert len(lines) == 1 and needle in lines[0]
 
 
-def test_ipc_path_that_nobody_listens_on_fails_clearly(tmp_path: Path) -> None:
-    done = run_cli("--ipc", str(tmp_path / "missing.sock"), "--port", "0")
-    assert done.returncode != 0
-    assert "missing.sock" in done.stderr
-    assert "Traceback" not in done.stderr
+def _await_retry_after(wm: WmProcess, seconds: float) -> str:
+    """The daemon's debug line for a failed dial attempt made ``seconds`` or more after the
+    first one (the event that says "the broker is late by that much and it is still trying")."""
+    pattern = re.compile(r"broker not reachable at --ipc .* \(attempt (\d+), ([0-9.]+) s\)")
+    deadline = time.monotonic() + WAIT
+    seen = 0
+    while True:
+        log = wm.stderr_log
+        for line in log[seen:]:
+            m = pattern.search(line)
+            if m and float(m.group(2)) >= seconds:
+                return line
+        seen = len(log)
+        left = deadline - time.monotonic()
+        assert left > 0, "no retry logged:\n" + "\n".join(wm.stderr_log)
+        with contextlib.suppress(queue.Empty):
+            wm.stderr_lines.get(timeout=left)  # wakes on the next line
+
+
+def test_ipc_dial_waits_for_a_broker_that_listens_half_a_second_late(tmp_path: Path) -> None:
+    path = tmp_path / "broker.sock"
+    with WmProcess("--ipc", str(path), "--port", "0", "--log-level", "debug") as wm:
+        line = _await_retry_after(wm, 0.5)  # still dialing, with backoff, 0.5 s in
+        assert "No such file or directory" in line
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(path))
+            listener.listen(1)
+            listener.settimeout(WAIT)
+            conn, _ = listener.accept()
+            with conn:
+                conn.settimeout(WAIT)
+                reader = conn.makefile("rb")
+                assert json.loads(reader.readline())["method"] == "ready"
+                conn.sendall(b'{"jsonrpc":"2.0","method":"manager:status","id":1}\n')
+                assert json.loads(reader.readline())["id"] == 1
+                conn.shutdown(socket.SHUT_WR)
+                assert reader.readline() == b""
+        assert wm.wait() == 0
+    attempts = [ln for ln in wm.stderr_log if "broker not reachable" in ln]
+    assert len(attempts) >= 4  # 0, 0.05, 0.15, 0.35, 0.75 s: backoff doubling from 50 ms
+
+
+@pytest.mark.parametrize("kind", ["missing", "not listening"])
+def test_ipc_dial_gives_up_after_its_budget_in_one_line_exit_1(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "broker.sock"
+    config = tmp_path / "wm.toml"
+    config.write_text("[broker]\ndial_timeout = 0.4\ndial_backoff = 0.05\n")
+    with contextlib.ExitStack() as stack:
+        if kind == "not listening":  # the socket file is there, nobody accepts: ECONNREFUSED
+            sock = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+            sock.bind(str(path))
+        started = time.monotonic()
+        done = run_cli("--ipc", str(path), "--port", "0", "--config", str(config))
+        took = time.monotonic() - started
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    reason = "No such file or directory" if kind == "missing" else "Connection refused"
+    assert f"--ipc {path}" in lines[0] and re.search(r"\d+ attempts in 0\.\d s", lines[0])
+    assert reason in lines[0] and "dial_timeout 0.4 s" in lines[0], lines[0]
+    assert done.stdout == ""
+    assert 0.4 <= took < 5.0, took  # the budget, plus the interpreter's start
 
 
 def test_a_response_from_the_broker_is_logged_not_answered(wm: WmProcess) -> None:
@@ -257,9 +318,11 @@ def test_missing_params_is_invalid_params(wm: WmProcess) -> None:
 
 def test_every_documented_flag_is_accepted(tmp_path: Path) -> None:
     """Each flag of the README's table parses and the process starts (then stdin closes)."""
+    config = tmp_path / "wm.toml"
+    config.write_text("[broadcast]\nmax_in_flight = 4\n")
     done = run_cli(
         "--port", "0", "--bind", "127.0.0.1", "--broker-queue", "7",
-        "--cluster-dir", str(tmp_path), "--log-level", "warn",
+        "--cluster-dir", str(tmp_path), "--log-level", "warn", "--config", str(config),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[0])["method"] == "ready"

@@ -51,7 +51,6 @@ from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
 from nvpair_wm.peers import Peer, PeerDirectory, diff
 from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
 from nvpair_wm.sync import Originated
-from nvpair_wm.tls import ALPN_PROTOCOLS
 
 __all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster"]
 
@@ -368,14 +367,13 @@ class Broadcaster:
         limits: BroadcastLimits = BroadcastLimits(),  # noqa: B008 - frozen, shared on purpose
         *,
         rng: random.Random | None = None,
-        alpn: tuple[bytes, ...] = ALPN_PROTOCOLS,
     ) -> None:
         self.limits = limits
         self._identity = identity
         self._pins = pins
         self._originated = originated
         self._rng = rng or random.Random()
-        self._alpn = alpn  # tests narrow it to force HTTP/1.1
+        self._alpn = tuple(p.encode("ascii") for p in limits.protocols)
         self._directory = PeerDirectory(identity, pins)
         self._links: dict[str, _Link] = {}
         self._started = False

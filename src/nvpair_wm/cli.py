@@ -1,22 +1,40 @@
-"""Command line → :class:`~nvpair_wm.node.Config`; nothing else happens here."""
+"""Command line (+ ``--config FILE``) → :class:`~nvpair_wm.config.Config`, checked; then run.
+
+Flags override the file, the file overrides the defaults. A flag's ``dest`` is the dotted
+config key it sets, so every flag is applied the same way. Any value that cannot work (a bad
+flag, a bad file, an address that is not this host's, a directory that is not there) is one
+line on stderr and exit status 2, naming the flag (or the file and key) to fix.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
+import os
+import re
+import socket
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from nvpair_wm import __version__, allocator, logs
-from nvpair_wm.node import Config, Node
+from nvpair_wm import __version__, allocator, config, logs
+from nvpair_wm.config import Config, ConfigError
+from nvpair_wm.node import Node
+from nvpair_wm.pins import TRUSTED_DIR
+
+#: Longest Unix socket path (sun_path is 108 bytes on Linux, NUL included).
+_MAX_UNIX_PATH = 107
+_NUMERIC = re.compile(r"[0-9.]+|.*:.*")
 
 
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """A bad flag is one line on stderr and exit status 2 (no usage dump)."""
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        one_line = " ".join(message.split())
+        self.exit(2, f"{self.prog}: error: {one_line} (see --help)\n")
 
 
 def int_in(lo: int, hi: int | None = None, what: str = "a whole number") -> Callable[[str], int]:
@@ -41,10 +59,17 @@ def parser() -> argparse.ArgumentParser:
         description="Relays and deduplicates inference-workload lifecycle events between this "
         "node's broker (stdio or --ipc) and the cluster's other nodes (mutual-TLS HTTP).",
     )
+    # Every flag but --config/--print-config has dest = the config key it sets, default None
+    # (not given): see main().
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="TOML file setting any limit or tunable (README: Configuration); flags override it",
+    )
     p.add_argument(
         "--port",
         type=int_in(0, 65535, "a port number"),
-        default=14320,
         metavar="N",
         help="inter-node port to listen on and advertise (default 14320; 0 picks a "
         "free port, reported in the log and in manager:status)",
@@ -52,7 +77,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ipc",
         metavar="PATH",
-        help="broker endpoint to dial: a Unix socket (or a Windows named pipe) instead of stdio",
+        help="broker endpoint to dial: a Unix socket (or a Windows named pipe) instead of "
+        "stdio; dialing is retried for broker.dial_timeout (10 s)",
     )
     p.add_argument(
         "--cluster-dir",
@@ -68,8 +94,8 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--broker-queue",
+        dest="broker.queue_frames",
         type=int_in(1),
-        default=10_000,
         metavar="N",
         help="frames that may wait for the broker before peers get 503 and the broker's own "
         "input is paused (default 10000)",
@@ -77,26 +103,137 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--log-level",
         choices=list(logs.LEVELS),
-        default="info",
         help="error, warn, info (default) or debug; logs go to stderr",
+    )
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the configuration these flags and --config give, as TOML, and exit",
     )
     p.add_argument("--version", action="version", version=f"nvpair-wm {__version__}")
     return p
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    logs.configure(args.log_level)
-    allocator.pin_mmap_threshold()
-    config = Config(
-        port=args.port,
-        ipc=args.ipc,
-        cluster_dir=args.cluster_dir,
-        host=args.bind,
-        broker_queue=args.broker_queue,
-    )
+# -- checks of values that parse but cannot work ------------------------------------------------
+
+
+def bind_problem(addr: str) -> str | None:
+    """Why ``addr`` cannot be listened on (not an address, or not one of this host's), or None."""
     try:
-        code = asyncio.run(Node(config).run())
+        ipaddress.ip_address(addr)
+    except ValueError:
+        if _NUMERIC.fullmatch(addr):
+            return "not a valid IPv4 or IPv6 address"
+    try:
+        infos = socket.getaddrinfo(addr, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"not an address or a host name this host resolves ({exc.args[-1]})"
+    problem = "no address"
+    for family, kind, proto, _, sockaddr in infos:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.bind(sockaddr)  # port 0: checks the address, takes no port
+            return None
+        except OSError as exc:
+            problem = exc.strerror or str(exc)
+    return f"not an address of this host ({problem})"
+
+
+def cluster_dir_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a cluster directory, or None. A missing identity inside an
+    existing directory is not a problem here (the node warns and runs without one)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "no such directory (create one with nvpair-wm-cluster init)"
+    except OSError as exc:
+        return f"cannot stat it: {exc.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a directory"
+    for where in (path, path / TRUSTED_DIR):
+        try:
+            with os.scandir(where):
+                pass
+        except FileNotFoundError:
+            continue  # no trusted/ yet: nothing pinned (as designed)
+        except NotADirectoryError:
+            return f"{where} is not a directory"
+        except OSError as exc:
+            return f"cannot read {where}: {exc.strerror}"
+    return None
+
+
+def ipc_problem(path: str) -> str | None:
+    """Why ``path`` can never be a broker socket to dial, or None."""
+    if sys.platform == "win32":  # pragma: no cover - named pipes have no directory
+        return None
+    if len(os.fsencode(path)) > _MAX_UNIX_PATH:
+        return f"longer than a Unix socket path may be ({_MAX_UNIX_PATH} bytes)"
+    parent = Path(path).parent
+    if not parent.is_dir():
+        return f"directory {parent} does not exist"
+    if Path(path).is_dir():
+        return "is a directory, not a socket"
+    return None
+
+
+def _problems(cfg: Config) -> list[tuple[str, str]]:
+    """(config key, what is wrong) for each value that parsed but cannot work."""
+    out: list[tuple[str, str]] = []
+    if cfg.bind is not None and (why := bind_problem(cfg.bind)):
+        out.append(("bind", why))
+    if cfg.cluster_dir is not None and (why := cluster_dir_problem(cfg.cluster_dir)):
+        out.append(("cluster_dir", why))
+    if cfg.ipc is not None and (why := ipc_problem(cfg.ipc)):
+        out.append(("ipc", why))
+    return out
+
+
+# -- main -----------------------------------------------------------------------------------------
+
+
+def configure(p: argparse.ArgumentParser, argv: list[str] | None) -> tuple[Config, bool]:
+    """Flags over ``--config`` over defaults; exits 2 with one line naming what to fix."""
+    args = p.parse_args(argv)
+    flags = {a.dest: a.option_strings[0] for a in p._actions if a.option_strings}
+    names = config.key_names()
+    given = {k: v for k, v in vars(args).items() if k in names and v is not None}
+
+    def where(key: str) -> str:
+        if key in given:
+            return f"{flags[key]} {given[key]}"
+        return f"--config {args.config}: {key}"
+
+    cfg = Config()
+    if args.config is not None:
+        try:
+            cfg = config.load(args.config)
+        except ConfigError as exc:
+            p.error(f"--config {args.config}: {exc}")
+    try:
+        cfg = config.replace(cfg, given)
+    except ConfigError as exc:
+        p.error(
+            f"{where(exc.key)}: {exc.reason}"
+            if exc.key in given
+            else f"--config {args.config}: {exc}"
+            if args.config is not None
+            else str(exc)
+        )
+    for key, why in _problems(cfg):
+        p.error(f"{where(key)}: {why}")
+    return cfg, bool(args.print_config)
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg, print_only = configure(parser(), argv)
+    if print_only:
+        sys.stdout.write(config.dumps(cfg))
+        sys.exit(0)
+    logs.configure(cfg.log_level)
+    allocator.pin_mmap_threshold()
+    try:
+        code = asyncio.run(Node(cfg).run())
     except KeyboardInterrupt:  # pragma: no cover - SIGINT is handled inside run()
         code = 130
     sys.exit(code)

@@ -76,11 +76,12 @@ class TableLimits:
     """TTLs in seconds: an entry is kept at least its TTL after its last event and forgotten at
     most twice its TTL (plus two ``expire`` intervals) after it. Caps are hard limits."""
 
-    terminal_ttl: float = 600.0
-    live_ttl: float = 86_400.0
-    tombstone_ttl: float = 600.0
-    max_workloads: int = 200_000
+    terminal_ttl: float = 600.0  # completed, failed and cancelled workloads
+    live_ttl: float = 86_400.0  # queued and running workloads
+    tombstone_ttl: float = 600.0  # removals (a late event must not bring a workload back)
+    max_workloads: int = 200_000  # terminal ones are evicted first, then live ones
     max_tombstones: int = 100_000
+    expire_interval: float = 1.0  # how often the node runs expire() (the daemon's timer)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,9 @@ import os
 import stat
 import sys
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final, Protocol
 
 from nvpair_wm_schema.node_record_schema import NodeRecord
@@ -32,6 +34,43 @@ log = logging.getLogger(__name__)
 
 READ_CHUNK: Final = 64 * 1024
 DEFAULT_QUEUE_FRAMES: Final = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerLimits:
+    """The broker channel's bounds (counts, seconds)."""
+
+    queue_frames: int = DEFAULT_QUEUE_FRAMES  # frames waiting for the broker; then peers get 503
+    dial_timeout: float = 10.0  # --ipc: keep dialing this long for the broker to listen
+    dial_backoff: float = 0.05  # --ipc: first pause between two attempts (then doubled)
+    dial_backoff_max: float = 1.0  # --ipc: longest pause between two attempts
+
+
+class DialSchedule:
+    """When to try again to reach the broker's socket: exponential backoff within a budget.
+
+    Sans-IO: the caller reports each failure with ``now`` and gets the pause before the next
+    attempt, or None when the budget (counted from the first attempt) is spent.
+    """
+
+    def __init__(self, limits: BrokerLimits, start: float) -> None:
+        self.limits = limits
+        self.start = start
+        self.attempts = 0
+
+    def failed(self, now: float) -> float | None:
+        """Count a failed attempt at ``now``; the pause before the next one, or None."""
+        self.attempts += 1
+        lim = self.limits
+        left = self.start + lim.dial_timeout - now
+        if left <= 0:
+            return None
+        pause = min(lim.dial_backoff_max, lim.dial_backoff * 2.0 ** min(self.attempts - 1, 60))
+        return min(pause, left)
+
+
+class DialFailed(OSError):
+    """The broker's endpoint could not be reached within the dial budget."""
 
 
 class BrokerQueue:
@@ -223,6 +262,34 @@ async def open_ipc(path: str) -> tuple[asyncio.StreamReader, Writer]:
         transport, _ = await loop.create_pipe_connection(lambda: proto, path)  # type: ignore[attr-defined]
         return reader, asyncio.StreamWriter(transport, proto, reader, loop)
     return await asyncio.open_unix_connection(path, limit=2**31 - 1)
+
+
+async def dial_ipc(path: str, limits: BrokerLimits) -> tuple[asyncio.StreamReader, Writer]:
+    """Dial ``--ipc PATH``, trying again with backoff while it is not there or not listening
+    (a broker may start us before it listens). Raises :class:`DialFailed` saying what was tried.
+    """
+    schedule = DialSchedule(limits, time.monotonic())
+    while True:
+        try:
+            return await open_ipc(path)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            pause = schedule.failed(time.monotonic())
+            if pause is None:
+                raise DialFailed(
+                    f"{schedule.attempts} attempts in {time.monotonic() - schedule.start:.1f} s "
+                    f"(dial_timeout {limits.dial_timeout:g} s, backoff {limits.dial_backoff:g} s "
+                    f"doubling to {limits.dial_backoff_max:g} s), last: {reason}"
+                ) from exc
+            log.debug(
+                "broker not reachable at --ipc %s yet (attempt %d, %.2f s): %s; again in %.2f s",
+                path,
+                schedule.attempts,
+                time.monotonic() - schedule.start,
+                reason,
+                pause,
+            )
+            await asyncio.sleep(pause)
 
 
 async def close_writer(writer: Writer) -> None:

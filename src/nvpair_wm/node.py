@@ -13,42 +13,25 @@ import contextlib
 import logging
 import signal
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from nvpair_wm_schema.manager_status_schema import PeerStatus, StatusResult
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
 from nvpair_wm import __version__, codec
-from nvpair_wm.broadcaster import Broadcaster, BroadcastLimits
-from nvpair_wm.dedup import TableLimits, WorkloadTable
+from nvpair_wm.broadcaster import Broadcaster
+from nvpair_wm.config import Config
+from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.endpoint import EventsEndpoint
-from nvpair_wm.http.core import Limits
 from nvpair_wm.http.server import InterNodeServer
-from nvpair_wm.journal import Journal, JournalLimits, open_journal, reload_table
-from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, open_ipc, open_stdio
+from nvpair_wm.journal import Journal, open_journal, reload_table
+from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
 
+__all__ = ["Config", "Node"]
+
 log = logging.getLogger(__name__)
-
-EXPIRE_EVERY = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    port: int = 14320
-    ipc: str | None = None
-    cluster_dir: Path | None = None
-    host: str | None = None  # None: every interface, IPv4 and IPv6
-    max_frame: int = codec.MAX_FRAME_BYTES
-    broker_queue: int = 10_000
-    shutdown_grace: float = 5.0
-    table: TableLimits = field(default_factory=TableLimits)
-    http: Limits = field(default_factory=Limits)
-    broadcast: BroadcastLimits = field(default_factory=BroadcastLimits)
-    journal: JournalLimits = field(default_factory=JournalLimits)
 
 
 class _NoIdentity:
@@ -70,7 +53,7 @@ class Node:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.table = WorkloadTable(config.table)
-        self.queue = BrokerQueue(config.broker_queue)
+        self.queue = BrokerQueue(config.broker.queue_frames)
         self.dispatcher = Dispatcher(self.table, self._status)
         cluster = config.cluster_dir
         # What this node originated before a restart, back in the table before any peer
@@ -82,9 +65,11 @@ class Node:
             skipped = reload_table(self.table, records, time.monotonic(), time.time())
             log.info("journal: reloaded %d records (%d skipped)", len(records) - skipped, skipped)
         self.identity: Identity | _NoIdentity = Identity(cluster) if cluster else _NoIdentity()
-        self.pins: PinSet | _NoPins = PinSet(cluster / "trusted") if cluster else _NoPins()
+        self.pins: PinSet | _NoPins = (
+            PinSet(cluster / "trusted", config.pins) if cluster else _NoPins()
+        )
         endpoint = EventsEndpoint(self.dispatcher, self.pins, self.queue, max_body=config.max_frame)
-        hosts = [config.host] if config.host else None
+        hosts = [config.bind] if config.bind else None
         self.server = InterNodeServer(
             endpoint, self.identity, port=config.port, hosts=hosts, limits=config.http
         )
@@ -131,7 +116,8 @@ class Node:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._on_signal, sig)
         try:
-            reader, writer = await (open_ipc(self.config.ipc) if self.config.ipc else open_stdio())
+            ipc = self.config.ipc
+            reader, writer = await (dial_ipc(ipc, self.config.broker) if ipc else open_stdio())
         except OSError as exc:
             where = f"--ipc {self.config.ipc}" if self.config.ipc else "stdio"
             log.error("cannot open the broker channel (%s): %s", where, exc.strerror or exc)
@@ -148,7 +134,10 @@ class Node:
         try:
             await self.start()
         except OSError as exc:
-            log.error("cannot listen on port %d: %s", self.config.port, exc.strerror or exc)
+            where = self.config.bind or "every interface"
+            log.error(
+                "cannot listen on %s port %d: %s", where, self.config.port, exc.strerror or exc
+            )
             await close_writer(writer)
             return 1
         self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=ReadyParams(__version__)))])
@@ -194,14 +183,14 @@ class Node:
 
     async def _expire_forever(self) -> None:
         while True:
-            await asyncio.sleep(EXPIRE_EVERY)
+            await asyncio.sleep(self.config.table.expire_interval)
             self.table.expire(time.monotonic())
 
     async def _journal_forever(self, journal: Journal) -> None:
         """The journal's group commit and compaction (journal.py says why on the loop)."""
         interval = self.config.journal.fsync_interval
         while True:
-            await asyncio.sleep(interval if interval > 0 else EXPIRE_EVERY)
+            await asyncio.sleep(interval if interval > 0 else self.config.table.expire_interval)
             journal.sync()
             wall = time.time()
             job = journal.begin_compaction(wall) if journal.compaction_due(wall) else None

@@ -91,6 +91,7 @@ class BroadcastLimits:
     tcp_keepalive: float = 15.0  # TCP keepalive idle time (then probes every 5 s, 3 probes)
     reconcile_interval: float = 1.0  # re-check pins and identity at least this often
     max_response_bytes: int = MIB  # a bigger response body ends the connection
+    protocols: tuple[str, ...] = ("h2", "http/1.1")  # ALPN offered to peers, preferred first
 
 
 class Backoff:

@@ -48,6 +48,7 @@ __all__ = [
     "Identity",
     "NodeIdentity",
     "OpenSSLPrivateKey",
+    "PinLimits",
     "PinSet",
     "fingerprint_der",
     "load_certificates",
@@ -62,6 +63,14 @@ TRUSTED_DIR = "trusted"
 #: Files in trusted/ larger than this are skipped: a pin file is a few certificates,
 #: and a stray large file must not make every change of trusted/ expensive.
 MAX_PIN_FILE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class PinLimits:
+    """Bounds of reading ``trusted/`` (bytes)."""
+
+    max_file_bytes: int = MAX_PIN_FILE_BYTES  # a bigger file in trusted/ is skipped
+
 
 _PEM_CERT_RE = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
 
@@ -141,8 +150,9 @@ class PinSet:
     the cache is swapped as one tuple, so the worst case is a redundant re-read.
     """
 
-    def __init__(self, trusted_dir: Path | str) -> None:
+    def __init__(self, trusted_dir: Path | str, limits: PinLimits | None = None) -> None:
         self.trusted_dir = Path(trusted_dir)
+        self.limits = limits or PinLimits()
         self._cache: tuple[object, frozenset[str]] | None = None
 
     def _scan(self) -> tuple[object, list[tuple[str, _FileSig]], str | None]:
@@ -172,18 +182,19 @@ class PinSet:
 
     def _load(self, files: list[tuple[str, _FileSig]]) -> frozenset[str]:
         pins: set[str] = set()
+        cap = self.limits.max_file_bytes
         for name, fsig in files:
             path = self.trusted_dir / name
-            if fsig[2] > MAX_PIN_FILE_BYTES:
+            if fsig[2] > cap:
                 _log.debug("pins: skipping %s: %d bytes is too large", path, fsig[2])
                 continue
             try:
                 with open(path, "rb") as f:
-                    data = f.read(MAX_PIN_FILE_BYTES + 1)  # it may have grown since stat()
+                    data = f.read(cap + 1)  # it may have grown since stat()
             except OSError as exc:
                 _log.debug("pins: skipping unreadable %s: %s", path, exc.strerror)
                 continue
-            if len(data) > MAX_PIN_FILE_BYTES:
+            if len(data) > cap:
                 _log.debug("pins: skipping %s: it grew too large", path)
                 continue
             certs, problems = _parse_certificates(data)

@@ -40,9 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
-from nvpair_wm import cli
 from nvpair_wm.clusterdir import init_cluster
-from tests.cluster import LIMITS_BANNER, LIMITS_ENV, limits_hook_dir
+from nvpair_wm.config import dumps
 from tests.soak.checker import Checker, Report, check
 from tests.soak.history import Recorder, read_history
 from tests.soak.network import (
@@ -62,20 +61,21 @@ READY_TIMEOUT: Final = 30.0  # a process start → its ``ready`` (two busy cores
 FENCE_TIMEOUT: Final = 10.0  # a manager:status answer at the end
 EXIT_TIMEOUT: Final = 10.0  # stdin closed → the process exits
 RSS_EVERY: Final = 1.0  # seconds between RSS samples
-# The link limits of the soak, short so that faults are noticed and repaired within seconds.
+# The link limits of the soak (``--config`` keys), short so that faults are noticed and
+# repaired within seconds.
 SOAK_LIMITS: Final[dict[str, Any]] = {
-    "connect_timeout": 2.0,
-    "handshake_timeout": 2.0,
-    "response_timeout": 3.0,
-    "retry_base": 0.05,
-    "retry_max_delay": 1.0,
-    "retry_max_attempts": 4,
-    "retry_max_age": 5.0,
-    "min_reconnect_interval": 0.2,
-    "keepalive_interval": 2.0,
-    "keepalive_timeout": 2.0,
-    "tcp_keepalive": 2.0,
-    "reconcile_interval": 0.5,
+    "broadcast.connect_timeout": 2.0,
+    "broadcast.handshake_timeout": 2.0,
+    "broadcast.response_timeout": 3.0,
+    "broadcast.retry_base": 0.05,
+    "broadcast.retry_max_delay": 1.0,
+    "broadcast.retry_max_attempts": 4,
+    "broadcast.retry_max_age": 5.0,
+    "broadcast.min_reconnect_interval": 0.2,
+    "broadcast.keepalive_interval": 2.0,
+    "broadcast.keepalive_timeout": 2.0,
+    "broadcast.tcp_keepalive": 2.0,
+    "broadcast.reconcile_interval": 0.5,
 }
 
 
@@ -89,12 +89,12 @@ class Options:
     net: str = "auto"  # auto | netns | loopback
     kinds: tuple[str, ...] = tuple(KINDS)
     queue_frames: int = 64  # per-peer queue bound (frames), small so that overflow happens
-    broker_queue: int = 200  # --broker-queue, small so that a deaf broker makes peers see 503
+    broker_queue: int = 200  # broker.queue_frames, small: a deaf broker makes peers see 503
     resend: Resend = "unacked"
     max_live: int = 150
     workdir: Path = Path("/tmp")
     log: Callable[[str], None] = print
-    extra_limits: dict[str, Any] = field(default_factory=dict)
+    extra_limits: dict[str, Any] = field(default_factory=dict)  # more --config keys
 
 
 def names_for(n: int) -> list[str]:
@@ -130,40 +130,16 @@ def _free_port() -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def daemon_has_config_flag() -> bool:
-    return "--config" in cli.parser().format_help()
-
-
 class Limits:
-    """How the soak's limits reach the processes: ``--config FILE`` when the daemon has it,
-    else the test suite's BroadcastLimits hook (tests/cluster.py) until it does."""
+    """The soak's limits, in a TOML file every node gets with ``--config``, as a user sets them
+    (``nvpair_wm.config``; ``nvpair-wm --config FILE --print-config`` shows the result)."""
 
-    def __init__(self, run_dir: Path, broadcast: dict[str, Any]) -> None:
-        self.broadcast = broadcast
-        self.args: list[str] = []
-        self.env: dict[str, str] = {}
-        self.banner: str | None = None
-        if daemon_has_config_flag():
-            path = run_dir / "soak-config.toml"
-            path.write_text(_toml(broadcast))
-            self.args = ["--config", str(path)]
-            self.how = f"--config {path}"
-        else:
-            hook = limits_hook_dir(run_dir)
-            self.env = {
-                LIMITS_ENV: json.dumps(broadcast),
-                "PYTHONPATH": os.pathsep.join(
-                    p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p
-                ),
-            }
-            self.banner = LIMITS_BANNER
-            self.how = "the tests/cluster.py BroadcastLimits hook (no --config in this daemon)"
-
-
-def _toml(broadcast: dict[str, Any]) -> str:
-    lines = ["# written by the soak (tests/soak/runner.py)", "[broadcast]"]
-    lines += [f"{k} = {json.dumps(v)}" for k, v in broadcast.items()]
-    return "\n".join(lines) + "\n"
+    def __init__(self, run_dir: Path, settings: dict[str, Any]) -> None:
+        self.settings = settings
+        self.path = run_dir / "soak-config.toml"
+        self.path.write_text("# written by the soak (tests/soak/runner.py)\n" + dumps(settings))
+        self.args = ["--config", str(self.path)]
+        self.how = f"--config {self.path}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,8 +196,7 @@ class SoakNode:
             args = [
                 *self.net.prefix(self.name), sys.executable, "-m", "nvpair_wm",
                 "--cluster-dir", str(self.cluster_dir), "--bind", host, "--port", str(port),
-                "--broker-queue", str(self.opts.broker_queue), "--log-level", "info",
-                *self.limits.args,
+                "--log-level", "info", *self.limits.args,
             ]  # fmt: skip
             if self._log is None:
                 self._log = self.log_path.open("ab")
@@ -233,7 +208,6 @@ class SoakNode:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=self._log,
-                env={**os.environ, **self.limits.env},
             )
             proc = self.proc
             self.rec.add("spawn", self.name, inc, {"pid": proc.pid})
@@ -244,21 +218,12 @@ class SoakNode:
         if not self._ready.wait(READY_TIMEOUT):
             raise SoakError(f"{self.name} process #{inc}: no ready within {READY_TIMEOUT}s; "
                             f"log:\n{self.log_tail()}")  # fmt: skip
-        if self.limits.banner is not None:
-            self._wait_log(self.limits.banner)
         with self.lock:
             self.up = True
             self.announce(self)
             if inc > 1:
                 for frame in self.model.resend(self.opts.resend):
                     self.send(frame)
-
-    def _wait_log(self, needle: str) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT
-        while needle not in self.log_path.read_text(errors="replace"):
-            if time.monotonic() > deadline:
-                raise SoakError(f"{self.name}: {needle!r} not logged; log:\n{self.log_tail()}")
-            time.sleep(0.05)
 
     def log_tail(self, lines: int = 20) -> str:
         with contextlib.suppress(OSError):
@@ -445,9 +410,14 @@ class Soak:
         schedule = draw(opts.seed, self.names, opts.seconds, kinds=kinds,
                         queue_frames=opts.queue_frames)  # fmt: skip
         limits = Limits(
-            self.run_dir, {**SOAK_LIMITS, "max_queue_frames": opts.queue_frames,
-                           **opts.extra_limits},
-        )  # fmt: skip
+            self.run_dir,
+            {
+                **SOAK_LIMITS,
+                "broadcast.max_queue_frames": opts.queue_frames,
+                "broker.queue_frames": opts.broker_queue,
+                **opts.extra_limits,
+            },
+        )
         self.limits = limits
         root = random.Random(opts.seed)
         for name in self.names:
@@ -461,7 +431,7 @@ class Soak:
         self.rec.add("start", data={
             "seed": opts.seed, "nodes": self.names, "bound": opts.bound,
             "seconds": opts.seconds, "rate": opts.rate, "network": self.network.kind,
-            "limits": limits.broadcast, "limits_via": limits.how,
+            "limits": limits.settings, "limits_via": limits.how,
             "schedule": [f.describe() for f in schedule],
         })  # fmt: skip
         return schedule
