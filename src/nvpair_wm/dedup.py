@@ -102,7 +102,9 @@ _Value = int | Outbound | tuple[int, Outbound]
 # runId is never empty): a str for one run, a list for several (ids restart at 1 in every run, so
 # one id is removed in many runs), a tuple if local (what ``originated`` replays).
 _Tomb = str | list[str] | tuple[str, ...]
-MAX_TOMB_RUNS: Final = 32  # runs one tombstone remembers; past it the oldest are forgotten
+MAX_TOMB_RUNS: Final = (
+    64  # runs one tombstone remembers; past it the earliest-removed are forgotten
+)
 
 
 def _tomb_runs(tomb: _Tomb) -> Sequence[str]:

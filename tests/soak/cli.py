@@ -166,6 +166,13 @@ def _run_seeds(
             for name, st in out.statuses.items()
         }
         print(f"frames dropped by full peer queues (from manager:status): {dropped}")
+        logged = {
+            log.stem: sum(
+                " ERROR " in line for line in log.read_text(errors="replace").splitlines()
+            )
+            for log in sorted(out.run_dir.glob("node-*.log"))
+        }
+        print(f"ERROR lines in the nodes' logs (reported, not judged): {logged}")
         bad_exit = {n: c for n, c in out.exit_codes.items() if c != 0}
         if bad_exit:
             print(f"NODES DID NOT EXIT 0 on EOF: {bad_exit}")
@@ -173,6 +180,7 @@ def _run_seeds(
         if args.json is not None:
             with args.json.open("a") as f:
                 row = {**out.report.as_dict(), "network": out.network, "dropped": dropped,
+                       "error_lines": logged,
                        "exit_codes": out.exit_codes, "ok": not failed}  # fmt: skip
                 f.write(json.dumps(row) + "\n")
         if failed:

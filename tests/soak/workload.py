@@ -5,8 +5,11 @@ reports their lifecycle as JSON-RPC *requests* (so each report is acknowledged b
 response), at a seeded random pace:
 
 * submit a workload (``queued``, seq 1); ids count from 1 per run and restart at 1 when the
-  broker's proxy "restarts" (a new ``runId`` every few dozen workloads), as the contract says
-  real engine facades do, so the same id recurs across runs;
+  broker's proxy "restarts" (a new ``runId`` every 150 to 400 workloads, about once a minute),
+  as the contract says real engine facades do, so the same id recurs across runs (a tombstone
+  remembers the last ``MAX_TOMB_RUNS`` = 64 runs of an id: a proxy restarting faster than that
+  within a tombstone's TTL is out of the contract's reach, and the soak's first version, with a
+  new run every few seconds, showed it);
 * start a queued one on a node (``running``, ``scheduledOn``);
 * requeue a running one (``workload:submitted`` again, ``queued``) and start it again, half the
   time on a node it already ran on: events that revisit a placement;
@@ -58,7 +61,7 @@ class BrokerModel:
         rng: random.Random,
         *,
         max_live: int = 150,
-        run_length: tuple[int, int] = (20, 60),
+        run_length: tuple[int, int] = (150, 400),
     ) -> None:
         self.origin = origin
         self.nodes = list(nodes)
