@@ -64,7 +64,7 @@ class Recorder:
     def __init__(self, path: Path, t0: float | None = None) -> None:
         self.path = path
         self.t0 = time.monotonic() if t0 is None else t0
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()  # held while a record is written and its listeners run
         self._file: IO[str] = path.open("w", encoding="utf-8")
         self._listeners: list[Any] = []
         self.count = 0
@@ -78,7 +78,7 @@ class Recorder:
 
     def add(self, kind: Kind, node: str = "", inc: int = 0, data: Mapping[str, Any] | None = None,
             ) -> Record:  # fmt: skip
-        with self._lock:
+        with self.lock:
             # The timestamp is taken under the lock, so file order is time order.
             rec = Record(self.now(), kind, node, inc, data or {})
             self._file.write(rec.to_json() + "\n")
@@ -88,6 +88,6 @@ class Recorder:
             return rec
 
     def close(self) -> None:
-        with self._lock:
+        with self.lock:
             if not self._file.closed:
                 self._file.close()

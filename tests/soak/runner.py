@@ -9,7 +9,10 @@ Timeline of a run of ``seconds``:
 2. until ``seconds``: every broker reports ``rate`` events per second (:mod:`tests.soak.workload`)
    while the fault schedule (:mod:`tests.soak.schedule`) is applied, each fault recorded as it
    begins and ends; a node that is down reports nothing, and after a restart its broker waits
-   for ``ready``, re-announces the nodes and re-reports what was never acknowledged;
+   for ``ready``, re-announces the nodes and re-reports what was never acknowledged (or,
+   with ``resend="live"``, the newest state of everything it holds). One thread applies the
+   schedule in order, so a slow restart makes the actions after it late: the history records
+   when each really happened;
 3. when the last fault has healed (the schedule ends by ``seconds``), the brokers stop
    reporting (``quiesce``); the run waits up to ``bound`` seconds for every broker's view to
    equal the truth (the live :class:`~tests.soak.checker.Checker` says when), asks each node for
@@ -633,7 +636,7 @@ class Soak:
 
     @contextlib.contextmanager
     def rec_lock(self) -> Iterator[None]:
-        with self.rec._lock:
+        with self.rec.lock:
             yield
 
     def close(self) -> None:
