@@ -177,7 +177,7 @@ def run(ctx: Context) -> BenchResult:
         )
 
         # Compaction and start with N workloads written as 3N appended records.
-        workloads = ctx.size(50_000, 10_000)
+        workloads = ctx.size(20_000, 5_000)
         compact_ms: list[float] = []
         start_ms: list[float] = []
         records = 0

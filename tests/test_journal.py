@@ -7,14 +7,18 @@ records are what the daemon writes. Time is injected (wall and monotonic), nothi
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.dedup import Removal, TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, outbound_event, outbound_removal
 from nvpair_wm.events import Outbound, lifecycle_frame
@@ -31,10 +35,13 @@ from nvpair_wm.journal import (
     decode_log,
     encode_log,
     encode_record,
+    fsync_and_close,
     open_journal,
     record_of,
     reload_table,
+    scan_log,
 )
+from nvpair_wm.node import Config, Node
 from tests.frames import LIFECYCLE, event_frame, info, line, remove_frame, workload
 
 LIMITS = TableLimits(
@@ -94,6 +101,23 @@ class TestCodec:
         assert decoded[0].wid == "ü-1 ✓" and decoded[0].body.startswith(b'{"method"')
         assert decoded[1].kind == REMOVAL and decoded[1].run == "run-x"
         assert decoded[2].run == ""  # a removal of every run
+
+    def test_scan_sees_the_same_records_as_decode(self) -> None:
+        """A compaction reads spans (keys undecoded, where each record lies); a start reads
+        records. Both must see the same log, and the same damage."""
+        records = [
+            ev_record(wid="ü-1", state="completed"),
+            record_of(outbound_removal(Removal("node-a", "7", None)), T0 + 1),
+        ]
+        data = encode_log(records) + b"\x01\x02"
+        spans, damage = scan_log(data)
+        assert (damage, [len(spans)]) == (decode_log(data)[1], [2])
+        for span, rec in zip(spans, records, strict=True):
+            assert data[span.start : span.end] == encode_record(rec)
+            assert (span.kind, span.at) == (rec.kind, rec.at)
+            assert (span.origin, span.wid, span.run) == tuple(
+                x.encode() for x in (rec.origin, rec.wid, rec.run)
+            )
 
     def test_empty_file_is_empty_journal(self) -> None:
         assert decode_log(b"") == ([], None)
@@ -507,3 +531,56 @@ def test_a_compaction_that_cannot_write_leaves_the_log_as_it_was(tmp_path: Path)
     journal.append(outbounds(disp, event_frame("workload:submitted", workload(id="2"))), T0)
     assert journal.compaction_due(T0 + 1000)
     journal.close()
+
+
+def test_node_journals_what_it_publishes_and_compacts_on_its_timer(tmp_path: Path) -> None:
+    """The wiring in node.py: ``publish`` journals; the timer task syncs and compacts (in a
+    worker thread) once the appends outnumber what was kept; a new Node reloads the newest."""
+    cdir = init_cluster(tmp_path / "cluster", ["node-a"])["node-a"]
+    limits = JournalLimits(fsync_interval=0.01, compact_min_records=10)
+    config = Config(cluster_dir=cdir, journal=limits)
+    path = cdir / JOURNAL_FILE
+
+    async def run() -> None:
+        node = Node(config)
+        journal = node.journal
+        assert journal is not None
+        for seq in range(1, 31):
+            frame = event_frame("workload:started", workload(id="1", seq=seq))
+            node.publish(node.dispatcher.local(line(frame)).outbound)
+        assert len(decode_log(path.read_bytes())[0]) == 30  # written at once
+        task = asyncio.create_task(node._journal_forever(journal))
+        try:
+            # No event announces a compaction: poll the file, bounded.
+            deadline = time.monotonic() + 10
+            while len(decode_log(path.read_bytes())[0]) != 1:
+                assert time.monotonic() < deadline, "not compacted"
+                await asyncio.sleep(0.01)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        journal.close()
+
+    asyncio.run(run())
+    node = Node(config)
+    assert node.journal is not None
+    events, removals = node.table.originated()
+    assert [b'"seq":30' in e.body for e in events] == [True] and removals == []
+    node.journal.close()
+
+
+def test_group_commit_off_the_loop_syncs_a_duplicate(tmp_path: Path) -> None:
+    """The node fsyncs a duplicate descriptor in a worker thread: only when something was
+    written, and closing the journal meanwhile does not matter."""
+    journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+    assert journal is not None
+    assert journal.sync_descriptor() is None  # nothing written yet
+    disp = dispatcher(WorkloadTable(LIMITS))
+    journal.append(outbounds(disp, event_frame("workload:submitted")), T0)
+    fd = journal.sync_descriptor()
+    assert fd is not None and journal.sync_descriptor() is None  # one commit per write burst
+    journal.close()
+    assert fsync_and_close(fd) is None
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        os.fstat(fd)  # closed by it

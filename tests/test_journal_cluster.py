@@ -12,9 +12,11 @@ channel); where only status tells (B refusing A), the status is polled with a de
 
 from __future__ import annotations
 
+import random
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,3 +156,100 @@ def test_origin_killed_while_its_peer_is_stopped_loses_nothing(
     finally:
         b.signal(signal.SIGCONT)
     check_b(b, newest)
+
+
+@pytest.mark.parametrize("damage", ["truncated tail", "garbage in the middle"])
+def test_damaged_journal_is_reported_and_the_node_starts(
+    make_cluster: Callable[..., Cluster], damage: str
+) -> None:
+    """A torn or corrupt journal: one warning line, the file moved aside, the node starts (no
+    crash loop) with what could be trusted, and journals again from there."""
+    cluster = make_cluster(1)
+    a = cluster["node-a"]
+    a.start()
+    a.send_all(event("workload:submitted", workload("node-a", f"w{i}")) for i in range(3))
+    assert a.status()["counters"]["workloads"] == 3
+    a.kill()
+    path = a.cluster_dir / JOURNAL_FILE
+    data = path.read_bytes()
+    if damage == "truncated tail":
+        path.write_bytes(data[:-5])  # what a power failure during the last append leaves
+        held, needle = 2, "torn tail: file ends inside a record"
+    else:
+        path.write_bytes(data[:40] + b"\x00garbage\xff" * 4 + data[76:])
+        held, needle = 0, "checksum mismatch"
+    a.start()
+    line = a.wait_log(f"journal {path} damaged at byte")
+    assert needle in line and " WARN" in line, line
+    assert len(a.log_lines(f"journal {path} damaged")) == 1
+    assert a.status()["counters"]["workloads"] == held
+    [aside] = a.cluster_dir.glob(f"{JOURNAL_FILE}.damaged-*")
+    assert aside.read_bytes() != path.read_bytes()
+    # Healthy from here: a new event survives the next kill -9, with no new warning.
+    a.send(event("workload:submitted", workload("node-a", "after")))
+    assert a.status()["counters"]["workloads"] == held + 1
+    a.kill()
+    a.start()
+    assert a.status()["counters"]["workloads"] == held + 1
+    assert not a.log_lines("damaged at byte")
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_repeated_kills_while_the_peer_is_stopped_lose_nothing(
+    make_cluster: Callable[..., Cluster], seed: int
+) -> None:
+    """Three rounds of seeded broker traffic (events moving forward, removals with and without
+    runId), each ended by ``kill -9`` and a restart whose broker re-reports its live workloads
+    (the contract's duty; all duplicates here), while B is stopped throughout. Once B runs, its
+    broker holds exactly the model's view: the newest seq of every live workload, a removal for
+    every removed one, each upsert once, seq only forward."""
+    rng = random.Random(seed)
+    cluster = make_cluster(2)
+    a, b = cluster["node-a"], cluster["node-b"]
+    for n in (a, b):
+        n.start()
+    b.signal(signal.SIGSTOP)
+    newest: dict[str, dict[str, Any]] = {}  # the broker's live workloads: id → newest info
+    removed: set[str] = set()
+    try:
+        cluster.announce(to=[a])
+        for rnd in range(3):
+            frames: list[dict[str, Any]] = []
+            for i in range(30):
+                live = sorted(newest)
+                if live and rng.random() < 0.15:
+                    wid = rng.choice(live)
+                    del newest[wid]
+                    removed.add(wid)
+                    frames.append(removal("node-a", wid, "run-node-a" if i % 2 else None))
+                    continue
+                wid = rng.choice([*live, f"r{rnd}-{i}"]) if live else f"r{rnd}-{i}"
+                seq = newest[wid]["seq"] + rng.randint(1, 2) if wid in newest else 1
+                method = rng.choice(["workload:submitted", "workload:started"])
+                newest[wid] = info = workload("node-a", wid, seq, startedAt=seq)
+                frames.append(event(method, info))
+            a.send_all(frames)
+            a.status()  # answered: every frame before it is journaled
+            a.kill()
+            a.start()
+            cluster.announce(to=[a])
+            a.send_all(event("workload:started", info) for info in newest.values())
+            assert a.status()["counters"]["workloads"] == len(newest)
+    finally:
+        b.signal(signal.SIGCONT)
+    expected = {("node-a", wid): info["seq"] for wid, info in newest.items()}
+    b.wait_until(
+        lambda _: (
+            {k: v["seq"] for k, v in b.view().items()} == expected
+            and {r["workloadId"] for r in b.removals()} == removed
+        ),
+        timeout=CONVERGE_WITHIN,
+    )
+    b.status()
+    seqs: dict[str, list[int]] = {}
+    for upserted in b.upserts():
+        seqs.setdefault(upserted["id"], []).append(upserted["seq"])
+    assert not seqs.keys() & removed  # B never saw those events: only their removals
+    for wid, order in seqs.items():
+        assert order == sorted(set(order)), (wid, order)
+    assert len(b.removals()) == len(removed)  # each once

@@ -117,9 +117,6 @@ UNITS: Final[dict[str, str]] = {
 
 #: Meanings for fields whose dataclass line carries no (or no self-explanatory) comment.
 MEANINGS: Final[dict[str, str]] = {
-    "journal.enabled": "keep what this node originated in CLUSTER_DIR/journal.log across kill -9",
-    "journal.fsync_interval": "group commit: fsync at most this often (0: before every reply)",
-    "journal.compact_min_records": "the log is not compacted below this many appended records",
     "table.max_tombstones": "removals remembered; the oldest are forgotten first",
     "http.h2_max_concurrent_streams": "SETTINGS_MAX_CONCURRENT_STREAMS offered to clients",
     "http.h2_max_frame_size": "SETTINGS_MAX_FRAME_SIZE offered to clients",

@@ -1,9 +1,10 @@
 """One nvpair-wm node: the IO shells wired around the sans-IO core, and its lifecycle.
 
-Start: bind the inter-node port (always, identity or not), open the broker channel, write
-``ready``. Run until the broker closes the channel (EOF) or SIGTERM/SIGINT. Stop: stop
-accepting, let in-flight requests finish (HTTP/2 GOAWAY), flush what is queued toward the broker
-and the peers within a grace period, exit 0.
+Start: reload what this node originated from its journal (with a cluster dir), bind the
+inter-node port (always, identity or not), open the broker channel, write ``ready``. Run until
+the broker closes the channel (EOF) or SIGTERM/SIGINT. Stop: stop accepting, let in-flight
+requests finish (HTTP/2 GOAWAY), flush what is queued toward the broker and the peers within a
+grace period, sync the journal, exit 0.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.http.server import InterNodeServer
-from nvpair_wm.journal import Journal, open_journal, reload_table
+from nvpair_wm.journal import Journal, fsync_and_close, open_journal, reload_table
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
 
@@ -187,11 +188,15 @@ class Node:
             self.table.expire(time.monotonic())
 
     async def _journal_forever(self, journal: Journal) -> None:
-        """The journal's group commit and compaction (journal.py says why on the loop)."""
-        interval = self.config.journal.fsync_interval
+        """The journal's group commit and compaction, their slow parts in worker threads."""
+        limits = self.config.journal
+        fsync = limits.fsync_interval
+        interval = fsync if fsync > 0 else limits.compaction_check_interval
         while True:
-            await asyncio.sleep(interval if interval > 0 else self.config.table.expire_interval)
-            journal.sync()
+            await asyncio.sleep(interval)
+            fd = journal.sync_descriptor()
+            if fd is not None and (failure := await asyncio.to_thread(fsync_and_close, fd)):
+                journal.sync_failed(failure)
             wall = time.time()
             job = journal.begin_compaction(wall) if journal.compaction_due(wall) else None
             if job is not None:
