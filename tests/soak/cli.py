@@ -17,10 +17,11 @@ import random
 import shutil
 import signal
 import sys
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from tests.soak.checker import check
 from tests.soak.history import read_history
@@ -92,6 +93,15 @@ def parser() -> argparse.ArgumentParser:
         help="what a broker re-reports after its node restarts (default unacked)",
     )
     p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        type=_setting,
+        help="one more --config key for every node, VALUE in TOML (repeatable), e.g. "
+        "--set journal.enabled=false to watch the checker catch lost events",
+    )
+    p.add_argument(
         "--dir",
         type=Path,
         default=Path("/tmp"),
@@ -109,6 +119,16 @@ def parser() -> argparse.ArgumentParser:
         "--check", type=Path, metavar="HISTORY", help="judge a recorded history.jsonl and exit"
     )
     return p  # fmt: skip
+
+
+def _setting(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key.strip(), tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"{key}: not a TOML value: {value!r} ({exc})") from None
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -151,7 +171,8 @@ def _run_seeds(
     for seed in seeds:
         opts = Options(seed=seed, seconds=seconds, nodes=args.nodes, rate=args.rate,
                        bound=args.bound, net=args.net, kinds=kinds, resend=args.resend,
-                       workdir=args.dir, log=lambda s: print(s, flush=True))  # fmt: skip
+                       workdir=args.dir, log=lambda s: print(s, flush=True),
+                       extra_limits=dict(args.set))  # fmt: skip
         print(f"=== soak seed {seed}: {args.nodes} nodes, {seconds:.0f} s, {args.rate:g} events/s"
               f" per broker ===", flush=True)  # fmt: skip
         try:
