@@ -84,3 +84,8 @@ demo: venv-run
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist
+
+# Seeded fault-injection soak (tests/soak): make soak ARGS="--seed S --minutes M --nodes N"
+.PHONY: soak
+soak: venv
+	$(PY) -m tests.soak $(ARGS)

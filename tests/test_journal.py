@@ -197,7 +197,7 @@ class TestFold:
         rm = record_of(outbound_removal(Removal("node-a", "1", "run-a")), T0)
         fold = Fold([ev_record(run="run-a"), ev_record(run="run-b"), rm])
         assert list(fold.events[("node-a", "1")]) == ["run-b"]
-        assert fold.tombs[("node-a", "1")] == rm
+        assert fold.tombs[("node-a", "1")] == {"run-a": rm}
 
     def test_removal_of_every_run_drops_them_all(self) -> None:
         rm = record_of(outbound_removal(Removal("node-a", "1", None)), T0)
@@ -211,6 +211,13 @@ class TestFold:
         # An event of another run leaves the tombstone alone.
         fold = Fold([ev_record(), rm, ev_record(run="run-b")])
         assert list(fold.tombs) == [("node-a", "1")] and len(fold) == 2
+
+    def test_removals_of_several_runs_of_one_id_are_all_kept(self) -> None:
+        # As the table's tombstone keeps them (ids restart at 1 in every run; found by the soak).
+        rm_a = record_of(outbound_removal(Removal("node-a", "1", "run-a")), T0)
+        rm_b = record_of(outbound_removal(Removal("node-a", "1", "run-b")), T0 + 1)
+        fold = Fold([ev_record(run="run-a"), ev_record(run="run-b"), rm_a, rm_b])
+        assert fold.tombs == {("node-a", "1"): {"run-a": rm_a, "run-b": rm_b}} and len(fold) == 2
 
     def test_compaction_applies_each_class_ttl(self) -> None:
         def at(rec: Record, t: float) -> Record:

@@ -123,7 +123,7 @@ RANGES: Final[dict[str, tuple[float, float]]] = {
     "http.h2_initial_window_size": (1, _H2_MAX),
     "http.h2_connection_window": (65_535, _H2_MAX),
     "pins.max_file_bytes": (1, 2**31 - 1),
-    "journal.fsync_interval": (0.0, _SECONDS_MAX),
+    "journal.fsync_interval": (0.0, _SECONDS_MAX),  # 0: fsync every write
 }
 
 #: Allowed values of string keys (each element, for lists).

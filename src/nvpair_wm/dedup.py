@@ -9,7 +9,9 @@ unique (every engine facade counts from 1 and restarts at 1), ``runId`` separate
 * a (originatedFrom, id) that was removed → **removed**: a tombstone keeps a late event or a
   retry from bringing it back. A removal with runId covers that run; without it, the newest run
   of (originatedFrom, id) the table holds (the one whose first event came last), or, if it holds
-  none, every run of (originatedFrom, id) until the tombstone expires.
+  none, every run of (originatedFrom, id) until the tombstone expires. One tombstone per
+  (originatedFrom, id) remembers every run of it that was removed (up to ``MAX_TOMB_RUNS``), so
+  removing run 2's workload "7" does not let a late event of run 1's "7" back in.
 
 Expiry is generational. Each class (live workloads: queued, running; terminal ones: completed,
 failed, cancelled; tombstones) has two plain dicts, *current* and *previous*, and the time of
@@ -57,6 +59,7 @@ workloads held, and is cleaned as they go.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, TypeAlias, TypeVar
 
@@ -97,8 +100,18 @@ _Pair = tuple[str, str]  # (originatedFrom, runId): one object per run, shared b
 # A workload: its newest seq (remote workloads), its newest outbound frame (workloads this node
 # originated: what ``originated`` replays), or both when a peer reported a newer seq of ours.
 _Value = int | Outbound | tuple[int, Outbound]
-# A tombstone: the run it covers, "" for every run (a runId is never empty); a 1-tuple if local.
-_Tomb = str | tuple[str]
+# A tombstone: the runs of (originatedFrom, id) it covers, oldest first, "" for every run (a
+# runId is never empty): a str for one run, a list for several (ids restart at 1 in every run, so
+# one id is removed in many runs), a tuple if local (what ``originated`` replays).
+_Tomb = str | list[str] | tuple[str, ...]
+MAX_TOMB_RUNS: Final = (
+    64  # runs one tombstone remembers; past it the earliest-removed are forgotten
+)
+
+
+def _tomb_runs(tomb: _Tomb) -> Sequence[str]:
+    return (tomb,) if isinstance(tomb, str) else tomb
+
 
 V = TypeVar("V")
 
@@ -190,8 +203,8 @@ class WorkloadTable:
             if tomb is None:
                 tomb = tombs.prev.get(okey)
             if tomb is not None:
-                covered = tomb if isinstance(tomb, str) else tomb[0]
-                if not covered or covered == run:
+                covered = _tomb_runs(tomb)
+                if "" in covered or run in covered:
                     self.suppressed += 1
                     return "removed"
         key = (run, wid)
@@ -289,15 +302,16 @@ class WorkloadTable:
         tomb = tombs.cur.get(okey)
         if tomb is None:
             tomb = tombs.prev.get(okey)
-        covered = None if tomb is None else tomb if isinstance(tomb, str) else tomb[0]
+        covered = None if tomb is None else _tomb_runs(tomb)
         run = run_id if run_id is not None else self._newest(origin, workload_id)
         if run is None and covered is not None:
-            # No run given and none held since the tombstone: this removal is the one it records.
-            run = covered or None
+            # No run given and none held since the tombstone: this removal is the newest one it
+            # records.
+            run = covered[-1] or None
         removal = Removal(origin, workload_id, run)
-        # Already covered (the same run, or a tombstone for every run): a repeat, which must
+        # Already covered (a run it records, or a tombstone for every run): a repeat, which must
         # neither be forwarded again nor narrow or widen the tombstone.
-        if covered is not None and (not covered or covered == run):
+        if covered is not None and ("" in covered or run in covered):
             self.duplicates += 1
             return "duplicate", removal
         if run is not None:
@@ -308,7 +322,13 @@ class WorkloadTable:
                     break
         tombs.prev.pop(okey, None)
         tombs.cur.pop(okey, None)
-        tombs.cur[okey] = (run or "",) if local else run or ""
+        # The runs removed before stay covered: a late event of an earlier run of the same id
+        # must not come back because a later run of that id was removed since.
+        runs = [*(covered or ()), run or ""][-MAX_TOMB_RUNS:]
+        if local or isinstance(tomb, tuple):
+            tombs.cur[okey] = tuple(runs)
+        else:
+            tombs.cur[okey] = runs[0] if len(runs) == 1 else runs
         tombs.cur_last = now
         while len(tombs) > self.limits.max_tombstones:
             if tombs.pop_oldest(okey) is None:
@@ -351,10 +371,11 @@ class WorkloadTable:
                     elif isinstance(value, tuple):
                         events.append(value[1])
         removals = [
-            Removal(origin, wid, tomb[0] or None)
+            Removal(origin, wid, run or None)
             for gen in (self._tombs.prev, self._tombs.cur)
             for (origin, wid), tomb in gen.items()
             if isinstance(tomb, tuple)
+            for run in tomb
         ]
         return events, removals
 

@@ -88,7 +88,7 @@ from pathlib import Path
 from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 from nvpair_wm import codec
-from nvpair_wm.dedup import TableLimits, WorkloadTable
+from nvpair_wm.dedup import MAX_TOMB_RUNS, TableLimits, WorkloadTable
 from nvpair_wm.events import FRAME_OF, LIFECYCLE_TYPES, TERMINAL, Outbound, translate
 
 log = logging.getLogger(__name__)
@@ -318,7 +318,8 @@ R = TypeVar("R", Record, Span)
 
 class Fold(Generic[R]):
     """The state a sequence of records leaves, as the table saw it: the last event of each
-    (origin, id, runId), and the last removal of each (origin, id), which dropped the events it
+    (origin, id, runId), and the removals of each (origin, id), one per run as the table's
+    tombstone keeps them (the newest ``MAX_TOMB_RUNS``), which dropped the events they
     covered. An event after a removal that covers it means the table had already forgotten the
     tombstone (it applied the event), so the tombstone goes too."""
 
@@ -326,7 +327,8 @@ class Fold(Generic[R]):
 
     def __init__(self, records: Iterable[R] = ()) -> None:
         self.events: dict[tuple[str | bytes, str | bytes], dict[str | bytes, R]] = {}
-        self.tombs: dict[tuple[str | bytes, str | bytes], R] = {}
+        # (origin, id) → run → its removal
+        self.tombs: dict[tuple[str | bytes, str | bytes], dict[str | bytes, R]] = {}
         for rec in records:
             self.apply(rec)
 
@@ -341,12 +343,16 @@ class Fold(Generic[R]):
                     runs.clear()
                 if not runs:
                     del self.events[okey]
-            self.tombs.pop(okey, None)
-            self.tombs[okey] = rec
+            tombs = self.tombs.pop(okey, None) or {}
+            tombs.pop(rec.run, None)
+            tombs[rec.run] = rec
+            while len(tombs) > MAX_TOMB_RUNS:
+                del tombs[next(iter(tombs))]
+            self.tombs[okey] = tombs
             return
         if self.tombs:
-            tomb = self.tombs.get(okey)
-            if tomb is not None and (not tomb.run or tomb.run == rec.run):
+            covering = self.tombs.get(okey)
+            if covering is not None and (rec.run in covering or any(not r for r in covering)):
                 del self.tombs[okey]
         runs = self.events.get(okey)
         if runs is None:
@@ -355,7 +361,7 @@ class Fold(Generic[R]):
             runs[rec.run] = rec
 
     def __len__(self) -> int:
-        return sum(map(len, self.events.values())) + len(self.tombs)
+        return sum(map(len, self.events.values())) + sum(map(len, self.tombs.values()))
 
     def compacted(self, now: float, limits: TableLimits) -> list[R]:
         """What is still worth keeping at unix time ``now``: records within their TTL, at most
@@ -367,7 +373,12 @@ class Fold(Generic[R]):
             for rec in runs.values()
             if now - rec.at < ttl[rec.kind]
         ]
-        tombs = [rec for rec in self.tombs.values() if now - rec.at < limits.tombstone_ttl]
+        tombs = [
+            rec
+            for runs in self.tombs.values()
+            for rec in runs.values()
+            if now - rec.at < limits.tombstone_ttl
+        ]
         events.sort(key=_at)
         tombs.sort(key=_at)
         kept = events[-limits.max_workloads :] if limits.max_workloads else []
