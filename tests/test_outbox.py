@@ -213,6 +213,40 @@ def test_failed_batch_is_retried_first_after_the_backoff() -> None:
     assert ids(box.next_batch()) == [("1", 1), ("2", 1), ("3", 1)]
 
 
+def test_requests_in_flight_together_fail_as_one_failure_of_the_link() -> None:
+    """16 requests of one HTTP/2 link time out (or get 503) together: one failure, not 16, so
+    a retry budget of 4 is not spent within a millisecond (the soak's seed 302)."""
+    clock = Clock()
+    box = make(clock=clock, max_batch_frames=1, max_in_flight=16, retry_max_attempts=4)
+    box.push([ev(str(i)) for i in range(16)])
+    batches = [box.next_batch() for _ in range(16)]
+    assert all(b is not None for b in batches)
+    for b in batches:
+        assert b is not None
+        box.failed(b, "HTTP 503", retry_after=1.0)
+    assert box.retry.failures == 1 and not box.retry.exhausted
+    assert box.queued == 16 and box.dropped == 0
+    assert box.ready_at() >= clock.now + 1.0  # the Retry-After of every failure is honoured
+    # Sent again after that failure, each new round of failures counts once more.
+    for attempt in range(2, 5):
+        clock.now = box.ready_at()
+        again = box.next_batch()
+        assert again is not None
+        box.failed(again, "HTTP 503")
+        assert box.retry.failures == attempt
+    assert box.retry.exhausted and box.dropped > 0
+
+
+def test_a_failure_after_a_success_starts_a_new_run_even_for_an_older_request() -> None:
+    box = make(max_batch_frames=1)
+    box.push([ev("1"), ev("2")])
+    first, second = box.next_batch(), box.next_batch()
+    assert first is not None and second is not None
+    box.delivered(first)
+    box.failed(second, "reset")
+    assert box.retry.failures == 1
+
+
 def test_requeued_frame_loses_to_a_newer_queued_one() -> None:
     box = make()
     box.push([ev("1", 1)])

@@ -28,7 +28,11 @@ Retry
     jitter: spread out, and never much shorter than the schedule); ``Retry-After`` is honoured
     up to ``max_retry_after``. An exhausted link keeps being probed at the capped delay.
     Success resets the run. Only a delivered request counts as success: a peer that accepts
-    connections but fails every request still backs off.
+    connections but fails every request still backs off. Requests that were in flight together
+    when the link failed are one failure, not one each: a failure counts only when its request
+    was sent after the last counted one (``Batch.generation``). Otherwise the 16 requests of an
+    HTTP/2 link that time out together, or all get 503 from a peer whose broker is busy, would
+    use up ``retry_max_attempts`` at once and drop the queue within a millisecond.
 
 What is retried: connection errors, timeouts, stream resets, 408, 429, 5xx (503 with
 ``Retry-After``), and 403, which says the peer does not pin us *yet* (a property of the link,
@@ -123,10 +127,22 @@ class RetryRun:
         self.since: float | None = None
         self.retry_at = 0.0
         self.exhausted = False
+        self.generation = 0  # counted failures so far, ever: batches remember it when sent
 
-    def failure(self, now: float, retry_after: float | None = None) -> bool:
-        """Count a failure and schedule the next attempt; True when this one exhausts the run."""
+    def failure(
+        self, now: float, retry_after: float | None = None, generation: int | None = None
+    ) -> bool:
+        """Count a failure and schedule the next attempt; True when this one exhausts the run.
+
+        ``generation``: that of the failed request's batch. A request sent before the last
+        counted failure failed with it (they were in flight together): it moves the next
+        attempt (a later Retry-After still wins) but is not counted again."""
         lim = self._limits
+        if generation is not None and generation != self.generation:
+            if retry_after is not None:
+                self.retry_at = max(self.retry_at, now + min(retry_after, lim.max_retry_after))
+            return False
+        self.generation += 1
         self.failures += 1
         if self.since is None:
             self.since = now
@@ -155,6 +171,7 @@ class Batch:
     snapshot: list[Outbound] = field(default_factory=list)
     queued: list[Outbound] = field(default_factory=list)
     size: int = 2  # bytes of the body: "[" + frames joined by "," + "]"
+    generation: int = 0  # RetryRun.generation when the batch was sent
 
     def __len__(self) -> int:
         return len(self.snapshot) + len(self.queued)
@@ -366,6 +383,7 @@ class PeerOutbox:
             batch.add(item, snapshot=False)
         if not batch:
             return None
+        batch.generation = self.retry.generation
         self._inflight_batches += 1
         self._inflight_frames += len(batch.queued)
         self._inflight_bytes += sum(len(o.body) for o in batch.queued)
@@ -394,7 +412,8 @@ class PeerOutbox:
         if batch is not None:
             self._settle(batch)
             self._requeue(batch)
-        if self.retry.failure(self._clock(), retry_after):
+        generation = batch.generation if batch is not None else None
+        if self.retry.failure(self._clock(), retry_after, generation):
             self._exhausted()
 
     def rejected(self, batch: Batch, status: int, detail: str) -> None:
