@@ -65,7 +65,7 @@ lint: venv
 	$(VENV)/bin/ruff format --check $(LINTED)
 
 typecheck: venv
-	$(VENV)/bin/mypy src
+	$(VENV)/bin/mypy $(LINTED)
 
 test: check-gen check-compat lint typecheck ts-deps
 	$(PY) -m pytest $(ARGS)

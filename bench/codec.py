@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bench.codec_impls import Impl, available
@@ -165,12 +166,9 @@ def _breakdown(
             for i in infos:
                 enc(i)
 
-        for stage, fn, setup in zip(
-            STAGES,
-            (framing, decoding, applying, encoding),
-            (None, None, impl.new, None),
-            strict=True,
-        ):
+        runs: tuple[Callable[[Any], None], ...] = (framing, decoding, applying, encoding)
+        setups: tuple[Callable[[], Any] | None, ...] = (None, None, impl.new, None)
+        for stage, fn, setup in zip(STAGES, runs, setups, strict=True):
             cases.append(
                 Case(
                     f"{impl.key}/{stage}",
@@ -187,6 +185,15 @@ def _breakdown(
         impl_key, stage = m.key.split("/")
         out.setdefault(impl_key, {})[stage] = _ns(m)
     return out, skipped
+
+
+def _whole_path(impl: Impl, chunks: list[bytes]) -> Callable[[Any], list[bytes]]:
+    """The timed run of a Case: ``impl``'s whole path over ``chunks`` from a fresh state."""
+
+    def full(state: Any) -> list[bytes]:
+        return impl.full(state, chunks)
+
+    return full
 
 
 def run(ctx: Context) -> BenchResult:
@@ -217,10 +224,10 @@ def run(ctx: Context) -> BenchResult:
             Case(
                 impl.key,
                 impl.label,
-                lambda st, impl=impl: impl.full(st, chunks),
+                _whole_path(impl, chunks),
                 impl.new,
                 work=n,
-                role=impl.role,  # type: ignore[arg-type]
+                role=impl.role,
                 note=impl.note,
                 # The slow baselines are warm after one pass of thousands of frames.
                 warmup=1 if impl.key.startswith("jsonschema") else None,

@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 from bench.frames import STATE
+from bench.harness import Role
 
 MAX_FRAME = 1 << 20
 UPSERT_HEAD = {"jsonrpc": "2.0", "method": "workloads:upsert"}
@@ -71,7 +72,7 @@ class Impl:
 
     key: str
     label: str
-    role: str = "baseline"
+    role: Role = "baseline"
     note: str = ""
 
     def new(self) -> Any:
@@ -255,7 +256,9 @@ class Pydantic(Impl):
         frame = self.Upsert(
             jsonrpc="2.0", method="workloads:upsert", params=self.UpsertParams(workloadInfo=info)
         )
-        return frame.model_dump_json(exclude_unset=True).encode() + b"\n"
+        # The models are built at run time, so mypy sees Any.
+        line: bytes = frame.model_dump_json(exclude_unset=True).encode() + b"\n"
+        return line
 
 
 class PydanticTuned(Pydantic):
@@ -269,7 +272,7 @@ class PydanticTuned(Pydantic):
     HEAD = b'{"jsonrpc":"2.0","method":"workloads:upsert","params":{"workloadInfo":'
 
     def encode(self, info: Any) -> bytes:
-        body = info.__pydantic_serializer__.to_json(info, exclude_unset=True)
+        body: bytes = info.__pydantic_serializer__.to_json(info, exclude_unset=True)
         return self.HEAD + body + b"}}\n"
 
 

@@ -15,6 +15,7 @@ import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 METHODS = (
     "workload:submitted",
@@ -45,7 +46,11 @@ class Mix:
     producers: int = 4  # distinct runIds
 
 
-def _info(rng: random.Random, wl: dict[str, object], method: str, seq: int, t: int) -> dict:
+# A JSON-RPC frame as json.loads would return it: JSON values are dynamic, hence Any.
+Frame = dict[str, Any]
+
+
+def _info(rng: random.Random, wl: dict[str, Any], method: str, seq: int, t: int) -> Frame:
     info: dict[str, object] = {
         "id": wl["id"],
         "model": wl["model"],
@@ -70,7 +75,7 @@ def _info(rng: random.Random, wl: dict[str, object], method: str, seq: int, t: i
     r = wl["requester"]
     if r != "absent":
         info["requesterId"] = r
-    if rng.random() < wl["unknown_rate"]:  # type: ignore[operator]
+    if rng.random() < wl["unknown_rate"]:
         info["traceId"] = f"00-{rng.getrandbits(128):032x}-{rng.getrandbits(64):016x}-01"
     return info
 
@@ -86,14 +91,14 @@ def _lifecycle(rng: random.Random) -> list[str]:
     return ["workload:submitted", "workload:cancelled"]
 
 
-def events(n: int, seed: int = 5, mix: Mix = Mix()) -> Iterator[dict]:
+def events(n: int, seed: int = 5, mix: Mix = Mix()) -> Iterator[Frame]:
     """``n`` lifecycle frames (as JSON-ready dicts), deterministic for a given seed."""
     rng = random.Random(seed)
     runs = [f"r-{rng.getrandbits(32):08x}" for _ in range(mix.producers)]
     counters = dict.fromkeys(runs, 0)
-    active: list[dict] = []
-    recent: list[dict] = []  # frames already sent, for redeliveries
-    held: list[tuple[int, dict]] = []  # (release at step, frame): reordered deliveries
+    active: list[dict[str, Any]] = []  # workloads in flight: JSON-ish fields plus steps/seq
+    recent: list[Frame] = []  # frames already sent, for redeliveries
+    held: list[tuple[int, Frame]] = []  # (release at step, frame): reordered deliveries
     t = T0
     step = 0
     while step < n:
@@ -129,7 +134,7 @@ def events(n: int, seed: int = 5, mix: Mix = Mix()) -> Iterator[dict]:
         wl["seq"] += 1
         if method == "workload:started":
             wl["startedAt"] = t
-        frame = {
+        frame: Frame = {
             "jsonrpc": "2.0",
             "method": method,
             "params": {"workloadInfo": _info(rng, wl, method, wl["seq"], t)},
@@ -222,7 +227,9 @@ def stream(
     runs = [f"r-{rng.getrandbits(32):08x}" for _ in range(producers)]
     nodes = [NODES[i % len(NODES)] for i in range(producers)]
     next_id = start_id
-    active: list[list] = []
+    # [id, run, origin, model, engine, scheduledOn, createdAt, startedAt, steps, seq]: a list,
+    # not a dataclass, to keep generation cheap; mixed types, hence Any.
+    active: list[list[Any]] = []
     recent: list[bytes] = []
     removals: list[bytes] = []
     t = T0

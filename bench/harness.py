@@ -34,6 +34,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 MIN_REPS = 5
+# How a measurement enters the comparison: the thing measured, what it is compared to, or context.
+Role = Literal["subject", "baseline", "info"]
 
 # Registry: benchmark name -> module; the order here is the order in which they run and are
 # printed. ``scale`` comes last: it computes from the measurements of the others.
@@ -113,7 +115,7 @@ class Measurement:
     unit: str  # "frames/s", "ns/frame", "B/workload", ...
     samples: list[float]
     higher_is_better: bool = True
-    role: Literal["subject", "baseline", "info"] = "info"
+    role: Role = "info"
     note: str = ""
     wall: list[float] = field(default_factory=list)  # the same, by wall clock, when timed
 
@@ -275,7 +277,7 @@ class Case:
     run: Callable[[Any], Any]
     setup: Callable[[], Any] = lambda: None
     work: int = 1
-    role: Literal["subject", "baseline", "info"] = "info"
+    role: Role = "info"
     note: str = ""
     warmup: int | None = None  # untimed passes; None: the context's
 

@@ -76,7 +76,7 @@ class App:
         transport, proto = await loop.connect_write_pipe(
             lambda: asyncio.streams.FlowControlMixin(loop), stdout
         )
-        writer = asyncio.StreamWriter(transport, proto, None, loop)  # type: ignore[arg-type]
+        writer = asyncio.StreamWriter(transport, proto, None, loop)
         writer.write(b'{"method":"ready","port":%d}\n' % PORT)
         queue = self.queue
 

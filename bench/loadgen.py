@@ -120,9 +120,11 @@ class Gen:
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         s = self.ctx.wrap_socket(raw)
         self.check_pin(s)
+        cipher = s.cipher()
+        assert cipher is not None, "wrap_socket on a blocking socket has finished the handshake"
         self.tls_info = {
             "version": s.version(),
-            "cipher": s.cipher()[0],
+            "cipher": cipher[0],
             "alpn": s.selected_alpn_protocol(),
         }
         s.setblocking(False)
@@ -348,9 +350,10 @@ class H2(_TLSConn):
                     self.block_end = bool(flags & END_STREAM)
                 self.block += payload
                 if flags & END_HEADERS:
-                    headers = self.decoder.decode(bytes(self.block))
+                    headers = list(self.decoder.decode(bytes(self.block)))  # typed as an Iterable
                     self.block.clear()
-                    if headers and headers[0][0] == ":status":
+                    # hpack types HeaderTuple as (bytes, bytes), but without raw=True it is str.
+                    if headers and headers[0][0] == ":status":  # type: ignore[comparison-overlap]
                         self.gen.status[int(headers[0][1])] += 1
                     if self.block_end:
                         finished += 1

@@ -119,24 +119,19 @@ def _soak(
     from bench.frames import stream
     from nvpair_wm.dedup import TableLimits
 
-    try:
-        from nvpair_wm.node import EXPIRE_EVERY
-    except ImportError:
-        EXPIRE_EVERY = 1.0
-
     if daemon_malloc:  # as nvpair-wm's cli.main does at startup
         from nvpair_wm.allocator import pin_mmap_threshold
 
         pin_mmap_threshold()
-    limits = TableLimits()  # the daemon's defaults
+    limits = TableLimits()  # the daemon's defaults, expire interval included
     # Simulated seconds per event: the terminal TTL has elapsed after ``ttl_events`` events
     # (by default 25 % of the run).
     dt = limits.terminal_ttl / (ttl_events or 0.25 * events)
     now = [0.0]
-    disp = make_dispatcher(clock=lambda: now[0])
+    disp = make_dispatcher(limits, clock=lambda: now[0])
     table = disp.table
     peer = disp.peer
-    next_expiry = EXPIRE_EVERY
+    next_expiry = limits.expire_interval  # the daemon's expire() timer, in simulated seconds
     samples = [
         {
             "events": 0,
@@ -152,7 +147,7 @@ def _soak(
         now[0] += dt
         if now[0] >= next_expiry:
             expired += table.expire(now[0])
-            next_expiry += EXPIRE_EVERY
+            next_expiry += limits.expire_interval
         peer(line)
         if i % every == 0:
             samples.append(

@@ -86,6 +86,7 @@ def bundled(root_uri: str = INBOUND) -> dict[str, Any]:
         return out
 
     out = resolve(docs[root_uri], root_uri)
+    assert isinstance(out, dict), "a root schema is a JSON object"
     out["$schema"] = "http://json-schema.org/draft-07/schema#"
     return out
 

@@ -255,7 +255,9 @@ class TestDecodeAccepted:
         assert isinstance(item, WorkloadsRemove)
         assert (item.params.workloadId, item.params.originatedFrom) == ("9", "node-z")
         assert item.params.runId == "r"
-        assert one(remove()).params.runId is msgspec.UNSET
+        no_run = one(remove())
+        assert isinstance(no_run, WorkloadsRemove)
+        assert no_run.params.runId is msgspec.UNSET
 
     def test_nodes_update_and_status(self) -> None:
         nu = one(nodes_update(id=3))
@@ -276,10 +278,12 @@ class TestDecodeAccepted:
 
     def test_absent_and_null_distinct(self) -> None:
         item = one(event("workload:submitted", workload(scheduledOn=ABSENT, requesterId=None)))
+        assert isinstance(item, WorkloadSubmitted)
         wi = item.params.workloadInfo
         assert wi.scheduledOn is msgspec.UNSET
         assert wi.requesterId is None
         item = one(event("workload:submitted", workload(requesterId=ABSENT)))
+        assert isinstance(item, WorkloadSubmitted)
         assert item.params.workloadInfo.requesterId is msgspec.UNSET
 
     @pytest.mark.parametrize(
@@ -305,7 +309,9 @@ class TestDecodeAccepted:
         payload = event("workload:started", workload(model="MODEL")).replace(
             b"MODEL", b"m\\ud83d\\ude00"
         )
-        assert one(payload).params.workloadInfo.model == "m\U0001f600"
+        item = one(payload)
+        assert isinstance(item, WorkloadStarted)
+        assert item.params.workloadInfo.model == "m\U0001f600"
 
     def test_leading_whitespace(self) -> None:
         assert isinstance(one(b"  \t" + manager_status(1)), ManagerStatus)

@@ -146,7 +146,8 @@ class Curl:
         check: bool = True,
     ) -> tuple[int, list[CurlResult]]:
         urls = urls or [self.wm.url()]
-        args = base_args(self.proto, WAIT, pair and pair.cert, pair and pair.key)
+        cert, key = (None, None) if pair is None else (pair.cert, pair.key)
+        args = base_args(self.proto, WAIT, cert, key)
         if body is not None:
             data = self.tmp / "body"
             data.write_bytes(body)

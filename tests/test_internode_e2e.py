@@ -196,7 +196,8 @@ def curl(
 ) -> CurlRun:
     """Run curl once (several URLs reuse one connection). ``data``: one body for every URL;
     ``uploads``: one file per URL, streamed (``-T``), so a FIFO makes curl wait for us."""
-    args = base_args(proto, WAIT, pair and pair.cert, pair and pair.key)
+    cert, key = (None, None) if pair is None else (pair.cert, pair.key)
+    args = base_args(proto, WAIT, cert, key)
     args += ["-H", f"Content-Type: {ctype}"]
     if data is not None:
         args += ["--data-binary", f"@{data}", *urls]
