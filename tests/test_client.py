@@ -18,15 +18,10 @@ from typing import Any, TypeVar
 import pytest
 
 from nvpair_wm.broadcaster import bad_frames, retry_after
-from nvpair_wm.client import (
-    ConnectFailed,
-    PeerConnection,
-    PinRefused,
-    ResponseTimeout,
-    open_connection,
-)
 from nvpair_wm.clusterdir import cert_fingerprint
+from nvpair_wm.errors import ConnectFailed, PinRefused, ResponseTimeout
 from nvpair_wm.http.core import MIB, Request, Response, empty_response, error_response
+from nvpair_wm.io.client import PeerConnection, open_connection
 from nvpair_wm.pins import Identity, PinSet
 from tests.conftest import WAIT, TLSCluster, WmServer
 from tests.frames import batch, event, workload

@@ -9,7 +9,7 @@ The IO shell around three sans-IO parts:
 * :mod:`nvpair_wm.sync` decides how a peer is brought up to date (a snapshot on every new
   connection; its docstring is the convergence design);
 
-and :mod:`nvpair_wm.client` speaks HTTP/2 or HTTP/1.1 over pin-checked mutual TLS.
+and :mod:`nvpair_wm.io.client` speaks HTTP/2 or HTTP/1.1 over pin-checked mutual TLS.
 
 One task per peer link keeps a connection open (connecting again as soon as it is lost, with
 backoff while the peer does not answer), starts a request whenever the connection has a free
@@ -38,15 +38,9 @@ import msgspec
 from nvpair_wm_schema.manager_status_schema import PeerStatus
 from nvpair_wm_schema.node_record_schema import NodeRecord
 
-from nvpair_wm.client import (
-    ClientError,
-    PeerConnection,
-    PinRefused,
-    Response,
-    ResponseTimeout,
-    open_connection,
-)
 from nvpair_wm.dispatch import Outbound
+from nvpair_wm.errors import ClientError, PinRefused, ResponseTimeout
+from nvpair_wm.io.client import PeerConnection, Response, open_connection
 from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
 from nvpair_wm.peers import Peer, PeerDirectory, diff
 from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
