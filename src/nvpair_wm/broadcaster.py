@@ -12,13 +12,16 @@ The IO shell around three sans-IO parts:
 and :mod:`nvpair_wm.io.client` speaks HTTP/2 or HTTP/1.1 over pin-checked mutual TLS.
 
 One task per peer link keeps a connection open (connecting again as soon as it is lost, with
-backoff while the peer does not answer), starts a request whenever the connection has a free
-slot and the outbox has a batch, and sleeps otherwise. Before each connection attempt and each
-batch it re-checks that the peer is still a peer (pinned, not us) and that we still have an
-identity; the set of links is reconciled on every ``nodes:update``, and every
-``reconcile_interval`` for changes to ``trusted/`` and to our own certificate. A node without
-an identity has no links and sends nothing; once its files appear, links start at the next
-reconcile. A rotated identity closes the connections made with the old one.
+backoff while the peer does not answer) and sleeps otherwise. A request starts whenever the
+connection has a free slot and the outbox has a batch: when frames are published (once per
+event-loop tick, so one read from the broker makes one batch), when a response comes back
+(from the connection's callback, in the same tick) and when the task wakes. Before each
+connection attempt and each batch it re-checks that the peer is still a peer (pinned, not us)
+and that we still have an identity (both read at most once per event-loop tick); the set of
+links is reconciled on every ``nodes:update``, and every ``reconcile_interval`` for changes to
+``trusted/`` and to our own certificate. A node without an identity has no links and sends
+nothing; once its files appear, links start at the next reconcile. A rotated identity closes
+the connections made with the old one.
 
 Shutdown (:meth:`Broadcaster.close`): no more publishing, snapshots are skipped, each link
 sends what is queued and stops; whatever is left after ``grace`` seconds is abandoned.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import functools
 import logging
 import random
 import time
@@ -40,7 +44,7 @@ from nvpair_wm_schema.node_record_schema import NodeRecord
 
 from nvpair_wm.dispatch import Outbound
 from nvpair_wm.errors import ClientError, PinRefused, ResponseTimeout
-from nvpair_wm.io.client import PeerConnection, Response, open_connection
+from nvpair_wm.io.client import Outcome, PeerConnection, Response, open_connection
 from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
 from nvpair_wm.peers import Peer, PeerDirectory, diff
 from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
@@ -93,13 +97,91 @@ def bad_frames(body: bytes, count: int) -> frozenset[int] | None:
     return frozenset(bad) if bad else None
 
 
+class _PerTick:
+    """The identity and the pin set, read at most once per event-loop tick.
+
+    Each read is a few ``stat`` calls (and a ``scandir`` for the pins): at a low event rate,
+    re-checked before every batch, they were most of a broadcast's cost. The next tick reads
+    again, so a removed pin or a rotated identity is seen by the next batch started after it.
+    Outside a running loop nothing is cached.
+    """
+
+    __slots__ = ("_ident", "_identity", "_pinned", "_pins", "_stale")
+
+    def __init__(self, identity: IdentitySource, pins: PinSource) -> None:
+        self._identity = identity
+        self._pins = pins
+        self._ident: NodeIdentity | None = None
+        self._pinned: frozenset[str] = frozenset()
+        self._stale = True
+
+    def _refresh(self) -> None:
+        self._ident = self._identity.current()
+        self._pinned = self._pins.current()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._stale = False
+        loop.call_soon(self._expire)
+
+    def _expire(self) -> None:
+        self._stale = True
+
+    def identity(self) -> NodeIdentity | None:
+        if self._stale:
+            self._refresh()
+        return self._ident
+
+    def pins(self) -> frozenset[str]:
+        if self._stale:
+            self._refresh()
+        return self._pinned
+
+    def is_pinned(self, fingerprint: str) -> bool:
+        return fingerprint in self.pins()
+
+
+class _TickIdentity:
+    """:class:`_PerTick`'s identity as an ``IdentitySource``."""
+
+    __slots__ = ("_tick",)
+
+    def __init__(self, tick: _PerTick) -> None:
+        self._tick = tick
+
+    def current(self) -> NodeIdentity | None:
+        return self._tick.identity()
+
+
+class _TickPins:
+    """:class:`_PerTick`'s pins as a ``PinSource``."""
+
+    __slots__ = ("_tick",)
+
+    def __init__(self, tick: _PerTick) -> None:
+        self._tick = tick
+
+    def current(self) -> frozenset[str]:
+        return self._tick.pins()
+
+    def is_pinned(self, fingerprint: str) -> bool:
+        return self._tick.is_pinned(fingerprint)
+
+
 def _text(body: bytes) -> str:
     text = body.decode("utf-8", "replace")
     return text if len(text) <= _LOG_BODY_MAX else text[:_LOG_BODY_MAX] + "..."
 
 
 class _Link:
-    """One peer: its outbox, its connection, and the task that moves one into the other."""
+    """One peer: its outbox, its connection, and what moves one into the other.
+
+    A task keeps the connection (connecting, backing off, PINGs); requests need no task of
+    their own: batches start from :meth:`_fill` (when frames are published, at most once per
+    event-loop tick, and when a response comes back) and end in :meth:`_done`, called by the
+    connection.
+    """
 
     def __init__(self, peer: Peer, owner: Broadcaster) -> None:
         self.peer = peer
@@ -115,7 +197,9 @@ class _Link:
         self._conn_identity: str | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._sends: set[asyncio.Task[None]] = set()
+        self._sending = 0  # requests in progress on ``conn``
+        self._pump_pending = False
+        self._stopped = False
         self._ping: asyncio.Task[None] | None = None
         self._next_connect_at = 0.0
         self._was_connected = False
@@ -135,6 +219,13 @@ class _Link:
     def wake(self) -> None:
         self._wake.set()
 
+    def pump_soon(self) -> None:
+        """Frames were queued: start batches at the end of this event-loop tick (so that the
+        frames of one read from the broker go out together), without waking the task."""
+        if not self._pump_pending:
+            self._pump_pending = True
+            asyncio.get_running_loop().call_soon(self._pump)
+
     def retarget(self, peer: Peer) -> None:
         """The record moved (address or port): reconnect there; the queue stays."""
         moved = peer.target != self.peer.target
@@ -146,7 +237,8 @@ class _Link:
 
     async def stop(self) -> None:
         """Stop now: cancel everything, close the connection, forget the queue."""
-        tasks = [t for t in (self._task, self._ping, *self._sends) if t is not None]
+        self._stopped = True
+        tasks = [t for t in (self._task, self._ping) if t is not None]
         for task in tasks:
             task.cancel()
         if self.conn is not None:
@@ -184,7 +276,7 @@ class _Link:
             if conn is not None and (
                 conn.closed or not conn.usable or self._conn_identity != ident.fingerprint
             ):
-                if self._sends:
+                if self._sending:
                     await self._sleep(None)  # let the requests in progress finish first
                     continue
                 self._forget(conn, ident.fingerprint)
@@ -201,14 +293,7 @@ class _Link:
                 conn = await self._connect(ident)
                 if conn is None:
                     continue
-            cap = conn.capacity(lim.max_in_flight)
-            while conn.usable and len(self._sends) < cap:
-                batch = outbox.next_batch()
-                if batch is None:
-                    break
-                task = loop.create_task(self._send(conn, batch))
-                self._sends.add(task)
-                task.add_done_callback(self._sent)
+            self._fill(conn)
             if outbox.flush_only and outbox.idle:
                 return
             await self._sleep(self._timers(conn, loop.time()))
@@ -296,24 +381,63 @@ class _Link:
             self._ping = None
             self.wake()
 
-    # -- one request ----------------------------------------------------------------------------
+    # -- requests -------------------------------------------------------------------------------
 
-    async def _send(self, conn: PeerConnection, batch: Batch) -> None:
+    def _pump(self) -> None:
+        """Start batches if the connection is up and the peer still a peer (pinned, not us,
+        with our identity of this moment); otherwise let the task sort it out."""
+        self._pump_pending = False
+        conn = self.conn
+        if self._stopped or conn is None or not conn.usable:
+            self.wake()
+            return
+        owner = self._owner
+        ident = owner._identity.current()
+        if (
+            ident is None
+            or ident.fingerprint != self._conn_identity
+            or not owner._directory.is_peer(self.peer)
+        ):
+            self.wake()
+            return
+        self._fill(conn)
+        if not self._sending and self.outbox.has_work:
+            self.wake()  # backing off: the task keeps the timer
+
+    def _fill(self, conn: PeerConnection) -> None:
+        """Start a request per free slot while the outbox has a batch; one write for all."""
         outbox = self.outbox
-        try:
-            response = await conn.post(
-                EVENTS_PATH, batch.body, response_timeout=self._limits.response_timeout
+        lim = self._limits
+        cap = conn.capacity(lim.max_in_flight)
+        started = False
+        while self._sending < cap and conn.usable:
+            batch = outbox.next_batch()
+            if batch is None:
+                break
+            self._sending += 1
+            started = True
+            conn.request(
+                EVENTS_PATH,
+                batch.body,
+                response_timeout=lim.response_timeout,
+                done=functools.partial(self._done, batch),
             )
-        except ClientError as exc:
-            outbox.failed(batch, str(exc))
+        if started:
+            conn.flush()
+
+    def _done(self, batch: Batch, outcome: Outcome) -> None:
+        """A request ended (called by the connection): account for it, start the next."""
+        self._sending -= 1
+        if isinstance(outcome, Response):
+            self._answered(batch, outcome)
+        else:
+            self.outbox.failed(batch, str(outcome))
+        if self._stopped:
             return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a bug: keep the link alive, keep the frames
-            log.exception("peer %s: sending a batch failed", outbox.name)
-            outbox.failed(batch, f"internal error: {exc!r}")
-            return
-        self._answered(batch, response)
+        if self.outbox.flush_only or self.conn is None or not self.conn.usable:
+            self.wake()
+        else:
+            self._pump()
 
     def _answered(self, batch: Batch, response: Response) -> None:
         outbox = self.outbox
@@ -346,10 +470,6 @@ class _Link:
             )
             outbox.rejected(batch, status, _text(response.body))
 
-    def _sent(self, task: asyncio.Task[None]) -> None:
-        self._sends.discard(task)
-        self.wake()
-
 
 class Broadcaster:
     """Pushes local events and removals to every peer (see the module docstring)."""
@@ -365,12 +485,13 @@ class Broadcaster:
         alpn: tuple[bytes, ...] = ALPN_PROTOCOLS,
     ) -> None:
         self.limits = limits
-        self._identity = identity
-        self._pins = pins
+        tick = _PerTick(identity, pins)
+        self._identity: IdentitySource = _TickIdentity(tick)
+        self._pins: PinSource = _TickPins(tick)
         self._originated = originated
         self._rng = rng or random.Random()
         self._alpn = alpn  # tests narrow it to force HTTP/1.1
-        self._directory = PeerDirectory(identity, pins)
+        self._directory = PeerDirectory(self._identity, self._pins)
         self._links: dict[str, _Link] = {}
         self._started = False
         self._closing = False
@@ -391,7 +512,7 @@ class Broadcaster:
             return
         for link in self._links.values():
             link.outbox.push(items)
-            link.wake()
+            link.pump_soon()
 
     def status(self) -> list[PeerStatus]:
         """One PeerStatus per current peer, ordered by nodeId."""

@@ -2,11 +2,13 @@
 
 Per connection: ``data_received`` feeds the sans-IO machines (:class:`~nvpair_wm.proto.tls.
 TLSMachine`, then :class:`~nvpair_wm.proto.h2client.H2ClientSession` or :class:`~nvpair_wm.
-proto.h1client.H1ClientSession`), acts on the events they return (a future per request is
-resolved, ``on_change`` is called) and writes what they produce; ONE timer handle follows the
-session's next deadline. No reader task and no future per read: a connection that the server
-closes, or that dies, is noticed the moment the transport says so, also while idle. What
-requests started in one event-loop tick is encrypted and written once, at the end of the tick.
+proto.h1client.H1ClientSession`), acts on the events they return (a request's ``done`` callback
+is called, ``on_change`` when what the connection can take changed) and writes what they
+produce; ONE timer handle follows the session's next deadline. No reader task, and no task or
+future per read or per request (:meth:`PeerConnection.request`; :meth:`PeerConnection.post` is
+the coroutine form): a connection that the server closes, or that dies, is noticed the moment
+the transport says so, also while idle. What requests started in one event-loop tick is
+encrypted and written once (at :meth:`PeerConnection.flush`, or at the end of the tick).
 
 Who the server is, is decided by pin, not by CA or hostname: the handshake succeeds only if the
 SHA-256 of the server's leaf certificate (DER) equals the fingerprint of the node record being
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 
 from OpenSSL import SSL
 
-from nvpair_wm.errors import ConnectFailed, ConnectionLost, PinRefused, TLSError
+from nvpair_wm.errors import ClientError, ConnectFailed, ConnectionLost, PinRefused, TLSError
 from nvpair_wm.pins import NodeIdentity
 from nvpair_wm.proto.exchanges import (
     ClientEvent,
@@ -48,9 +50,10 @@ from nvpair_wm.proto.h2client import H2ClientSession
 from nvpair_wm.proto.tls import TLSMachine
 from nvpair_wm.tls import ALPN_PROTOCOLS, client_context
 
-__all__ = ["PeerConnection", "Response", "open_connection"]
+__all__ = ["Outcome", "PeerConnection", "Response", "open_connection"]
 
 Session = H1ClientSession | H2ClientSession
+Outcome = Response | ClientError  # what a request's ``done`` callback gets
 
 
 class PeerConnection(asyncio.Protocol):
@@ -76,7 +79,7 @@ class PeerConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._session: Session | None = None
         self._handshake: asyncio.Future[None] = self._loop.create_future()
-        self._requests: dict[int, asyncio.Future[Response]] = {}
+        self._requests: dict[int, Callable[[Outcome], None]] = {}
         self._pings: dict[int, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
@@ -109,21 +112,42 @@ class PeerConnection(asyncio.Protocol):
         """How many requests may be in progress at once (``cap``: our own limit)."""
         return 1 if self._session is None else self._session.capacity(cap)
 
-    async def post(self, path: str, body: bytes, *, response_timeout: float) -> Response:
-        """POST ``body`` as application/json; raises :class:`ClientError` without a response.
+    def request(
+        self, path: str, body: bytes, *, response_timeout: float, done: Callable[[Outcome], None]
+    ) -> None:
+        """Start ``POST path`` with ``body`` (application/json); ``done`` gets the response, or
+        the :class:`ClientError` that says why there is none, on the event loop. No task, no
+        future: the bytes go out at :meth:`flush` or at the end of this event-loop tick.
 
         The timeout is a parameter, not the caller's ``asyncio.timeout``, because a request that
         times out leaves the connection in an unknown state: the connection closes itself.
+        Raises :class:`ConnectionLost` when the connection cannot take a request now.
         """
         session = self._session
         if session is None or self.close_reason is not None:
             raise ConnectionLost(self.close_reason or "not connected")
         now = self._loop.time()
-        request = session.start_request(path, body, now, response_timeout)
-        waiter: asyncio.Future[Response] = self._loop.create_future()
-        self._requests[request] = waiter
+        self._requests[session.start_request(path, body, now, response_timeout)] = done
         self.last_activity = now
         self._flush_soon()
+
+    def flush(self) -> None:
+        """Write what the requests started so far produced, now (one TLS write for all)."""
+        self._flush()
+
+    async def post(self, path: str, body: bytes, *, response_timeout: float) -> Response:
+        """:meth:`request` as a coroutine: the response, or raises :class:`ClientError`."""
+        waiter: asyncio.Future[Response] = self._loop.create_future()
+
+        def done(outcome: Outcome) -> None:
+            if waiter.done():
+                return
+            if isinstance(outcome, Response):
+                waiter.set_result(outcome)
+            else:
+                waiter.set_exception(outcome)
+
+        self.request(path, body, response_timeout=response_timeout, done=done)
         return await waiter
 
     async def ping(self, ack_timeout: float) -> None:
@@ -264,17 +288,18 @@ class PeerConnection(asyncio.Protocol):
         return [] if session is None else session.end(reason, graceful=False)
 
     def _handle(self, events: list[ClientEvent]) -> None:
-        if not events:
-            return
+        """Act on the session's events; ``on_change`` when what the connection can take
+        changed (a request's own ``done`` tells of its end)."""
+        changed = False
         for event in events:
             if isinstance(event, ResponseReceived):
-                waiter = self._requests.pop(event.request, None)
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(event.response)
+                done = self._requests.pop(event.request, None)
+                if done is not None:
+                    done(event.response)
             elif isinstance(event, RequestFailed):
-                waiter = self._requests.pop(event.request, None)
-                if waiter is not None and not waiter.done():
-                    waiter.set_exception(event.error)
+                done = self._requests.pop(event.request, None)
+                if done is not None:
+                    done(event.error)
             elif isinstance(event, PingAnswered):
                 pinger = self._pings.pop(event.ping, None)
                 if pinger is not None and not pinger.done():
@@ -285,8 +310,11 @@ class PeerConnection(asyncio.Protocol):
                     pinger.set_exception(event.error)
             elif isinstance(event, ConnectionEnded):
                 self._end(event.reason, event.graceful)
-            # SessionChanged: nothing to do here but tell the owner, below.
-        self._on_change()
+                changed = True
+            else:  # SessionChanged
+                changed = True
+        if changed:
+            self._on_change()
 
     def _end(self, reason: str, graceful: bool) -> None:
         """Close the transport: after the session's farewell and close_notify when graceful."""
@@ -294,14 +322,13 @@ class PeerConnection(asyncio.Protocol):
             return
         self.close_reason = reason
         lost = ConnectionLost(reason)
-        for waiter in self._requests.values():  # the session failed them; a backstop
-            if not waiter.done():
-                waiter.set_exception(lost)
-        for pinger in self._pings.values():
+        requests, self._requests = self._requests, {}
+        pings, self._pings = self._pings, {}
+        for done in requests.values():  # the session failed them already; a backstop
+            done(lost)
+        for pinger in pings.values():
             if not pinger.done():
                 pinger.set_exception(lost)
-        self._requests.clear()
-        self._pings.clear()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -439,8 +466,9 @@ async def open_connection(
 ) -> PeerConnection:
     """Connect, handshake, check the server's pin, and return a ready connection.
 
-    ``on_change`` is called (on the event loop) whenever the connection closes, a request
-    finishes, or its capacity changes: the owner's cue to look at it again.
+    ``on_change`` is called (on the event loop) whenever the connection closes or what it can
+    take changes (HTTP/2 SETTINGS or GOAWAY, an HTTP/1.1 connection idle again): the owner's
+    cue to look at it again.
     """
     check = _PinCheck(expected_fingerprint, is_pinned)
     try:
