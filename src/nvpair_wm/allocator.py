@@ -35,3 +35,21 @@ def pin_mmap_threshold(nbytes: int = DEFAULT_THRESHOLD) -> bool:
     pinned = bool(mallopt(M_MMAP_THRESHOLD, nbytes))
     log.debug("malloc mmap threshold %s at %d bytes", "pinned" if pinned else "not set", nbytes)
     return pinned
+
+
+def trim() -> bool:
+    """Give the heap's free pages back to the system (glibc ``malloc_trim(0)``).
+
+    Worth calling after a burst of short-lived allocations has been freed (a thousand TLS
+    connections closing): glibc keeps the freed memory in its arenas, where fragmentation can
+    keep RSS up for good although nothing is live. A no-op (False) without glibc.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        malloc_trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return False
+    malloc_trim.argtypes = [ctypes.c_size_t]
+    malloc_trim.restype = ctypes.c_int
+    return bool(malloc_trim(0))

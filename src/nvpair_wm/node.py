@@ -26,8 +26,8 @@ from nvpair_wm.dedup import TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.http.core import Limits
+from nvpair_wm.io.pin_watch import WatchedPins
 from nvpair_wm.io.server import InterNodeServer
-from nvpair_wm.io.tick_pins import TickCachedPins
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, open_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
 
@@ -74,8 +74,8 @@ class Node:
         cluster = config.cluster_dir
         self.identity: Identity | _NoIdentity = Identity(cluster) if cluster else _NoIdentity()
         self.pins: PinSet | _NoPins = PinSet(cluster / "trusted") if cluster else _NoPins()
-        # Read once per event-loop tick: requests of one read share one scan of trusted/.
-        pins = TickCachedPins(self.pins)
+        # trusted/ is rescanned only when inotify saw it change (per request without inotify).
+        pins = WatchedPins(self.pins) if isinstance(self.pins, PinSet) else self.pins
         endpoint = EventsEndpoint(self.dispatcher, pins, self.queue, max_body=config.max_frame)
         hosts = [config.host] if config.host else None
         self.server = InterNodeServer(

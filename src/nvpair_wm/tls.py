@@ -21,8 +21,9 @@ the server only if the SHA-256 of its leaf certificate is pinned.
 Certificates and keys go to pyOpenSSL as cryptography objects (``NodeIdentity.certificate`` /
 ``private_key``): passing pyOpenSSL ``X509``/``PKey`` objects is deprecated since 24.3.
 
-:class:`TLSConnection` is the asyncio face of one connection: ``handshake()``, ``read()``,
-``write()``, ``drain()``, ``close()``; it satisfies :class:`nvpair_wm.http.core.ByteStream`.
+:class:`TLSConnection` is the asyncio stream face of one client connection: ``handshake()``,
+``read()``, ``write()``, ``drain()``, ``close()``; it satisfies ``http.core.ByteStream``. (The
+server drives the sans-IO :class:`nvpair_wm.proto.tls.TLSMachine` from ``nvpair_wm.io.server``.)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from collections.abc import Callable, Iterable
 from cryptography.hazmat.primitives import serialization
 from OpenSSL import SSL, crypto
 
+from nvpair_wm.errors import TLSError
 from nvpair_wm.http.core import ShutdownRequested
 from nvpair_wm.pins import IdentitySource, NodeIdentity, fingerprint_der
 
@@ -53,10 +55,6 @@ log = logging.getLogger(__name__)
 ALPN_PROTOCOLS: tuple[bytes, ...] = (b"h2", b"http/1.1")
 _READ_CHUNK = 64 * 1024
 _INCOMING_HIGH_WATER = 256 * 1024  # ciphertext buffered ahead of the reader → pause_reading()
-
-
-class TLSError(ConnectionError):
-    """A TLS failure (handshake refused, protocol error, peer vanished mid-handshake)."""
 
 
 def _cert_fingerprint(cert: crypto.X509) -> str:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Self
 
+from nvpair_wm import allocator
 from nvpair_wm.errors import TLSError
 from nvpair_wm.http.core import Handler, Limits
 from nvpair_wm.pins import IdentitySource
@@ -49,6 +50,9 @@ __all__ = ["DEFAULT_PORT", "H2_PREFACE", "InterNodeServer", "ServerConnection", 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 14320
+#: When the open connections fall to an eighth of a high-water mark of at least this many,
+#: the heap is trimmed (``allocator.trim``): TLS connections leave fragmented free memory.
+TRIM_AFTER_CONNECTIONS = 256
 
 Session = H1Session | H2ServerSession
 
@@ -488,6 +492,8 @@ class InterNodeServer:
         self._drained: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.port: int = 0  # the bound port, once started
+        self._high_water = 0  # most connections open since the last trim
+        self._trim: asyncio.Handle | None = None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -581,9 +587,10 @@ class InterNodeServer:
         return ServerConnection(self, tls)
 
     def accepted(self, conn: ServerConnection) -> bool:
-        if self._closing:
+        if self._closing or not self._admission.admit(conn):
             return False
-        return self._admission.admit(conn)
+        self._high_water = max(self._high_water, len(self._admission))
+        return True
 
     def authenticate(self, conn: ServerConnection) -> bool:
         """Move a handshaken connection to the pinned slots if its certificate is pinned."""
@@ -594,9 +601,20 @@ class InterNodeServer:
         return pinned
 
     def released(self, conn: ServerConnection) -> None:
-        self._admission.release(conn)
-        if self._drained is not None and not len(self._admission):
+        admission = self._admission
+        admission.release(conn)
+        count = len(admission)
+        if self._drained is not None and not count:
             self._drained.set()
+        if count <= self._high_water // 8 and self._high_water >= TRIM_AFTER_CONNECTIONS:
+            # A burst of connections is over: hand their freed memory back (once per burst).
+            self._high_water = count
+            if self._trim is None:
+                self._trim = self.loop.call_soon(self._trim_now)
+
+    def _trim_now(self) -> None:
+        self._trim = None
+        allocator.trim()
 
 
 def _fmt_addr(addr: tuple[object, ...]) -> str:
