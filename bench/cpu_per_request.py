@@ -5,7 +5,7 @@ written on its own (HTTP/2: HEADERS + DATA of one stream in one write; HTTP/1.1:
 one write) and the next one waits for the answer. Packing many requests into one write (as
 ``bench/loadgen.py`` does) hides what every read costs the server.
 
-    .venv/bin/python -m bench.cpu_per_request [--requests N] [--proto h2|h1|both] [--uvloop]
+    .venv/bin/python -m bench.cpu_per_request [--requests N] [--proto h2|h1|both]
 
 Starts a real ``nvpair-wm`` (stdio broker drained by a thread), connects with the stdlib
 ``ssl`` module and a pinned client certificate, warms up, then reports the server's CPU time
@@ -136,7 +136,6 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--proto", choices=["h2", "h1", "both"], default="both")
-    ap.add_argument("--uvloop", action="store_true", help="pass --uvloop to nvpair-wm")
     args = ap.parse_args()
 
     from nvpair_wm.clusterdir import cert_fingerprint, init_cluster  # noqa: PLC0415
@@ -146,10 +145,9 @@ def main() -> None:
         dirs = init_cluster(root / "cluster", ["server", "client"])
         srv, cli = dirs["server"], dirs["client"]
         pin = cert_fingerprint((srv / "node.crt").read_bytes())
-        extra = ["--uvloop"] if args.uvloop else []
         wm = WmProc(
             "--cluster-dir", str(srv), "--bind", "127.0.0.1", "--port", "0",
-            "--log-level", "warn", *extra, log_path=root / "wm.log",
+            "--log-level", "warn", log_path=root / "wm.log",
         )  # fmt: skip
         try:
             wm.expect_ready()

@@ -1,4 +1,5 @@
-"""HTTP/2 abuse bounds of ``nvpair_wm.http.h2``, each over a real loopback TCP socket.
+"""HTTP/2 abuse bounds of ``nvpair_wm.proto.h2`` (through ``nvpair_wm.io.server``), each over a
+real loopback TCP socket.
 
 Every attack must end in a GOAWAY (ENHANCE_YOUR_CALM where it fits) or a bounded stream error,
 within bounded time and memory, while a well-behaved client on a second connection keeps

@@ -34,7 +34,7 @@ import logging
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Self
+from typing import Self, cast
 
 from nvpair_wm import allocator
 from nvpair_wm.errors import TLSError
@@ -175,8 +175,8 @@ class ServerConnection(asyncio.Protocol):
     # -- asyncio callbacks --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport (uvloop's is not an asyncio.Transport subclass: no isinstance).
+        self.transport = transport = cast(asyncio.Transport, transport)
         self.peername = transport.get_extra_info("peername")
         self._started = self.loop.time()
         if not self.server.accepted(self):
