@@ -198,6 +198,7 @@ class _Link:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._sending = 0  # requests in progress on ``conn``
+        self._keepalive_armed = False  # the task's sleep ends in time for the next PING
         self._pump_pending = False
         self._stopped = False
         self._ping: asyncio.Task[None] | None = None
@@ -305,12 +306,16 @@ class _Link:
         due: list[float] = []
         if self.outbox.has_work and self.outbox.ready_at() > now:
             due.append(self.outbox.ready_at() - now)
+        # A PING in flight wakes the task when it ends; otherwise an idle h2 link's sleep ends
+        # at the next PING. Busy, it is not armed, and the link's last response wakes the task.
+        self._keepalive_armed = self._ping is not None
         if conn.protocol == "h2" and not conn.active and self._ping is None:
             idle_for = now - conn.last_activity
             if idle_for >= lim.keepalive_interval:
                 self._ping = asyncio.get_running_loop().create_task(self._keepalive(conn))
             else:
                 due.append(lim.keepalive_interval - idle_for)
+            self._keepalive_armed = True
         return min(due) if due else None
 
     async def _sleep(self, seconds: float | None) -> None:
@@ -436,8 +441,10 @@ class _Link:
             return
         if self.outbox.flush_only or self.conn is None or not self.conn.usable:
             self.wake()
-        else:
-            self._pump()
+            return
+        self._pump()
+        if not self._sending and not self._keepalive_armed:
+            self.wake()  # the link went idle while the task slept without a PING timer
 
     def _answered(self, batch: Batch, response: Response) -> None:
         outbox = self.outbox
