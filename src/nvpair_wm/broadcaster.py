@@ -212,6 +212,12 @@ class _Link:
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"peer-{self.peer.node_id}"
         )
+        self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """A link task that died of a bug says so at once (``stop`` gathers it quietly)."""
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("peer %s: link task failed", self.outbox.name, exc_info=exc)
 
     @property
     def task(self) -> asyncio.Task[None] | None:
@@ -419,14 +425,19 @@ class _Link:
             batch = outbox.next_batch()
             if batch is None:
                 break
+            try:
+                conn.request(
+                    EVENTS_PATH,
+                    batch.body,
+                    response_timeout=lim.response_timeout,
+                    done=functools.partial(self._done, batch),
+                )
+            except ClientError as exc:  # the connection cannot take it after all
+                outbox.failed(batch, str(exc))
+                self.wake()
+                break
             self._sending += 1
             started = True
-            conn.request(
-                EVENTS_PATH,
-                batch.body,
-                response_timeout=lim.response_timeout,
-                done=functools.partial(self._done, batch),
-            )
         if started:
             conn.flush()
 
