@@ -282,7 +282,8 @@ def test_h2_garbage_is_a_protocol_error_answered_with_goaway() -> None:
     ended = events[-1]
     assert isinstance(ended, ConnectionEnded) and ended.reason.startswith("protocol error:")
     got = server.take(client)
-    assert any(isinstance(e, h2.events.ConnectionTerminated) for e in got)
+    [term] = [e for e in got if isinstance(e, h2.events.ConnectionTerminated)]
+    assert term.error_code == ErrorCodes.PROTOCOL_ERROR
 
 
 @pytest.mark.parametrize("status", [None, b"20", b"2xx", b"0200"])
@@ -298,13 +299,18 @@ def test_h2_response_without_a_valid_status_is_a_protocol_error(status: bytes | 
     assert failures(events) == {sid: ConnectionLost}
     ended = events[-1]
     assert isinstance(ended, ConnectionEnded) and "valid :status" in ended.reason
+    data = client.data_to_send()  # GOAWAY PROTOCOL_ERROR (the server's h2 cannot decode it)
+    assert data[3] == 0x7 and int.from_bytes(data[13:17], "big") == ErrorCodes.PROTOCOL_ERROR
 
 
 def test_h2_oversized_frame_is_refused_from_its_header() -> None:
-    client, _ = connected()
+    client, server = connected()
     events = client.receive_data(b"\x10\x00\x00\x00\x00\x00\x00\x00\x01", 0.0)  # 1 MiB frame
     ended = events[-1]
-    assert isinstance(ended, ConnectionEnded) and "FrameTooLargeError" in ended.reason
+    assert isinstance(ended, ConnectionEnded) and "frame of 1048576 bytes" in ended.reason
+    assert ended.graceful  # GOAWAY FRAME_SIZE_ERROR goes out first
+    [term] = [e for e in server.take(client) if isinstance(e, h2.events.ConnectionTerminated)]
+    assert term.error_code == ErrorCodes.FRAME_SIZE_ERROR
 
 
 def test_h2_close_sends_goaway_no_error() -> None:

@@ -29,7 +29,13 @@ import h2.exceptions
 import h2.settings
 from h2.errors import ErrorCodes
 
-from nvpair_wm.errors import ConnectionLost, LocalProtocolError, ResponseTimeout, StreamRefused
+from nvpair_wm.errors import (
+    ConnectionLost,
+    H2ConnectionError,
+    LocalProtocolError,
+    ResponseTimeout,
+    StreamRefused,
+)
 from nvpair_wm.proto.exchanges import (
     USER_AGENT,
     ClientEvent,
@@ -100,6 +106,7 @@ class H2ClientSession:
         self._pings: dict[int, tuple[float, float]] = {}  # id → (deadline, timeout)
         self._ping_count = 0
         self._goaway_last: int | None = None
+        self._goaway_sent = False
         self._inbox = bytearray()  # an incomplete frame (frames are split here to catch GOAWAY)
         self.ended: str | None = None  # why the session is over, once it is
 
@@ -219,7 +226,7 @@ class H2ClientSession:
             while size - pos >= _FRAME_HEADER:
                 length = int.from_bytes(buf[pos : pos + 3], "big")
                 if length > limit:
-                    raise h2.exceptions.FrameTooLargeError(f"frame of {length} bytes")
+                    raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, f"frame of {length} bytes")
                 end = pos + _FRAME_HEADER + length
                 if size < end:
                     break
@@ -231,8 +238,9 @@ class H2ClientSession:
                 pos = end
             if pos > start:
                 self._feed(buf[start:pos] if start or pos < size else buf, events)
-        except h2.exceptions.ProtocolError as exc:
-            events += self.end(f"protocol error: {type(exc).__name__}: {exc}", graceful=True)
+        except H2ConnectionError as exc:  # the peer's error (ours would propagate: a bug)
+            self._say_goaway(exc.code)
+            events += self.end(f"protocol error: {exc.reason}", graceful=True)
             return events
         if pos == size:
             self._inbox.clear()
@@ -243,7 +251,12 @@ class H2ClientSession:
         return events
 
     def _feed(self, data: bytes | bytearray, events: list[ClientEvent]) -> None:
-        for event in self._h2.receive_data(bytes(data)):
+        try:
+            received = self._h2.receive_data(bytes(data))
+        except h2.exceptions.ProtocolError as exc:
+            self._goaway_sent = True  # h2 has queued its own GOAWAY
+            raise H2ConnectionError(exc.error_code, f"{type(exc).__name__}: {exc}") from exc
+        for event in received:
             if self.ended is not None:
                 return
             self._event(event, events)
@@ -301,7 +314,7 @@ class H2ClientSession:
 
     def _goaway(self, payload: bytes, events: list[ClientEvent]) -> None:
         if len(payload) < 8:
-            raise h2.exceptions.ProtocolError("GOAWAY frame too short")
+            raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "GOAWAY frame too short")
         last = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
         code = int.from_bytes(payload[4:8], "big")
         if self._goaway_last is None or last < self._goaway_last:
@@ -346,10 +359,15 @@ class H2ClientSession:
         self._pings.clear()
         self._sending.clear()
         if graceful:
-            with contextlib.suppress(h2.exceptions.ProtocolError):  # h2 already said goodbye
-                self._h2.close_connection(ErrorCodes.NO_ERROR)
+            self._say_goaway(ErrorCodes.NO_ERROR)
         events.append(ConnectionEnded(reason, graceful))
         return events
+
+    def _say_goaway(self, code: int) -> None:
+        """Queue our one GOAWAY (h2 would send one per call)."""
+        if not self._goaway_sent:
+            self._goaway_sent = True
+            self._h2.close_connection(code)
 
 
 def _status(headers: list[tuple[bytes, bytes]]) -> int:
@@ -360,7 +378,7 @@ def _status(headers: list[tuple[bytes, bytes]]) -> int:
             if len(value) == 3 and value.isdigit() and value[0] != ord("0"):
                 return int(value)
             break
-    raise h2.exceptions.ProtocolError("response without a valid :status")
+    raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "response without a valid :status")
 
 
 def _code_name(code: int) -> str:
