@@ -453,7 +453,9 @@ class _Link:
         if self.outbox.flush_only or self.conn is None or not self.conn.usable:
             self.wake()
             return
-        self._pump()
+        # The next batch starts at the end of this tick, not at once: what the broker wrote
+        # meanwhile (read in the same tick) goes with it, in one request instead of two.
+        self.pump_soon()
         if not self._sending and not self._keepalive_armed:
             self.wake()  # the link went idle while the task slept without a PING timer
 
