@@ -15,7 +15,7 @@ One task per peer link keeps a connection open (connecting again as soon as it i
 backoff while the peer does not answer) and sleeps otherwise. A request starts whenever the
 connection has a free slot and the outbox has a batch: when frames are published (once per
 event-loop tick, so one read from the broker makes one batch), when a response comes back
-(from the connection's callback, in the same tick) and when the task wakes. Before each
+(from the connection's callback, at the end of that tick) and when the task wakes. Before each
 connection attempt and each batch it re-checks that the peer is still a peer (pinned, not us)
 and that we still have an identity (both read at most once per event-loop tick); the set of
 links is reconciled on every ``nodes:update``, and every ``reconcile_interval`` for changes to
