@@ -226,9 +226,16 @@ class _Link:
     def wake(self) -> None:
         self._wake.set()
 
+    def publish(self, items: list[Outbound]) -> None:
+        """Queue frames. An idle link sends them at the end of this tick (one read from the
+        broker, one request); a busy one lets them accumulate until a response comes back,
+        which then starts the next (larger) batches: fewer requests per frame under load."""
+        self.outbox.push(items)
+        if not self._sending:
+            self.pump_soon()
+
     def pump_soon(self) -> None:
-        """Frames were queued: start batches at the end of this event-loop tick (so that the
-        frames of one read from the broker go out together), without waking the task."""
+        """Start batches at the end of this event-loop tick, without waking the task."""
         if not self._pump_pending:
             self._pump_pending = True
             asyncio.get_running_loop().call_soon(self._pump)
@@ -531,8 +538,7 @@ class Broadcaster:
         if not items or self._closing:
             return
         for link in self._links.values():
-            link.outbox.push(items)
-            link.pump_soon()
+            link.publish(items)
 
     def status(self) -> list[PeerStatus]:
         """One PeerStatus per current peer, ordered by nodeId."""
