@@ -12,10 +12,10 @@ The IO shell around three sans-IO parts:
 and :mod:`nvpair_wm.io.client` speaks HTTP/2 or HTTP/1.1 over pin-checked mutual TLS.
 
 One task per peer link keeps a connection open (connecting again as soon as it is lost, with
-backoff while the peer does not answer) and sleeps otherwise. A request starts whenever the
-connection has a free slot and the outbox has a batch: when frames are published (once per
-event-loop tick, so one read from the broker makes one batch), when a response comes back
-(from the connection's callback, at the end of that tick) and when the task wakes. Before each
+backoff while the peer does not answer) and sleeps otherwise. Requests start, one per free
+slot while the outbox has a batch, at the end of the event-loop tick in which frames were
+published to an idle link (one read from the broker, one request) or a response came back
+(a busy link accumulates meanwhile), and when the task wakes. Before each
 connection attempt and each batch it re-checks that the peer is still a peer (pinned, not us)
 and that we still have an identity (both read at most once per event-loop tick); the set of
 links is reconciled on every ``nodes:update``, and every ``reconcile_interval`` for changes to
@@ -178,9 +178,8 @@ class _Link:
     """One peer: its outbox, its connection, and what moves one into the other.
 
     A task keeps the connection (connecting, backing off, PINGs); requests need no task of
-    their own: batches start from :meth:`_fill` (when frames are published, at most once per
-    event-loop tick, and when a response comes back) and end in :meth:`_done`, called by the
-    connection.
+    their own: batches start from :meth:`_fill` (see :meth:`publish` and :meth:`_done`) and
+    end in :meth:`_done`, called by the connection.
     """
 
     def __init__(self, peer: Peer, owner: Broadcaster) -> None:
