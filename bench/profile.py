@@ -50,7 +50,10 @@ COMPONENTS = (  # (name, path fragments): the first that matches the innermost f
         "broadcaster, client, outbox, sync, peers",
         (
             "nvpair_wm/broadcaster.py",
-            "nvpair_wm/client.py",
+            "nvpair_wm/io/client.py",
+            "nvpair_wm/proto/h1client.py",
+            "nvpair_wm/proto/h2client.py",
+            "nvpair_wm/proto/exchanges.py",
             "nvpair_wm/outbox.py",
             "nvpair_wm/sync.py",
             "nvpair_wm/peers.py",

@@ -632,6 +632,37 @@ def test_h2_keepalive_finds_a_silent_peer(servers: Servers, tls_cluster: TLSClus
         frozen.set()
 
 
+def test_h2_keepalive_resumes_once_a_busy_link_goes_idle(
+    servers: Servers, tls_cluster: TLSCluster
+) -> None:
+    handler = Scripted()
+    a = servers.start(tls_cluster.dirs["a"], handler=handler)
+    limits = BroadcastLimits(
+        keepalive_interval=0.1, keepalive_timeout=0.2, retry_base=0.02, retry_max_delay=0.1
+    )
+    b = Node(tls_cluster, limits=limits)
+    frozen = threading.Event()
+
+    async def go() -> None:
+        b.bc.update_nodes([record(tls_cluster, "a", a.port)])
+        await b.bc.start()
+        await eventually(lambda: b.peer().connected, "connected")
+        b.report(submitted("1"))  # the link is busy, then idle again after the response
+        assert ids((await handler.next())[1]) == [("1", 1)]
+        await eventually(lambda: b.peer().sent == 1, "the response")
+        a.loop.call_soon_threadsafe(frozen.wait, WAIT)  # a hangs: no FIN, no answers
+        await eventually(
+            lambda: "PING unanswered" in (b.peer().lastError or ""), "the PING times out"
+        )
+        frozen.set()
+        await b.bc.close(1.0)
+
+    try:
+        run(go())
+    finally:
+        frozen.set()
+
+
 def test_idle_close_by_the_server_is_followed_by_a_reconnect_and_a_resync(
     servers: Servers, tls_cluster: TLSCluster, protocols: tuple[str, ...]
 ) -> None:

@@ -18,15 +18,11 @@ from typing import Any, TypeVar
 import pytest
 
 from nvpair_wm.broadcaster import bad_frames, retry_after
-from nvpair_wm.client import (
-    ConnectFailed,
-    PeerConnection,
-    PinRefused,
-    ResponseTimeout,
-    open_connection,
-)
 from nvpair_wm.clusterdir import cert_fingerprint
+from nvpair_wm.errors import ConnectFailed, ConnectionLost, PinRefused, ResponseTimeout
 from nvpair_wm.http.core import MIB, Request, Response, empty_response, error_response
+from nvpair_wm.io.client import PeerConnection, open_connection
+from nvpair_wm.io.client import Response as ClientResponse
 from nvpair_wm.pins import Identity, PinSet
 from tests.conftest import WAIT, TLSCluster, WmServer
 from tests.frames import batch, event, workload
@@ -289,6 +285,40 @@ def test_h2_runs_requests_concurrently_on_one_connection(
 
     assert run(go()) == [202] * 8
     assert len([wm.sink.get() for _ in range(8)]) == 8
+
+
+def test_requests_started_in_one_tick_complete_through_their_callbacks(
+    start_wm_server: StartServer, tls_cluster: TLSCluster, protocol: str
+) -> None:
+    wm = start_wm_server()
+
+    async def go() -> list[object]:
+        conn = await dial(tls_cluster, wm.port, protocol=protocol)
+        outcomes: list[object] = []
+        finished = asyncio.Event()
+        count = conn.capacity(8)
+        assert count == (8 if protocol == "h2" else 1)
+
+        def done(outcome: object) -> None:
+            outcomes.append(outcome)
+            if len(outcomes) == count:
+                finished.set()
+
+        for i in range(count):  # no await in between: one write carries them all
+            body = batch(event("workload:submitted", workload(id=f"cb-{i}")))
+            conn.request(PATH, body, response_timeout=WAIT, done=done)
+        assert conn.active == count
+        conn.flush()
+        await finished.wait()
+        assert conn.active == 0 and conn.usable
+        await conn.aclose()
+        with pytest.raises(ConnectionLost, match="closed by us"):
+            conn.request(PATH, b"[]", response_timeout=WAIT, done=done)
+        return outcomes
+
+    outcomes = run(go())
+    assert [o.status for o in outcomes if isinstance(o, ClientResponse)] == [202] * len(outcomes)
+    assert len([wm.sink.get() for _ in outcomes]) == len(outcomes)
 
 
 def test_h2_goaway_on_server_shutdown(

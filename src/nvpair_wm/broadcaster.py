@@ -9,16 +9,19 @@ The IO shell around three sans-IO parts:
 * :mod:`nvpair_wm.sync` decides how a peer is brought up to date (a snapshot on every new
   connection; its docstring is the convergence design);
 
-and :mod:`nvpair_wm.client` speaks HTTP/2 or HTTP/1.1 over pin-checked mutual TLS.
+and :mod:`nvpair_wm.io.client` speaks HTTP/2 or HTTP/1.1 over pin-checked mutual TLS.
 
 One task per peer link keeps a connection open (connecting again as soon as it is lost, with
-backoff while the peer does not answer), starts a request whenever the connection has a free
-slot and the outbox has a batch, and sleeps otherwise. Before each connection attempt and each
-batch it re-checks that the peer is still a peer (pinned, not us) and that we still have an
-identity; the set of links is reconciled on every ``nodes:update``, and every
-``reconcile_interval`` for changes to ``trusted/`` and to our own certificate. A node without
-an identity has no links and sends nothing; once its files appear, links start at the next
-reconcile. A rotated identity closes the connections made with the old one.
+backoff while the peer does not answer) and sleeps otherwise. Requests start, one per free
+slot while the outbox has a batch, at the end of the event-loop tick in which frames were
+published to an idle link (one read from the broker, one request) or a response came back
+(a busy link accumulates meanwhile), and when the task wakes. Before each
+connection attempt and each batch it re-checks that the peer is still a peer (pinned, not us)
+and that we still have an identity (both read at most once per event-loop tick); the set of
+links is reconciled on every ``nodes:update``, and every ``reconcile_interval`` for changes to
+``trusted/`` and to our own certificate. A node without an identity has no links and sends
+nothing; once its files appear, links start at the next reconcile. A rotated identity closes
+the connections made with the old one.
 
 Shutdown (:meth:`Broadcaster.close`): no more publishing, snapshots are skipped, each link
 sends what is queued and stops; whatever is left after ``grace`` seconds is abandoned.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import functools
 import logging
 import random
 import time
@@ -38,15 +42,9 @@ import msgspec
 from nvpair_wm_schema.manager_status_schema import PeerStatus
 from nvpair_wm_schema.node_record_schema import NodeRecord
 
-from nvpair_wm.client import (
-    ClientError,
-    PeerConnection,
-    PinRefused,
-    Response,
-    ResponseTimeout,
-    open_connection,
-)
 from nvpair_wm.dispatch import Outbound
+from nvpair_wm.errors import ClientError, PinRefused, ResponseTimeout
+from nvpair_wm.io.client import Outcome, PeerConnection, Response, open_connection
 from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
 from nvpair_wm.peers import Peer, PeerDirectory, diff
 from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
@@ -101,13 +99,90 @@ def bad_frames(body: bytes, count: int) -> frozenset[int] | None:
     return frozenset(bad) if bad else None
 
 
+class _PerTick:
+    """The identity and the pin set, read at most once per event-loop tick.
+
+    Each read is a few ``stat`` calls (and a ``scandir`` for the pins): at a low event rate,
+    re-checked before every batch, they were most of a broadcast's cost. The next tick reads
+    again, so a removed pin or a rotated identity is seen by the next batch started after it.
+    Outside a running loop nothing is cached.
+    """
+
+    __slots__ = ("_ident", "_identity", "_pinned", "_pins", "_stale")
+
+    def __init__(self, identity: IdentitySource, pins: PinSource) -> None:
+        self._identity = identity
+        self._pins = pins
+        self._ident: NodeIdentity | None = None
+        self._pinned: frozenset[str] = frozenset()
+        self._stale = True
+
+    def _refresh(self) -> None:
+        self._ident = self._identity.current()
+        self._pinned = self._pins.current()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._stale = False
+        loop.call_soon(self._expire)
+
+    def _expire(self) -> None:
+        self._stale = True
+
+    def identity(self) -> NodeIdentity | None:
+        if self._stale:
+            self._refresh()
+        return self._ident
+
+    def pins(self) -> frozenset[str]:
+        if self._stale:
+            self._refresh()
+        return self._pinned
+
+    def is_pinned(self, fingerprint: str) -> bool:
+        return fingerprint in self.pins()
+
+
+class _TickIdentity:
+    """:class:`_PerTick`'s identity as an ``IdentitySource``."""
+
+    __slots__ = ("_tick",)
+
+    def __init__(self, tick: _PerTick) -> None:
+        self._tick = tick
+
+    def current(self) -> NodeIdentity | None:
+        return self._tick.identity()
+
+
+class _TickPins:
+    """:class:`_PerTick`'s pins as a ``PinSource``."""
+
+    __slots__ = ("_tick",)
+
+    def __init__(self, tick: _PerTick) -> None:
+        self._tick = tick
+
+    def current(self) -> frozenset[str]:
+        return self._tick.pins()
+
+    def is_pinned(self, fingerprint: str) -> bool:
+        return self._tick.is_pinned(fingerprint)
+
+
 def _text(body: bytes) -> str:
     text = body.decode("utf-8", "replace")
     return text if len(text) <= _LOG_BODY_MAX else text[:_LOG_BODY_MAX] + "..."
 
 
 class _Link:
-    """One peer: its outbox, its connection, and the task that moves one into the other."""
+    """One peer: its outbox, its connection, and what moves one into the other.
+
+    A task keeps the connection (connecting, backing off, PINGs); requests need no task of
+    their own: batches start from :meth:`_fill` (see :meth:`publish` and :meth:`_done`) and
+    end in :meth:`_done`, called by the connection.
+    """
 
     def __init__(self, peer: Peer, owner: Broadcaster) -> None:
         self.peer = peer
@@ -123,7 +198,10 @@ class _Link:
         self._conn_identity: str | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._sends: set[asyncio.Task[None]] = set()
+        self._sending = 0  # requests in progress on ``conn``
+        self._keepalive_armed = False  # the task's sleep ends in time for the next PING
+        self._pump_pending = False
+        self._stopped = False
         self._ping: asyncio.Task[None] | None = None
         self._next_connect_at = 0.0
         self._was_connected = False
@@ -135,6 +213,12 @@ class _Link:
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"peer-{self.peer.node_id}"
         )
+        self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """A link task that died of a bug says so at once (``stop`` gathers it quietly)."""
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("peer %s: link task failed", self.outbox.name, exc_info=exc)
 
     @property
     def task(self) -> asyncio.Task[None] | None:
@@ -142,6 +226,20 @@ class _Link:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def publish(self, items: list[Outbound]) -> None:
+        """Queue frames. An idle link sends them at the end of this tick (one read from the
+        broker, one request); a busy one lets them accumulate until a response comes back,
+        which then starts the next (larger) batches: fewer requests per frame under load."""
+        self.outbox.push(items)
+        if not self._sending:
+            self.pump_soon()
+
+    def pump_soon(self) -> None:
+        """Start batches at the end of this event-loop tick, without waking the task."""
+        if not self._pump_pending:
+            self._pump_pending = True
+            asyncio.get_running_loop().call_soon(self._pump)
 
     def retarget(self, peer: Peer) -> None:
         """The record moved (address or port): reconnect there; the queue stays."""
@@ -154,7 +252,8 @@ class _Link:
 
     async def stop(self) -> None:
         """Stop now: cancel everything, close the connection, forget the queue."""
-        tasks = [t for t in (self._task, self._ping, *self._sends) if t is not None]
+        self._stopped = True
+        tasks = [t for t in (self._task, self._ping) if t is not None]
         for task in tasks:
             task.cancel()
         if self.conn is not None:
@@ -192,7 +291,7 @@ class _Link:
             if conn is not None and (
                 conn.closed or not conn.usable or self._conn_identity != ident.fingerprint
             ):
-                if self._sends:
+                if self._sending:
                     await self._sleep(None)  # let the requests in progress finish first
                     continue
                 self._forget(conn, ident.fingerprint)
@@ -209,14 +308,7 @@ class _Link:
                 conn = await self._connect(ident)
                 if conn is None:
                     continue
-            cap = conn.capacity(lim.max_in_flight)
-            while conn.usable and len(self._sends) < cap:
-                batch = outbox.next_batch()
-                if batch is None:
-                    break
-                task = loop.create_task(self._send(conn, batch))
-                self._sends.add(task)
-                task.add_done_callback(self._sent)
+            self._fill(conn)
             if outbox.flush_only and outbox.idle:
                 return
             await self._sleep(self._timers(conn, loop.time()))
@@ -228,12 +320,16 @@ class _Link:
         due: list[float] = []
         if self.outbox.has_work and self.outbox.ready_at() > now:
             due.append(self.outbox.ready_at() - now)
+        # A PING in flight wakes the task when it ends; otherwise an idle h2 link's sleep ends
+        # at the next PING. Busy, it is not armed, and the link's last response wakes the task.
+        self._keepalive_armed = self._ping is not None
         if conn.protocol == "h2" and not conn.active and self._ping is None:
             idle_for = now - conn.last_activity
             if idle_for >= lim.keepalive_interval:
                 self._ping = asyncio.get_running_loop().create_task(self._keepalive(conn))
             else:
                 due.append(lim.keepalive_interval - idle_for)
+            self._keepalive_armed = True
         return min(due) if due else None
 
     async def _sleep(self, seconds: float | None) -> None:
@@ -304,24 +400,72 @@ class _Link:
             self._ping = None
             self.wake()
 
-    # -- one request ----------------------------------------------------------------------------
+    # -- requests -------------------------------------------------------------------------------
 
-    async def _send(self, conn: PeerConnection, batch: Batch) -> None:
+    def _pump(self) -> None:
+        """Start batches if the connection is up and the peer still a peer (pinned, not us,
+        with our identity of this moment); otherwise let the task sort it out."""
+        self._pump_pending = False
+        conn = self.conn
+        if self._stopped or conn is None or not conn.usable:
+            self.wake()
+            return
+        owner = self._owner
+        ident = owner._identity.current()
+        if (
+            ident is None
+            or ident.fingerprint != self._conn_identity
+            or not owner._directory.is_peer(self.peer)
+        ):
+            self.wake()
+            return
+        self._fill(conn)
+        if not self._sending and self.outbox.has_work:
+            self.wake()  # backing off: the task keeps the timer
+
+    def _fill(self, conn: PeerConnection) -> None:
+        """Start a request per free slot while the outbox has a batch; one write for all."""
         outbox = self.outbox
-        try:
-            response = await conn.post(
-                EVENTS_PATH, batch.body, response_timeout=self._limits.response_timeout
-            )
-        except ClientError as exc:
-            outbox.failed(batch, str(exc))
+        lim = self._limits
+        cap = conn.capacity(lim.max_in_flight)
+        started = False
+        while self._sending < cap and conn.usable:
+            batch = outbox.next_batch()
+            if batch is None:
+                break
+            try:
+                conn.request(
+                    EVENTS_PATH,
+                    batch.body,
+                    response_timeout=lim.response_timeout,
+                    done=functools.partial(self._done, batch),
+                )
+            except ClientError as exc:  # the connection cannot take it after all
+                outbox.failed(batch, str(exc))
+                self.wake()
+                break
+            self._sending += 1
+            started = True
+        if started:
+            conn.flush()
+
+    def _done(self, batch: Batch, outcome: Outcome) -> None:
+        """A request ended (called by the connection): account for it, start the next."""
+        self._sending -= 1
+        if isinstance(outcome, Response):
+            self._answered(batch, outcome)
+        else:
+            self.outbox.failed(batch, str(outcome))
+        if self._stopped:
             return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a bug: keep the link alive, keep the frames
-            log.exception("peer %s: sending a batch failed", outbox.name)
-            outbox.failed(batch, f"internal error: {exc!r}")
+        if self.outbox.flush_only or self.conn is None or not self.conn.usable:
+            self.wake()
             return
-        self._answered(batch, response)
+        # The next batch starts at the end of this tick, not at once: what the broker wrote
+        # meanwhile (read in the same tick) goes with it, in one request instead of two.
+        self.pump_soon()
+        if not self._sending and not self._keepalive_armed:
+            self.wake()  # the link went idle while the task slept without a PING timer
 
     def _answered(self, batch: Batch, response: Response) -> None:
         outbox = self.outbox
@@ -356,10 +500,6 @@ class _Link:
             )
             outbox.rejected(batch, status, _text(response.body))
 
-    def _sent(self, task: asyncio.Task[None]) -> None:
-        self._sends.discard(task)
-        self.wake()
-
 
 class Broadcaster:
     """Pushes local events and removals to every peer (see the module docstring)."""
@@ -374,12 +514,13 @@ class Broadcaster:
         rng: random.Random | None = None,
     ) -> None:
         self.limits = limits
-        self._identity = identity
-        self._pins = pins
+        tick = _PerTick(identity, pins)
+        self._identity: IdentitySource = _TickIdentity(tick)
+        self._pins: PinSource = _TickPins(tick)
         self._originated = originated
         self._rng = rng or random.Random()
         self._alpn = tuple(p.encode("ascii") for p in limits.protocols)
-        self._directory = PeerDirectory(identity, pins)
+        self._directory = PeerDirectory(self._identity, self._pins)
         self._links: dict[str, _Link] = {}
         self._started = False
         self._closing = False
@@ -402,8 +543,7 @@ class Broadcaster:
         if self.delivery is not None:  # --metrics: delivery latency
             self.delivery.enqueued(items, len(self._links))
         for link in self._links.values():
-            link.outbox.push(items)
-            link.wake()
+            link.publish(items)
 
     def status(self) -> list[PeerStatus]:
         """One PeerStatus per current peer, ordered by nodeId."""

@@ -12,17 +12,29 @@ is never caught here.
     │   └── RemoteProtocolError       the peer broke it
     │       └── H2ConnectionError     ...badly enough to end an HTTP/2 connection (GOAWAY code)
     ├── ConnectionClosed              the transport is gone (also a ConnectionError)
-    └── TLSError                      handshake refused, TLS protocol error (also a ConnectionError)
+    ├── TLSError                      handshake refused, TLS protocol error (also a ConnectionError)
+    └── ClientError                   an outbound request got no response: safe to retry
+        ├── ConnectFailed             TCP connect or TLS handshake failed, or timed out
+        │   └── PinRefused            the server's certificate is not the record's, or not pinned
+        ├── ConnectionLost            the connection ended before the response was complete
+        ├── ResponseTimeout           no complete response (or PING answer) in time
+        └── StreamRefused             HTTP/2: the server reset the stream or excluded it (GOAWAY)
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ClientError",
+    "ConnectFailed",
     "ConnectionClosed",
+    "ConnectionLost",
     "H2ConnectionError",
     "LocalProtocolError",
+    "PinRefused",
     "ProtocolError",
     "RemoteProtocolError",
+    "ResponseTimeout",
+    "StreamRefused",
     "TLSError",
     "WmError",
 ]
@@ -63,3 +75,27 @@ class ConnectionClosed(WmError, ConnectionError):
 
 class TLSError(WmError, ConnectionError):
     """A TLS failure: handshake refused, protocol error, peer vanished mid-handshake."""
+
+
+class ClientError(WmError, ConnectionError):
+    """An outbound request did not get a response; retrying it (here or anew) is safe."""
+
+
+class ConnectFailed(ClientError):
+    """TCP connect or TLS handshake failed, or timed out."""
+
+
+class PinRefused(ConnectFailed):
+    """The server's certificate is not the record's fingerprint, or is not pinned."""
+
+
+class ConnectionLost(ClientError):
+    """The connection ended before the response was complete."""
+
+
+class ResponseTimeout(ClientError):
+    """No complete response (or PING answer) in time; the connection is closed (it may be dead)."""
+
+
+class StreamRefused(ClientError):
+    """HTTP/2: the server reset the stream or excluded it with GOAWAY (never processed)."""

@@ -110,8 +110,8 @@ class Node:
             limits=config.http,
             is_pinned=pins.is_pinned,
         )
-        self.broadcaster = Broadcaster(
-            self.identity, self.pins, self.table.originated, config.broadcast
+        self.broadcaster = Broadcaster(  # the same inotify-watched pins as the server
+            self.identity, pins, self.table.originated, config.broadcast
         )
         self._stop = asyncio.Event()
         self.metrics: Metrics | None = None

@@ -171,6 +171,7 @@ class Batch:
     snapshot: list[Outbound] = field(default_factory=list)
     queued: list[Outbound] = field(default_factory=list)
     size: int = 2  # bytes of the body: "[" + frames joined by "," + "]"
+    queued_bytes: int = 0  # bytes of the ``queued`` frames (counted in flight by the outbox)
     generation: int = 0  # RetryRun.generation when the batch was sent
 
     def __len__(self) -> int:
@@ -192,8 +193,13 @@ class Batch:
         return len(self) < max_frames and self.size + 1 + len(item.body) <= max_bytes
 
     def add(self, item: Outbound, *, snapshot: bool) -> None:
-        self.size += len(item.body) + (1 if self else 0)
-        (self.snapshot if snapshot else self.queued).append(item)
+        size = len(item.body)
+        self.size += size + (1 if self else 0)
+        if snapshot:
+            self.snapshot.append(item)
+        else:
+            self.queued.append(item)
+            self.queued_bytes += size
 
 
 def _short(text: str) -> str:
@@ -374,25 +380,36 @@ class PeerOutbox:
             if not len(snap):
                 self.snapshot = None
         queue = self._queue
-        while queue:
-            item = next(iter(queue.values()))
-            if not batch.room(item, max_frames, max_bytes):
-                break
-            del queue[item.key]
-            self._queued_bytes -= len(item.body)
-            batch.add(item, snapshot=False)
+        if queue:
+            # Batch.room and Batch.add, inlined: this loop runs once per frame sent.
+            frames, size, taken = len(batch), batch.size, batch.queued
+            taken_bytes = 0
+            while queue:
+                key, item = queue.popitem(last=False)
+                n = len(item.body)
+                if frames and (frames >= max_frames or size + 1 + n > max_bytes):
+                    queue[key] = item  # back to the front: it opens the next batch
+                    queue.move_to_end(key, last=False)
+                    break
+                size += n + 1 if frames else n
+                frames += 1
+                taken.append(item)
+                taken_bytes += n
+            batch.size = size
+            batch.queued_bytes = taken_bytes
+            self._queued_bytes -= taken_bytes
         if not batch:
             return None
         batch.generation = self.retry.generation
         self._inflight_batches += 1
         self._inflight_frames += len(batch.queued)
-        self._inflight_bytes += sum(len(o.body) for o in batch.queued)
+        self._inflight_bytes += batch.queued_bytes
         return batch
 
     def _settle(self, batch: Batch) -> None:
         self._inflight_batches -= 1
         self._inflight_frames -= len(batch.queued)
-        self._inflight_bytes -= sum(len(o.body) for o in batch.queued)
+        self._inflight_bytes -= batch.queued_bytes
 
     # -- outcomes --------------------------------------------------------------------------------
 

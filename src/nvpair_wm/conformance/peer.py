@@ -1,7 +1,7 @@
 """A minimal mutual-TLS HTTP/2 and HTTP/1.1 client that plays a peer (blocking, one request per
 connection).
 
-Kept apart from ``nvpair_wm.client`` on purpose: the kit must not test an implementation with
+Kept apart from ``nvpair_wm.io.client`` on purpose: the kit must not test an implementation with
 that implementation's own code. It can send what a well-behaved client would not (any method,
 path and headers, a body with no ``Content-Length``) and reads the response even when the
 server answers before the body is sent.
