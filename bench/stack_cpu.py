@@ -4,7 +4,7 @@ The same server path as the daemon's ``data_received`` — :class:`TLSMachine` �
 HTTP/1.1 session → the real ``EventsEndpoint`` + ``Dispatcher`` (broker sink: a list) → TLS
 records out — fed records a real client produced beforehand (one request per record, as Go
 net/http and curl write them). Only the server's work is timed (``time.process_time``), so
-knobs can be compared on a busy machine where ``bench.cpu_per_request`` is noisy.
+knobs can be compared on a busy machine where the real-peer benchmark (``bench.realpeer``) is noisy.
 
     .venv/bin/python -m bench.stack_cpu [--requests N] [--validate-headers]
         [--pins watched|scan|fixed]
