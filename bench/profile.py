@@ -1,6 +1,7 @@
 """Profile a daemon process under a benchmark's load with py-spy, and say where the time goes.
 
     python -m bench.profile internode [h2|h2_b100|h1|h1_b100|hs] [--server ours|hypercorn]
+    python -m bench.profile realpeer [h2_1|h2_32|h1_8] [--server ours|hypercorn]
     python -m bench.profile propagation [max|low] [--node a|b]
     python -m bench.profile local_channel
     options: --seconds S (8), --rate HZ (500), --out FILE (raw collapsed stacks)
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import re
 import subprocess
 import sys
@@ -128,7 +130,7 @@ def _spy(pid: int, out: Path, seconds: float, rate: int) -> subprocess.Popen[byt
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.splitlines()[0])
-    p.add_argument("bench", choices=("internode", "propagation", "local_channel"))
+    p.add_argument("bench", choices=("internode", "realpeer", "propagation", "local_channel"))
     p.add_argument("what", nargs="?", default="")
     p.add_argument("--server", default="ours", choices=("ours", "hypercorn"))
     p.add_argument("--node", default="a", choices=("a", "b"))
@@ -148,12 +150,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nvpair-profile-") as tmp:
         if args.bench == "internode":
             _internode(ctx, Path(tmp), args, out)
+        elif args.bench == "realpeer":
+            _realpeer(ctx, Path(tmp), args, out)
         elif args.bench == "propagation":
             _propagation(Path(tmp), args, out)
         else:
             _local(Path(tmp), args, out)
-    print(f"{args.bench} {args.what} (py-spy, {args.rate} Hz, {args.seconds:g} s): {out}\n")
-    print(summarize(out))
+    if args.rate:
+        print(f"{args.bench} {args.what} (py-spy, {args.rate} Hz, {args.seconds:g} s): {out}\n")
+        print(summarize(out))
 
 
 def _internode(ctx: Context, root: Path, args: argparse.Namespace, out: Path) -> None:
@@ -176,6 +181,46 @@ def _internode(ctx: Context, root: Path, args: argparse.Namespace, out: Path) ->
         print(f"{server.label} {v.label}: {rate:,.0f} {v.unit} while profiled")
     finally:
         bench.close()
+
+
+def _realpeer(ctx: Context, root: Path, args: argparse.Namespace, out: Path) -> None:
+    from bench.realpeer import LOADS, RealPeerBench  # noqa: PLC0415
+
+    load = next(x for x in LOADS if x.key == (args.what or "h2_1"))
+    bench = RealPeerBench(ctx, root)
+    try:
+        server = bench.start_ours() if args.server == "ours" else bench.start_hypercorn()
+        gens = bench.go_generators(server, load)
+        gens.ready()
+        gens.command(b"r")
+        time.sleep(0.5)  # warm-up: the connections open and settle
+        a = gens.sample()
+        cpu0 = _cpu_seconds(server.pid)
+        if args.rate:
+            _spy(server.pid, out, args.seconds, args.rate).wait()
+        else:  # --rate 0: no profiler, the undisturbed figures
+            time.sleep(args.seconds)
+        cpu1 = _cpu_seconds(server.pid)
+        b = gens.sample()
+        gens.pause()
+        gens.stop()
+        n = b["done"] - a["done"]
+        rate = n / (b["t"] - a["t"])
+        print(
+            f"{server.label} {load.label}: {rate:,.0f} requests/s while profiled, "
+            f"server CPU per request: {(cpu1[0] - cpu0[0]) / max(n, 1) * 1e6:.0f} us user + "
+            f"{(cpu1[1] - cpu0[1]) / max(n, 1) * 1e6:.0f} us system"
+            + (" (py-spy included)" if args.rate else "")
+        )
+    finally:
+        bench.close()
+
+
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def _propagation(root: Path, args: argparse.Namespace, out: Path) -> None:
