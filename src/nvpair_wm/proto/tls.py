@@ -45,7 +45,7 @@ class TLSMachine:
         """Client side: produce the ClientHello (read it with :meth:`data_to_send`)."""
         self._handshake()
 
-    def receive(self, data: bytes) -> bytes:
+    def receive(self, data: bytes | memoryview) -> bytes:
         """Feed ciphertext; returns the plaintext it completed (b"" during the handshake).
 
         Raises :class:`TLSError` when the handshake or a record fails (the alert to send is
@@ -83,15 +83,17 @@ class TLSMachine:
 
     def data_to_send(self) -> bytes:
         """Ciphertext OpenSSL produced since the last call."""
-        out = b""
+        chunks = []
+        bio_read = self._ssl.bio_read
         while True:
             try:
-                chunk = self._ssl.bio_read(_CHUNK)
+                chunk = bio_read(_CHUNK)
             except SSL.WantReadError:
-                return out
+                break
             if not chunk:
-                return out
-            out += chunk
+                break
+            chunks.append(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     # -- internals --------------------------------------------------------------------------
 
@@ -111,7 +113,7 @@ class TLSMachine:
         return True
 
     def _read_plaintext(self) -> bytes:
-        out = b""
+        chunks = []
         recv = self._ssl.recv
         while not self.peer_closed:
             try:
@@ -123,5 +125,5 @@ class TLSMachine:
                 break
             except SSL.Error as exc:
                 raise TLSError(f"TLS error: {describe_ssl_error(exc)}") from exc
-            out += chunk
-        return out
+            chunks.append(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
