@@ -84,6 +84,8 @@ def is_json_content_type(value: bytes | None) -> bool:
     """``application/json`` with optional parameters; a charset, if any, must be UTF-8."""
     if value is None:
         return False
+    if value == b"application/json":  # what every peer sends: no parsing
+        return True
     media, *params = value.decode("latin-1").split(";")
     if media.strip().lower() != "application/json":
         return False
