@@ -85,8 +85,7 @@ from nvpair_wm.proto.h2.hpack import Decoder, encode_fields
 from nvpair_wm.proto.h2.settings import DEFAULT_WINDOW, PeerSettings, server_settings_frame
 from nvpair_wm.proto.h2.streams import (
     Stream,
-    build_request,
-    request_problem,
+    parse_request,
     response_fields,
     trailers_problem,
     valid_fields,
@@ -501,7 +500,10 @@ class H2ServerSession:
         fields = self._decoder.decode(block)
         st = self._streams.get(sid)
         if st is not None:
-            self._on_trailers(st, end_stream, fields, now)
+            if self_dependent:
+                self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)  # §5.3.1
+            else:
+                self._on_trailers(st, end_stream, fields, now)
             return
         if sid <= self._highest:
             if sid not in self._closed:  # never opened: a decreasing stream id (§5.1.1)
@@ -519,14 +521,14 @@ class H2ServerSession:
             self._refuse(sid)
             self._budgets.refuse(now)
             return
-        problem = request_problem(fields)
-        if problem is not None:
-            log.debug("HTTP/2 stream %d malformed: %s", sid, problem)
+        parsed = parse_request(fields, self._limits.max_header_bytes, self.peer_fingerprint)
+        if isinstance(parsed, str):
+            log.debug("HTTP/2 stream %d malformed: %s", sid, parsed)
             self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)
             return
         st = Stream(sid, self._recv_initial, self._peer.initial_window)
         self._streams[sid] = st
-        self._on_request(st, fields, now)
+        self._on_request(st, parsed)
         if self._streams.get(sid) is not st:
             return
         if end_stream:
@@ -607,13 +609,14 @@ class H2ServerSession:
 
     # -- receiving: requests ------------------------------------------------------------------
 
-    def _on_request(self, st: Stream, fields: list[tuple[bytes, bytes]], now: float) -> None:
-        request, early = build_request(fields, self._limits.max_header_bytes, self.peer_fingerprint)
-        st.request = request
+    def _on_request(self, st: Stream, parsed: Request | Response) -> None:
         self.requests += 1
-        if early is None and request is not None:
-            early = self._call_head(request)
-        if early is None and request is not None and (request.content_length or 0) > self._max_body:
+        if isinstance(parsed, Response):  # answered from the header list alone (431, ...)
+            self._answer_early(st, parsed)
+            return
+        st.request = parsed
+        early = self._call_head(parsed)
+        if early is None and (parsed.content_length or 0) > self._max_body:
             early = too_large(self._max_body)
         if early is not None:
             self._answer_early(st, early)

@@ -10,13 +10,12 @@ import re
 
 from h2.errors import ErrorCodes
 
-from nvpair_wm.http.core import Request, Response, content_length_of, error_response, path_of
+from nvpair_wm.http.core import Request, Response, error_response, path_of
 
 __all__ = [
     "NO_BODY_STATUSES",
     "Stream",
-    "build_request",
-    "request_problem",
+    "parse_request",
     "response_fields",
     "trailers_problem",
     "valid_fields",
@@ -47,8 +46,14 @@ _CONNECTION_SPECIFIC = frozenset(
 )
 _BAD_NAME = re.compile(rb"[\x00-\x20A-Z\x7f-\xff:]")  # §8.2.1 (":" only for pseudo-headers)
 _BAD_INBOUND_VALUE = re.compile(rb"[\x00\r\n]|^[ \t]|[ \t]$")
-_GOOD_NAMES_MAX = 256
-_good_names: set[bytes] = set()  # regular names already found valid (a small cache)
+# Small caches of what was found valid: clients repeat names, values and paths (values taken
+# from the HPACK dynamic table are even the same objects, their hashes already computed).
+_CACHE_MAX = 256
+_CACHED_VALUE_MAX = 64  # longer values are checked every time, not remembered
+_good_names: set[bytes] = set()
+_good_values: set[bytes] = set()
+_paths: dict[bytes, str] = {}
+_methods = {b"POST": "POST", b"GET": "GET", b"HEAD": "HEAD", b"PUT": "PUT"}
 
 
 class Stream:
@@ -90,42 +95,6 @@ class Stream:
         self.send_deadline: float | None = None
 
 
-def build_request(
-    headers: list[tuple[bytes, bytes]], max_header_bytes: int, peer_fingerprint: str | None
-) -> tuple[Request | None, Response | None]:
-    """The :class:`Request` (:func:`request_problem` passed), or an answer instead of one."""
-    size = 0
-    pseudo: dict[bytes, bytes] = {}
-    fields: list[tuple[bytes, bytes]] = []
-    for name, value in headers:
-        size += len(name) + len(value) + 32
-        if name[:1] == b":":
-            pseudo[name] = value
-        else:
-            fields.append((name, value))
-    if size > max_header_bytes:
-        return None, error_response(431, "request header fields too large")
-    method = pseudo.get(b":method", b"").decode("ascii", "replace")
-    if method == "CONNECT":
-        return None, error_response(501, "CONNECT is not supported")
-    authority = pseudo.get(b":authority")
-    if authority is not None and not any(name == b"host" for name, _ in fields):
-        fields.append((b"host", authority))
-    try:
-        length = content_length_of(fields)
-    except ValueError:
-        return None, error_response(400, "bad content-length")
-    request = Request(
-        method=method,
-        path=path_of(pseudo.get(b":path", b"/")),
-        headers=fields,
-        peer_fingerprint=peer_fingerprint,
-        protocol="h2",
-        content_length=length,
-    )
-    return request, None
-
-
 def valid_fields(headers: list[tuple[bytes, bytes]]) -> bool:
     """True if every field name is a token and no value holds NUL, CR or LF."""
     return all(_FIELD_NAME.fullmatch(k) and not _BAD_VALUE.search(v) for k, v in headers)
@@ -158,53 +127,111 @@ def _name_problem(name: bytes) -> str | None:
         return f"bad field name {name!r}"
     if name in _CONNECTION_SPECIFIC:
         return f"connection-specific field {name!r}"
-    if len(_good_names) >= _GOOD_NAMES_MAX:
+    if len(_good_names) >= _CACHE_MAX:
         _good_names.clear()
     _good_names.add(name)
     return None
 
 
-def request_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
-    """Why a request's header list is malformed (RFC 9113 §8.2-8.3), or None.
-
-    Pseudo-headers: only the four of a request, each once, all before the regular fields;
-    ``:method``, ``:scheme`` and a non-empty ``:path`` present (CONNECT: ``:method`` and
-    ``:authority``). Names: lowercase tokens, no connection-specific fields, TE only
-    ``trailers``. Values: no NUL/CR/LF, no surrounding whitespace.
-    """
-    pseudo: list[bytes] = []
-    regular = False
-    path: bytes | None = None
-    connect = False
-    for name, value in headers:
-        if name[:1] == b":":
-            if regular:
-                return f"pseudo-header {name!r} after a regular field"
-            if name not in _REQUEST_PSEUDO:
-                return f"pseudo-header {name!r} in a request"
-            if name in pseudo:
-                return f"duplicate {name!r}"
-            pseudo.append(name)
-            if name == b":path":
-                path = value
-            elif name == b":method":
-                connect = value == b"CONNECT"
-        else:
-            regular = True
-            problem = _name_problem(name)
-            if problem is not None:
-                return problem
-            if name == b"te" and value != b"trailers":
-                return "TE other than trailers"
-        if value and _BAD_INBOUND_VALUE.search(value):
-            return f"bad value of {name!r}"
-    if connect:
-        return None if b":authority" in pseudo else "CONNECT without :authority"
-    if b":method" not in pseudo or b":scheme" not in pseudo or path is None:
-        return "a required pseudo-header is missing"
-    if not path:
-        return "empty :path"
+def _value_problem(name: bytes, value: bytes) -> str | None:
+    if value in _good_values:
+        return None
+    if _BAD_INBOUND_VALUE.search(value):
+        return f"bad value of {name!r}"
+    if len(value) <= _CACHED_VALUE_MAX:
+        if len(_good_values) >= _CACHE_MAX:
+            _good_values.clear()
+        _good_values.add(value)
     return None
+
+
+def parse_request(
+    headers: list[tuple[bytes, bytes]], max_header_bytes: int, peer_fingerprint: str | None
+) -> Request | Response | str:
+    """The :class:`Request` of a decoded header list, an answer instead of one, or why the
+    list is malformed (a ``str``: a stream error PROTOCOL_ERROR, RFC 9113 §8.1.1).
+
+    Malformed (§8.2-8.3): pseudo-headers other than the four of a request, repeated, or after
+    a regular field; ``:method``, ``:scheme`` or a non-empty ``:path`` missing (CONNECT:
+    ``:authority``); names that are not lowercase tokens; connection-specific fields; TE
+    other than ``trailers``; values with NUL/CR/LF or surrounding whitespace. Answers: 431
+    over ``max_header_bytes`` (RFC 7541 §4.1 sizes), 501 for CONNECT, 400 for a bad
+    content-length.
+    """
+    size = 0
+    method = scheme = path = authority = length = None
+    host = False
+    fields: list[tuple[bytes, bytes]] = []
+    for name, value in headers:
+        size += len(name) + len(value) + 32
+        if value and (problem := _value_problem(name, value)) is not None:
+            return problem
+        if name[:1] == b":":
+            if fields:
+                return f"pseudo-header {name!r} after a regular field"
+            if name == b":method":
+                if method is not None:
+                    return "duplicate :method"
+                method = value
+            elif name == b":path":
+                if path is not None:
+                    return "duplicate :path"
+                path = value
+            elif name == b":scheme":
+                if scheme is not None:
+                    return "duplicate :scheme"
+                scheme = value
+            elif name == b":authority":
+                if authority is not None:
+                    return "duplicate :authority"
+                authority = value
+            else:
+                return f"pseudo-header {name!r} in a request"
+            continue
+        if name not in _good_names and (problem := _name_problem(name)) is not None:
+            return problem
+        if name == b"content-length":
+            if length is None:
+                length = value
+        elif name == b"te":
+            if value != b"trailers":
+                return "TE other than trailers"
+        elif name == b"host":
+            host = True
+        fields.append((name, value))
+    if method == b"CONNECT":
+        if authority is None:
+            return "CONNECT without :authority"
+    elif method is None or scheme is None or path is None:
+        return "a required pseudo-header is missing"
+    elif not path:
+        return "empty :path"
+    if size > max_header_bytes:
+        return error_response(431, "request header fields too large")
+    if method == b"CONNECT" or path is None:
+        return error_response(501, "CONNECT is not supported")
+    content_length: int | None = None
+    if length is not None:
+        text = length.strip()
+        if not text.isdigit():
+            return error_response(400, "bad content-length")
+        content_length = int(text)
+    if authority is not None and not host:
+        fields.append((b"host", authority))
+    request_path = _paths.get(path)
+    if request_path is None:
+        request_path = path_of(path)
+        if len(_paths) >= _CACHE_MAX:
+            _paths.clear()
+        _paths[path] = request_path
+    return Request(
+        method=_methods.get(method) or method.decode("ascii", "replace"),
+        path=request_path,
+        headers=fields,
+        peer_fingerprint=peer_fingerprint,
+        protocol="h2",
+        content_length=content_length,
+    )
 
 
 def trailers_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -215,6 +242,6 @@ def trailers_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
         problem = _name_problem(name)
         if problem is not None:
             return problem
-        if value and _BAD_INBOUND_VALUE.search(value):
-            return f"bad value of {name!r}"
+        if value and (problem := _value_problem(name, value)) is not None:
+            return problem
     return None
