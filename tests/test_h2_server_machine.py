@@ -557,3 +557,32 @@ def test_header_list_limits_431_and_hpack_bomb() -> None:
     block = q.block([*REQUEST, ("x-bomb", "b" * 500)]) + b"\xbe" * 10
     q.feed(raw(1, 5, 1, block))
     assert q.goaway() == ErrorCodes.ENHANCE_YOUR_CALM
+
+
+def test_big_responses_follow_the_peers_frame_size() -> None:
+    """A header block over the peer's MAX_FRAME_SIZE goes out as HEADERS + CONTINUATION;
+    DATA frames are cut to MAX_FRAME_SIZE too (and grow when the peer allows bigger ones)."""
+
+    class Big(Recorder):
+        def complete(self, req: Request, body: bytes) -> Response:
+            return Response(200, [(b"x-big", b"h" * 40000)], b"z" * 40000)
+
+    p = Peer()
+    p.session = H2ServerSession(Big(), Limits(), FP, 0.0)
+    p.feed(H2_PREFACE + raw(4, 0, 0) + raw(4, 1, 0))
+    p.feed(raw(8, 0, 0, (100000).to_bytes(4, "big")))  # room beyond the 65,535 default
+    new = p.feed(p.headers(1))
+    kinds = [type(f).__name__ for f in new]
+    assert kinds[:4] == ["HeadersFrame", "ContinuationFrame", "ContinuationFrame", "DataFrame"]
+    assert "END_HEADERS" in new[2].flags and "END_HEADERS" not in new[0].flags
+    block = b"".join(bytes(f.data) for f in new[:3])  # type: ignore[attr-defined]
+    assert dict(hpack.Decoder().decode(block, raw=True))[b"x-big"] == b"h" * 40000
+    sizes = [len(f.data) for f in new if isinstance(f, DataFrame)]
+    assert sizes == [16384, 16384, 7232]
+    q = Peer()
+    q.session = H2ServerSession(Big(), Limits(), FP, 0.0)
+    q.feed(H2_PREFACE + raw(4, 0, 0, b"\x00\x05\x00\x01\x00\x00") + raw(4, 1, 0))  # 65,536
+    q.feed(raw(8, 0, 0, (100000).to_bytes(4, "big")))
+    new = q.feed(q.headers(1))
+    assert [len(f.data) for f in new if isinstance(f, DataFrame)] == [40000]
+    assert [type(f).__name__ for f in new][:2] == ["HeadersFrame", "DataFrame"]
