@@ -586,3 +586,30 @@ def test_big_responses_follow_the_peers_frame_size() -> None:
     new = q.feed(q.headers(1))
     assert [len(f.data) for f in new if isinstance(f, DataFrame)] == [40000]
     assert [type(f).__name__ for f in new][:2] == ["HeadersFrame", "DataFrame"]
+
+
+def test_bytes_fed_one_at_a_time_make_the_same_frames() -> None:
+    """The preface, a request split over CONTINUATION, padded DATA: all fed byte by byte."""
+    whole = Peer()
+    enc = hpack.Encoder()
+    block = bytes(enc.encode(REQUEST))
+    stream = (
+        raw(1, 0x0, 1, block[:3])
+        + raw(9, 0x4, 1, block[3:])
+        + raw(0, 0x8, 1, b"\x02" + b"{}" + b"\x00\x00")
+        + raw(0, 0x1, 1, b"")
+        + raw(6, 0, 0, b"12345678")
+    )
+    whole.session.receive_data(stream, 1.0)
+    expected = whole.session.data_to_send()
+    fresh = H2ServerSession(Recorder(), Limits(), FP, 0.0)
+    opening = H2_PREFACE + raw(4, 0, 0) + raw(4, 1, 0)
+    for i in range(len(opening)):
+        fresh.receive_data(opening[i : i + 1], 1.0)
+    fresh.data_to_send()
+    out = b""
+    for i in range(len(stream)):
+        fresh.receive_data(stream[i : i + 1], 1.0)
+        out += fresh.data_to_send()
+    assert out == expected
+    assert [type(f).__name__ for f in frames_of(out)] == ["HeadersFrame", "PingFrame"]

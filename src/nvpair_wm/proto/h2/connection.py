@@ -80,6 +80,7 @@ from nvpair_wm.proto.h2.frames import (
     frame_header,
     goaway_frame,
     rst_stream_frame,
+    unpack_frame_header,
 )
 from nvpair_wm.proto.h2.hpack import Decoder, encode_fields
 from nvpair_wm.proto.h2.settings import DEFAULT_WINDOW, PeerSettings, server_settings_frame
@@ -325,36 +326,48 @@ class H2ServerSession:
 
     def _receive(self, data: bytes, now: float) -> None:
         buf = self._buf
-        buf += data
-        if self._preface_left:
-            expected = self._preface_left
-            take = min(len(expected), len(buf))
-            if buf[:take] != expected[:take]:
-                raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "invalid connection preface")
-            del buf[:take]
-            self._preface_left = expected[take:]
-            if self._preface_left:
+        if buf or self._preface_left:
+            buf += data
+            if self._preface_left and not self._take_preface():
                 return
+            if len(buf) >= 9:  # a big frame arriving in pieces is copied out once, whole
+                length = (buf[0] << 16) | (buf[1] << 8) | buf[2]
+                if length <= self._limits.h2_max_frame_size and len(buf) < 9 + length:
+                    return
+            data = bytes(buf)
+            buf.clear()
+        # Frames are read from ``data`` itself (usually whole frames: one copy per payload);
+        # an incomplete frame at the end waits in ``_buf``.
         pos = 0
-        size = len(buf)
+        size = len(data)
         max_frame = self._limits.h2_max_frame_size
+        unpack = unpack_frame_header
         while size - pos >= 9:
-            length = (buf[pos] << 16) | (buf[pos + 1] << 8) | buf[pos + 2]
+            high, low, ftype, flags, sid = unpack(data, pos)
+            length = (high << 8) | low
             if length > max_frame:
                 raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, f"frame of {length} bytes")
             end = pos + 9 + length
             if end > size:
                 break
-            ftype = buf[pos + 3]
-            flags = buf[pos + 4]
-            sid = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFF_FFFF
-            payload = bytes(buf[pos + 9 : end])
+            payload = data[pos + 9 : end]
             pos = end
-            self._frame(ftype, flags, sid, payload, now)
+            self._frame(ftype, flags, sid & 0x7FFF_FFFF, payload, now)
             if self.done:
                 return
-        if pos:
-            del buf[:pos]
+        if pos < size:
+            self._buf += data[pos:]
+
+    def _take_preface(self) -> bool:
+        """Match buffered bytes against the client preface; True once it is complete."""
+        buf = self._buf
+        expected = self._preface_left
+        take = min(len(expected), len(buf))
+        if buf[:take] != expected[:take]:
+            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "invalid connection preface")
+        del buf[:take]
+        self._preface_left = expected[take:]
+        return not self._preface_left
 
     def _frame(self, ftype: int, flags: int, sid: int, payload: bytes, now: float) -> None:
         streams = self._streams

@@ -31,6 +31,7 @@ __all__ = [
     "frame_header",
     "goaway_frame",
     "rst_stream_frame",
+    "unpack_frame_header",
     "window_update_frame",
 ]
 
@@ -44,6 +45,8 @@ END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
 MAX_WINDOW = 2**31 - 1  # flow-control windows and increments (RFC 9113 §6.9.1)
 
 _HEADER = struct.Struct(">HBBBL")  # 24-bit length as 16 + 8 bits, type, flags, stream id
+#: ``(length >> 8, length & 0xFF, type, flags, stream id with its reserved bit)`` at an offset.
+unpack_frame_header = _HEADER.unpack_from
 
 
 def frame_header(length: int, ftype: int, flags: int, stream_id: int) -> bytes:
