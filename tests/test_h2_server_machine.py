@@ -8,6 +8,8 @@ asks for: a connection error (GOAWAY with the code) or a stream error (RST_STREA
 
 from __future__ import annotations
 
+import h2.config
+import h2.connection
 import hpack
 import pytest
 from h2.errors import ErrorCodes
@@ -21,6 +23,8 @@ from hyperframe.frame import (
     SettingsFrame,
     WindowUpdateFrame,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from nvpair_wm.errors import H2ConnectionError
 from nvpair_wm.http.core import Limits, Request, Response, empty_response
@@ -613,3 +617,44 @@ def test_bytes_fed_one_at_a_time_make_the_same_frames() -> None:
         out += fresh.data_to_send()
     assert out == expected
     assert [type(f).__name__ for f in frames_of(out)] == ["HeadersFrame", "PingFrame"]
+
+
+def _valid_exchange() -> bytes:
+    """Three requests as a real client writes them (h2 library), after the preface."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    for _ in range(3):
+        sid = client.get_next_available_stream_id()
+        client.send_headers(sid, [*REQUEST, ("content-length", "2")])
+        client.send_data(sid, b"{}", end_stream=True)
+    client.ping(b"abcdefgh")
+    return client.data_to_send()
+
+
+VALID = _valid_exchange()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    edits=st.lists(
+        st.tuples(st.integers(0, len(VALID) - 1), st.integers(0, 255)), min_size=1, max_size=6
+    ),
+    cut=st.integers(1, 64),
+)
+def test_mutated_byte_streams_never_escape_the_machine(
+    edits: list[tuple[int, int]], cut: int
+) -> None:
+    """Whatever bytes arrive, the session answers with frames (or closes with GOAWAY): no
+    exception reaches the driver, and what it sends parses as HTTP/2 frames."""
+    data = bytearray(VALID)
+    for pos, value in edits:
+        data[pos] = value
+    session = H2ServerSession(Recorder(), Limits(), FP, 0.0)
+    out = b""
+    for i in range(0, len(data), cut):
+        session.receive_data(bytes(data[i : i + cut]), 1.0)
+        out += session.data_to_send()
+    session.handle_timeout(100.0)
+    out += session.data_to_send()
+    assert frames_of(out)
+    assert session.open_streams <= 3
