@@ -31,7 +31,10 @@ from pathlib import Path
 from bench.harness import Context
 
 COMPONENTS = (  # (name, path fragments): the first that matches the innermost frame's file
-    ("h2 library (h2, hpack, hyperframe)", ("h2/", "hpack/", "hyperframe/")),
+    (
+        "h2 library (h2, hpack, hyperframe)",
+        ("site-packages/h2/", "site-packages/hpack/", "site-packages/hyperframe/"),
+    ),
     ("h11 library", ("h11/",)),
     ("TLS: pyOpenSSL + OpenSSL", ("OpenSSL/", "cryptography/")),
     ("nvpair_wm.tls", ("nvpair_wm/tls.py",)),
@@ -61,6 +64,7 @@ COMPONENTS = (  # (name, path fragments): the first that matches the innermost f
             "nvpair_wm/peers.py",
         ),
     ),
+    ("nvpair_wm.proto + io (server sessions, driver)", ("nvpair_wm/proto/", "nvpair_wm/io/")),
     ("hypercorn", ("hypercorn/",)),
     ("bench (baseline app)", ("bench/",)),
     ("asyncio + selectors", ("asyncio/", "selectors.py")),

@@ -6,7 +6,7 @@ records out — fed records a real client produced beforehand (one request per r
 net/http and curl write them). Only the server's work is timed (``time.process_time``), so
 knobs can be compared on a busy machine where the real-peer benchmark (``bench.realpeer``) is noisy.
 
-    .venv/bin/python -m bench.stack_cpu [--requests N] [--validate-headers]
+    .venv/bin/python -m bench.stack_cpu [--requests N]
         [--pins watched|scan|fixed]
 """
 
@@ -31,7 +31,6 @@ from nvpair_wm.endpoint import EventsEndpoint, PinCheck
 from nvpair_wm.http.core import Limits
 from nvpair_wm.io.pin_watch import WatchedPins
 from nvpair_wm.pins import Identity, PinSet
-from nvpair_wm.proto import h2 as proto_h2
 from nvpair_wm.proto.h1 import H1Session
 from nvpair_wm.proto.h2 import H2ServerSession
 from nvpair_wm.proto.tls import TLSMachine
@@ -79,7 +78,6 @@ def serve(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=5000)
-    ap.add_argument("--validate-headers", action="store_true", help="h2 outbound validation on")
     ap.add_argument(
         "--pins",
         choices=["watched", "scan", "fixed"],
@@ -87,10 +85,6 @@ def main() -> None:
         help="trusted/ checked by inotify (the daemon's way), scanned per request, or read once",
     )
     args = ap.parse_args()
-    if args.validate_headers:
-        proto_h2.connection._CONFIG = h2.config.H2Configuration(
-            client_side=False, header_encoding=None
-        )
     with tempfile.TemporaryDirectory() as tmp:
         dirs = init_cluster(Path(tmp) / "c", ["server", "client"])
         for proto in ("h2", "h1"):

@@ -1,7 +1,8 @@
-"""The HTTP/2 server session on h2, sans-IO, split by concern like h2 itself.
+"""The HTTP/2 server session, sans-IO, our own implementation (no h2 library on the path).
 
-``frames`` (the scanner in front of h2: frame bounds, header blocks), ``budgets`` (flood
-budgets per time window), ``windows`` (receive flow control), ``streams`` (per-request state,
+``frames`` (frame layout, outbound frames), ``settings`` (ours and the peer's), ``hpack``
+(decoder and stateless response encoder), ``budgets`` (flood budgets per time window),
+``windows`` (receive flow control), ``streams`` (per-request state, inbound field rules,
 requests and responses as fields), ``connection`` (:class:`H2ServerSession`, which ties them).
 """
 

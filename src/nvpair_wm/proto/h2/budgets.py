@@ -23,7 +23,6 @@ from nvpair_wm.proto.h2.frames import (
     RST_STREAM,
     SETTINGS,
     WINDOW_UPDATE,
-    Frame,
 )
 
 __all__ = ["FloodBudgets", "Rate"]
@@ -61,28 +60,33 @@ class FloodBudgets:
         self.settings_seen = False
 
     def account(
-        self, frame: Frame, now: float, *, tracked: bool, ended: bool, waiting_for_window: bool
+        self,
+        ftype: int,
+        flags: int,
+        stream_id: int,
+        length: int,
+        now: float,
+        *,
+        tracked: bool,
+        ended: bool,
+        waiting_for_window: bool,
     ) -> None:
-        """Check one inbound frame; raises :class:`H2ConnectionError` on abuse.
+        """Check one inbound frame (from its header); raises :class:`H2ConnectionError` on abuse.
 
         ``tracked``: the frame's stream is one the session still serves; ``ended``: the stream
         recently ended both ways; ``waiting_for_window``: a response waits for window there.
         """
-        ftype = frame.type
         if not self.settings_seen:
-            if ftype != SETTINGS or frame.flags & ACK:
+            if ftype != SETTINGS or flags & ACK:
                 raise H2ConnectionError(
                     ErrorCodes.PROTOCOL_ERROR, "the preface must end with SETTINGS"
                 )
             self.settings_seen = True
-        if ftype == SETTINGS and frame.flags & ACK and frame.length:
+        if ftype == SETTINGS and flags & ACK and length:
             raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
         if ftype in (DATA, HEADERS) and ended:
-            # RFC 9113 §5.1: after END_STREAM both ways this is a connection error (h2 would
-            # answer DATA with a stream error only).
-            raise H2ConnectionError(
-                ErrorCodes.STREAM_CLOSED, f"frame on closed stream {frame.stream_id}"
-            )
+            # RFC 9113 §5.1: after END_STREAM both ways this is a connection error.
+            raise H2ConnectionError(ErrorCodes.STREAM_CLOSED, f"frame on closed stream {stream_id}")
         if ftype == RST_STREAM:
             self.reset(now)
             return
@@ -90,8 +94,8 @@ class FloodBudgets:
             control = True
         elif ftype == DATA:
             # Empty DATA moves nothing; DATA for a stream no longer tracked (reset, refused,
-            # finished) only makes h2 answer with RST_STREAM.
-            control = (frame.length == 0 and not frame.flags & END_STREAM) or not tracked
+            # finished) is dropped or answered with RST_STREAM.
+            control = (length == 0 and not flags & END_STREAM) or not tracked
         elif ftype == WINDOW_UPDATE:
             control = not waiting_for_window
         else:

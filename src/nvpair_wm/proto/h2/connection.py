@@ -1,27 +1,34 @@
 """The HTTP/2 server session (sans-IO): bytes and ``now`` in; bytes and a deadline out.
 
-h2 owns the protocol (frame parsing, HPACK, stream states, flow-control arithmetic, inbound
-header validation, automatic SETTINGS/PING acknowledgements). This session adds what h2 leaves
-to its user, and the bounds h2 does not enforce, calling the (synchronous, IO-free)
-:class:`~nvpair_wm.http.core.Handler` as requests arrive:
+The session is its own HTTP/2 implementation, server side only, for what this server serves
+(``POST /v1/workloads/events``): no h2 library on the path. It was written because h2 cost
+more than half of the server's CPU per request (frame objects, eager frame reprs, header
+validation twice, an HPACK encoder with state we never need) and because its rules had to be
+worked around in places anyway. Inbound frames are read straight from the buffer (a 9-byte
+header, then the payload) and dispatched on their type; nothing is allocated per frame beyond
+the payload. The pieces, one concept per module:
 
-* the scanner (``frames``) and the flood budgets (``budgets``) in front of h2;
-* RFC 9113 error codes where h2 answers differently: DATA/HEADERS after END_STREAM both ways is
-  a connection error STREAM_CLOSED (§5.1), a SETTINGS ACK with a payload FRAME_SIZE_ERROR
-  (§6.5), an undecodable field block COMPRESSION_ERROR (§4.3);
-* MAX_CONCURRENT_STREAMS as a stream error: h2 would answer an extra stream with a connection
-  error, so h2 only keeps a backstop above the advertised limit and extra streams get
-  REFUSED_STREAM here (too many of those: GOAWAY);
-* the header-list limit: h2/hpack stop decoding past ``h2_max_decoded_header_list`` (GOAWAY
-  ENHANCE_YOUR_CALM); a list over the advertised ``max_header_bytes`` gets 431;
-* content-length checked per stream (a mismatch resets that stream with PROTOCOL_ERROR
-  instead of h2's connection error), the body limit (413), timeouts (preface, header block,
-  body, a response stuck on a closed window, idle);
-* flow control both ways (``windows``; responses go out as the peer's windows allow);
-* graceful shutdown (:meth:`H2ServerSession.goaway`): GOAWAY NO_ERROR with the last stream id,
-  in-flight streams finish, newer ones are refused. h2 cannot do this itself (sending GOAWAY
-  closes its state machine, python-hyper/h2#1181), so the first GOAWAY is written by hand and
-  h2's own comes last.
+* ``frames``: type/flag numbers and outbound frames as bytes; ``settings``: our SETTINGS and
+  the peer's, checked (§6.5.2); ``hpack``: the HPACK decoder (dynamic table, bounded) and the
+  stateless response encoder; ``streams``: per-request state and the inbound field rules
+  (§8.2-8.3); ``windows``: receive flow control; ``budgets``: flood budgets per time window.
+* Stream states (§5.1): a stream is open from its HEADERS until both directions are done
+  (``Stream.remote_done``, ``Stream.response_done``), then remembered for a while as ended,
+  reset by us, or reset by the peer, so that late frames get the error §5.1 asks for: after
+  END_STREAM both ways a connection error STREAM_CLOSED, after the peer's RST_STREAM a stream
+  error STREAM_CLOSED, after our own RST_STREAM nothing (frames in flight are dropped, their
+  flow-controlled bytes still credited). Frames on idle streams, even or decreasing stream ids
+  for new streams, frames inside a header block, PUSH_PROMISE: connection PROTOCOL_ERROR.
+* Every error the peer causes is either a stream error (RST_STREAM; counted in the reset budget,
+  "MadeYouReset") or a connection error (:class:`H2ConnectionError` → GOAWAY with the code).
+* MAX_CONCURRENT_STREAMS: a stream over the limit gets REFUSED_STREAM (too many: GOAWAY).
+* Header lists: the decoder stops past ``h2_max_decoded_header_list`` (GOAWAY
+  ENHANCE_YOUR_CALM); a list over the advertised ``max_header_bytes`` gets 431.
+* content-length checked per stream (a mismatch resets that stream with PROTOCOL_ERROR), the
+  body limit (413), timeouts (preface, header block, body, a response stuck on a closed
+  window, idle); flow control both ways (responses go out as the peer's windows allow).
+* Graceful shutdown (:meth:`H2ServerSession.goaway`): GOAWAY NO_ERROR with the last stream id,
+  in-flight streams finish, newer ones are refused, then a final GOAWAY.
 
 An early answer (from ``handler.head``, or 413) is sent at once; the rest of the request body is
 read and dropped while the whole body stays within ``max_body`` + :data:`DISCARD_LIMIT`, and a
@@ -35,17 +42,10 @@ and closes.
 
 from __future__ import annotations
 
-import contextlib
 import logging
+from collections.abc import Callable
 
-import h2.config
-import h2.connection
-import h2.events
-import h2.exceptions
-import h2.settings
-import hpack
 from h2.errors import ErrorCodes
-from hyperframe.frame import GoAwayFrame
 
 from nvpair_wm.errors import H2ConnectionError
 from nvpair_wm.http.core import (
@@ -58,8 +58,39 @@ from nvpair_wm.http.core import (
     too_large,
 )
 from nvpair_wm.proto.h2.budgets import FloodBudgets
-from nvpair_wm.proto.h2.frames import FrameScanner
-from nvpair_wm.proto.h2.streams import Stream, build_request, response_fields, valid_fields
+from nvpair_wm.proto.h2.frames import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    H2_PREFACE,
+    HEADERS,
+    MAX_WINDOW,
+    PADDED,
+    PING,
+    PRIORITY,
+    PRIORITY_FLAG,
+    PUSH_PROMISE,
+    RST_STREAM,
+    SETTINGS,
+    WINDOW_UPDATE,
+    frame,
+    frame_header,
+    goaway_frame,
+    rst_stream_frame,
+    unpack_frame_header,
+)
+from nvpair_wm.proto.h2.hpack import Decoder, encode_fields
+from nvpair_wm.proto.h2.settings import DEFAULT_WINDOW, PeerSettings, server_settings_frame
+from nvpair_wm.proto.h2.streams import (
+    Stream,
+    parse_request,
+    response_fields,
+    trailers_problem,
+    valid_fields,
+)
 from nvpair_wm.proto.h2.windows import ReceiveWindows
 
 __all__ = ["DISCARD_LIMIT", "H2ServerSession"]
@@ -70,32 +101,59 @@ log = logging.getLogger(__name__)
 #: limit plus this much; a bigger body is cut short with RST_STREAM NO_ERROR.
 DISCARD_LIMIT = 64 * 1024
 
-_ENDED_MEMORY = 1024  # closed stream ids remembered for RFC 9113 §5.1 connection errors
-
-# h2 validates inbound header blocks (pseudo-headers, connection-specific fields, case: RFC
-# 9113 §8.2 and h2spec need that); outbound fields are checked by ``streams.valid_fields``
-# and built lowercase, so h2 need not check or normalize them again.
-_CONFIG = h2.config.H2Configuration(
-    client_side=False,
-    header_encoding=None,
-    validate_outbound_headers=False,
-    normalize_outbound_headers=False,
-)
+_CLOSED_MEMORY = 1024  # closed stream ids remembered for the §5.1 rules
+# How a remembered stream closed.
+_ENDED, _RESET_SENT, _RESET_RECEIVED = 0, 1, 2
+_SETTINGS_ACK = frame(SETTINGS, ACK, 0)
 
 
-def _is_hpack_error(exc: h2.exceptions.ProtocolError) -> bool:
-    """h2 reports an undecodable field block as PROTOCOL_ERROR; RFC 9113 §4.3 wants
-    COMPRESSION_ERROR (an oversized list stays h2's ENHANCE_YOUR_CALM)."""
-    cause = exc.__cause__
-    return (
-        type(exc) is h2.exceptions.ProtocolError
-        and isinstance(cause, hpack.HPACKError)
-        and not isinstance(cause, hpack.OversizedHeaderListError)
-    )
+def _unpad(payload: bytes, start: int = 0) -> tuple[int, int]:
+    """(start, end) of the payload inside a PADDED frame; PROTOCOL_ERROR if the pad is too long."""
+    if not payload:
+        raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "PADDED frame without a pad length")
+    end = len(payload) - payload[0]
+    if end < start + 1:
+        raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "padding longer than the frame")
+    return start + 1, end
 
 
 class H2ServerSession:
     """One HTTP/2 connection, server side."""
+
+    __slots__ = (
+        "_block",
+        "_block_bytes",
+        "_block_continuations",
+        "_block_end_stream",
+        "_block_self_dependent",
+        "_block_sid",
+        "_block_started",
+        "_budgets",
+        "_buf",
+        "_closed",
+        "_decoder",
+        "_discard_cap",
+        "_drain_deadline",
+        "_goaway_last",
+        "_handler",
+        "_highest",
+        "_idle_since",
+        "_limits",
+        "_max_body",
+        "_now",
+        "_out",
+        "_peer",
+        "_preface_left",
+        "_recv_initial",
+        "_send_window",
+        "_settings_acked",
+        "_started",
+        "_streams",
+        "_windows",
+        "done",
+        "peer_fingerprint",
+        "requests",
+    )
 
     def __init__(
         self,
@@ -112,20 +170,29 @@ class H2ServerSession:
         self._max_body = min(handler.max_body, limits.max_body)
         self._discard_cap = self._max_body + DISCARD_LIMIT
         self._now = now
-        self._conn = self._new_connection()
-        self._windows = ReceiveWindows(self._conn, limits)
+        self._buf = bytearray()
+        self._preface_left = H2_PREFACE if expect_preface else b""
+        self._out: list[bytes] = [server_settings_frame(limits)]
+        self._windows = ReceiveWindows(self._out, limits)
         self._windows.open_connection_window()
-        self._scanner = FrameScanner(
-            limits.h2_max_frame_size,
-            limits.h2_max_header_block_bytes,
-            limits.h2_max_continuation_frames,
-            expect_preface,
-        )
+        self._decoder = Decoder(limits.h2_max_decoded_header_list)
         self._budgets = FloodBudgets(limits)
+        self._peer = PeerSettings()
+        self._send_window = DEFAULT_WINDOW  # connection send window
+        # Until the peer acknowledges our SETTINGS it may assume the default window.
+        self._recv_initial = max(DEFAULT_WINDOW, limits.h2_initial_window_size)
+        self._settings_acked = False
         self._streams: dict[int, Stream] = {}
-        # Recently closed by END_STREAM both ways (bounded; older ids fall back to h2's rules).
-        self._ended: dict[int, None] = {}
-        self._out = bytearray()  # frames of our own, ahead of h2's next output
+        self._closed: dict[int, int] = {}  # stream id → how it closed (bounded, oldest out)
+        self._highest = 0  # the highest stream id the peer opened
+        # The open header block (HEADERS without END_HEADERS, then CONTINUATION frames).
+        self._block_sid = 0
+        self._block = bytearray()
+        self._block_end_stream = False
+        self._block_self_dependent = False
+        self._block_started: float | None = None
+        self._block_bytes = 0
+        self._block_continuations = 0
         self._started = now
         self._idle_since = now
         self._goaway_last: int | None = None  # set once a graceful GOAWAY went out
@@ -143,11 +210,12 @@ class H2ServerSession:
     def data_to_send(self) -> bytes:
         if self._goaway_last is not None and not self.done:
             self._check_drained()
-        out = self._conn.data_to_send()
-        if self._out:
-            out = bytes(self._out) + out
-            self._out.clear()
-        return out
+        out = self._out
+        if not out:
+            return b""
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        return data
 
     def receive_data(self, data: bytes, now: float) -> None:
         """Feed bytes from the peer (``b""``: the peer closed its side)."""
@@ -165,18 +233,16 @@ class H2ServerSession:
         if self._goaway_last is not None or self.done:
             return
         self._now = now
-        last = self._conn.highest_inbound_stream_id
-        self._goaway_last = last
+        self._goaway_last = self._highest
         self._drain_deadline = now + self._limits.shutdown_grace
-        self._out += self._conn.data_to_send()
-        self._out += GoAwayFrame(0, last_stream_id=last, error_code=ErrorCodes.NO_ERROR).serialize()
+        self._out.append(goaway_frame(self._highest, ErrorCodes.NO_ERROR))
 
     def next_deadline(self) -> float | None:
         limits = self._limits
         best: float | None = None
         if not self._budgets.settings_seen:
             best = self._started + limits.header_timeout
-        block = self._scanner.block_started
+        block = self._block_started
         if block is not None:
             best = _earlier(best, block + limits.header_timeout)
         if not self._streams and block is None:
@@ -198,57 +264,25 @@ class H2ServerSession:
 
     # -- errors -------------------------------------------------------------------------------
 
-    def _guarded(self, step: object, *args: object) -> None:
+    def _guarded(self, step: Callable[..., None], *args: object) -> None:
         """Run ``step``; the peer's protocol errors end the connection with the right GOAWAY."""
-        assert callable(step)
         try:
             step(*args)
         except H2ConnectionError as abort:
             log.info("HTTP/2 GOAWAY %s: %s", ErrorCodes(abort.code).name, abort.reason)
-            self._close(ErrorCodes(abort.code), abort.reason.encode())
-            self.done = True
-        except h2.exceptions.ProtocolError as exc:
-            if self._conn.state_machine.state is not h2.connection.ConnectionState.CLOSED:
-                # Raised by a call of ours, not by receive_data: our bug, not the peer's.
-                log.exception("HTTP/2 session bug: GOAWAY INTERNAL_ERROR")
-                self._close(ErrorCodes.INTERNAL_ERROR)
-                self.done = True
-                return
-            log.info("HTTP/2 protocol error: %s", exc)
-            if _is_hpack_error(exc):
-                self._recode_goaway(ErrorCodes.COMPRESSION_ERROR)
+            self._close(abort.code, abort.reason.encode())
             self.done = True
 
-    def _recode_goaway(self, code: ErrorCodes) -> None:
-        """Rewrite the error code of the GOAWAY h2 just queued (always its last 17 bytes)."""
-        data = self._conn.data_to_send()
-        if len(data) >= 17 and data[-17:-13] == b"\x00\x00\x08\x07":
-            data = data[:-4] + int(code).to_bytes(4, "big")
-        self._out += data
-
-    # -- setup --------------------------------------------------------------------------------
-
-    def _new_connection(self) -> h2.connection.H2Connection:
-        limits = self._limits
-        conn = h2.connection.H2Connection(_CONFIG)
-        codes = h2.settings.SettingCodes
-        advertised = {
-            codes.MAX_CONCURRENT_STREAMS: limits.h2_max_concurrent_streams,
-            codes.MAX_HEADER_LIST_SIZE: limits.max_header_bytes,
-            codes.MAX_FRAME_SIZE: limits.h2_max_frame_size,
-            codes.INITIAL_WINDOW_SIZE: limits.h2_initial_window_size,
-        }
-        conn.local_settings = h2.settings.Settings(client=False, initial_values=advertised)
-        conn.max_inbound_frame_size = limits.h2_max_frame_size
-        conn.decoder.max_header_list_size = limits.h2_max_decoded_header_list
-        conn.initiate_connection()
-        # h2 answers a stream over MAX_CONCURRENT_STREAMS with a connection error; we refuse it
-        # with REFUSED_STREAM ourselves, so h2 keeps only a backstop. Streams are handled frame
-        # by frame, so at most one stream above the advertised limit is ever open.
-        backstop = dict(advertised)
-        backstop[codes.MAX_CONCURRENT_STREAMS] = 2 * limits.h2_max_concurrent_streams + 1
-        conn.local_settings = h2.settings.Settings(client=False, initial_values=backstop)
-        return conn
+    def _stream_error(self, sid: int, code: int, now: float) -> None:
+        """RST_STREAM for a stream error the peer caused; such resets share the reset budget."""
+        st = self._streams.get(sid)
+        if st is not None:
+            self._reset(st, code)
+        else:
+            self._out.append(rst_stream_frame(sid, code))
+            if sid <= self._highest:
+                self._remember(sid, _RESET_SENT)
+        self._budgets.reset(now, "too many stream errors")
 
     # -- timers -------------------------------------------------------------------------------
 
@@ -256,7 +290,7 @@ class H2ServerSession:
         limits = self._limits
         if not self._budgets.settings_seen and now >= self._started + limits.header_timeout:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "no connection preface in time")
-        block = self._scanner.block_started
+        block = self._block_started
         if block is not None and now >= block + limits.header_timeout:
             raise H2ConnectionError(
                 ErrorCodes.ENHANCE_YOUR_CALM, "header block not finished in time"
@@ -288,24 +322,103 @@ class H2ServerSession:
         else:
             self._end_discard(st)
 
-    # -- receiving ----------------------------------------------------------------------------
+    # -- receiving: frames --------------------------------------------------------------------
 
     def _receive(self, data: bytes, now: float) -> None:
-        streams = self._streams
-        for frame in self._scanner.feed(data, now):
-            if frame.type >= 0:
-                sid = frame.stream_id
-                self._budgets.account(
-                    frame,
-                    now,
-                    tracked=sid in streams,
-                    ended=sid in self._ended,
-                    waiting_for_window=frame.type == 8 and self._waiting_for_window(sid),
-                )
-            for event in self._conn.receive_data(frame.raw):
-                self._dispatch(event, now)
-                if self.done:
+        buf = self._buf
+        if buf or self._preface_left:
+            buf += data
+            if self._preface_left and not self._take_preface():
+                return
+            if len(buf) >= 9:  # a big frame arriving in pieces is copied out once, whole
+                length = (buf[0] << 16) | (buf[1] << 8) | buf[2]
+                if length <= self._limits.h2_max_frame_size and len(buf) < 9 + length:
                     return
+            data = bytes(buf)
+            buf.clear()
+        # Frames are read from ``data`` itself (usually whole frames: one copy per payload);
+        # an incomplete frame at the end waits in ``_buf``.
+        pos = 0
+        size = len(data)
+        max_frame = self._limits.h2_max_frame_size
+        unpack = unpack_frame_header
+        while size - pos >= 9:
+            high, low, ftype, flags, sid = unpack(data, pos)
+            length = (high << 8) | low
+            if length > max_frame:
+                raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, f"frame of {length} bytes")
+            end = pos + 9 + length
+            if end > size:
+                break
+            payload = data[pos + 9 : end]
+            pos = end
+            self._frame(ftype, flags, sid & 0x7FFF_FFFF, payload, now)
+            if self.done:
+                return
+        if pos < size:
+            self._buf += data[pos:]
+
+    def _take_preface(self) -> bool:
+        """Match buffered bytes against the client preface; True once it is complete."""
+        buf = self._buf
+        expected = self._preface_left
+        take = min(len(expected), len(buf))
+        if buf[:take] != expected[:take]:
+            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "invalid connection preface")
+        del buf[:take]
+        self._preface_left = expected[take:]
+        return not self._preface_left
+
+    def _frame(self, ftype: int, flags: int, sid: int, payload: bytes, now: float) -> None:
+        streams = self._streams
+        self._budgets.account(
+            ftype,
+            flags,
+            sid,
+            len(payload),
+            now,
+            tracked=sid in streams,
+            ended=self._closed.get(sid) == _ENDED,
+            waiting_for_window=ftype == WINDOW_UPDATE and self._waiting_for_window(sid),
+        )
+        if self._block_sid and ftype != CONTINUATION:
+            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "frame inside a header block")
+        if ftype == DATA:
+            self._on_data_frame(flags, sid, payload, now)
+        elif ftype == HEADERS:
+            self._on_headers_frame(flags, sid, payload, now)
+        elif ftype == WINDOW_UPDATE:
+            self._on_window_update(sid, payload, now)
+        elif ftype == SETTINGS:
+            self._on_settings(flags, sid, payload)
+        elif ftype == PING:
+            if sid:
+                raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "PING on a stream")
+            if len(payload) != 8:
+                raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "PING not 8 octets")
+            if not flags & ACK:
+                self._out.append(frame(PING, ACK, 0, payload))
+        elif ftype == RST_STREAM:
+            self._on_rst_stream(sid, payload)
+        elif ftype == CONTINUATION:
+            self._on_continuation(flags, sid, payload, now)
+        elif ftype == PRIORITY:
+            if not sid:
+                raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "PRIORITY on stream 0")
+            if len(payload) != 5:
+                self._stream_error(sid, ErrorCodes.FRAME_SIZE_ERROR, now)
+            elif int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF == sid:
+                self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)  # §5.3.1
+        elif ftype == GOAWAY:
+            if sid:
+                raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "GOAWAY on a stream")
+            if len(payload) < 8:
+                raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "GOAWAY under 8 octets")
+            log.debug("HTTP/2 peer sent GOAWAY %d", int.from_bytes(payload[4:8], "big"))
+            self.done = True
+        elif ftype == PUSH_PROMISE:
+            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+        # Unknown frame types are ignored (§4.1); the budgets counted them.
 
     def _waiting_for_window(self, stream_id: int) -> bool:
         if stream_id:
@@ -313,77 +426,217 @@ class H2ServerSession:
             return st is not None and st.send_deadline is not None
         return any(st.send_deadline is not None for st in self._streams.values())
 
-    def _dispatch(self, event: h2.events.Event, now: float) -> None:
-        kind = type(event)
-        if kind is h2.events.RequestReceived:
-            assert isinstance(event, h2.events.RequestReceived)
-            self._on_request(event, now)
-        elif kind is h2.events.DataReceived:
-            assert isinstance(event, h2.events.DataReceived)
-            self._on_data(event)
-        elif kind is h2.events.StreamEnded:
-            assert isinstance(event, h2.events.StreamEnded)
-            self._on_end(event.stream_id)
-        elif kind is h2.events.StreamReset:
-            assert isinstance(event, h2.events.StreamReset)
-            self._on_reset(event, now)
-        elif kind is h2.events.WindowUpdated:
-            assert isinstance(event, h2.events.WindowUpdated)
-            self._on_window(event.stream_id)
-        elif kind is h2.events.RemoteSettingsChanged:
-            assert isinstance(event, h2.events.RemoteSettingsChanged)
-            if h2.settings.SettingCodes.INITIAL_WINDOW_SIZE in event.changed_settings:
-                self._on_window(0)
-        elif kind is h2.events.ConnectionTerminated:
-            assert isinstance(event, h2.events.ConnectionTerminated)
-            log.debug("HTTP/2 peer sent GOAWAY %s", event.error_code)
-            self.done = True
+    def _not_open(self, sid: int, what: str, now: float) -> None:
+        """DATA or trailers for a stream not open: §5.1 by how (and whether) it closed."""
+        if sid > self._highest:
+            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"{what} on idle stream {sid}")
+        how = self._closed.get(sid)
+        if how == _ENDED:
+            raise H2ConnectionError(ErrorCodes.STREAM_CLOSED, f"{what} on closed stream {sid}")
+        if how != _RESET_SENT:  # after our own RST_STREAM, frames in flight are dropped
+            self._stream_error(sid, ErrorCodes.STREAM_CLOSED, now)
 
-    def _on_request(self, event: h2.events.RequestReceived, now: float) -> None:
-        sid = event.stream_id
-        assert sid is not None
-        if self._goaway_last is not None and sid > self._goaway_last:
-            self._conn.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
+    def _on_data_frame(self, flags: int, sid: int, payload: bytes, now: float) -> None:
+        if not sid:
+            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "DATA on stream 0")
+        flow = len(payload)
+        if sid > self._highest:
+            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
+        self._windows.consume(flow)
+        data = payload
+        if flags & PADDED:
+            start, end = _unpad(payload)
+            data = payload[start:end]
+        st = self._streams.get(sid)
+        if st is None:
+            self._not_open(sid, "DATA", now)
             return
-        if self._conn.open_inbound_streams > self._limits.h2_max_concurrent_streams:
-            self._conn.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
+        if st.remote_done:
+            self._stream_error(sid, ErrorCodes.STREAM_CLOSED, now)
+            return
+        st.recv_window -= flow
+        if st.recv_window < 0:
+            self._stream_error(sid, ErrorCodes.FLOW_CONTROL_ERROR, now)
+            return
+        self._on_data(st, data, flow)
+        if flags & END_STREAM and self._streams.get(sid) is st and not st.remote_done:
+            self._on_end(st)
+
+    def _on_headers_frame(self, flags: int, sid: int, payload: bytes, now: float) -> None:
+        if not sid & 1:
+            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"HEADERS on stream {sid}")
+        start, end = 0, len(payload)
+        if flags & PADDED:
+            start, end = _unpad(payload)
+        self_dependent = False
+        if flags & PRIORITY_FLAG:
+            if end - start < 5:
+                raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "HEADERS priority cut short")
+            dependency = int.from_bytes(payload[start : start + 4], "big") & 0x7FFF_FFFF
+            self_dependent = dependency == sid
+            start += 5
+        fragment = payload if start == 0 and end == len(payload) else payload[start:end]
+        if flags & END_HEADERS:
+            self._on_header_block(sid, bool(flags & END_STREAM), fragment, self_dependent, now)
+            return
+        self._block_sid = sid
+        self._block = bytearray(fragment)
+        self._block_end_stream = bool(flags & END_STREAM)
+        self._block_self_dependent = self_dependent
+        self._block_started = now
+        self._block_bytes = len(payload)
+        self._block_continuations = 0
+
+    def _on_continuation(self, flags: int, sid: int, payload: bytes, now: float) -> None:
+        if not self._block_sid or sid != self._block_sid:
+            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "CONTINUATION out of a block")
+        self._block_bytes += len(payload)
+        self._block_continuations += 1
+        if self._block_bytes > self._limits.h2_max_header_block_bytes:
+            raise H2ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, "header block too large")
+        if self._block_continuations > self._limits.h2_max_continuation_frames:
+            raise H2ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, "too many CONTINUATION frames")
+        self._block += payload
+        if flags & END_HEADERS:
+            block = bytes(self._block)
+            self._block = bytearray()
+            self._block_sid = 0
+            self._block_started = None
+            self._on_header_block(
+                sid, self._block_end_stream, block, self._block_self_dependent, now
+            )
+
+    def _on_header_block(
+        self, sid: int, end_stream: bool, block: bytes, self_dependent: bool, now: float
+    ) -> None:
+        # Decoded whatever becomes of the stream: the dynamic table must follow every block.
+        fields = self._decoder.decode(block)
+        st = self._streams.get(sid)
+        if st is not None:
+            if self_dependent:
+                self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)  # §5.3.1
+            else:
+                self._on_trailers(st, end_stream, fields, now)
+            return
+        if sid <= self._highest:
+            if sid not in self._closed:  # never opened: a decreasing stream id (§5.1.1)
+                raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"stream id {sid} reused")
+            self._not_open(sid, "HEADERS", now)
+            return
+        self._highest = sid
+        if self_dependent:
+            self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)
+            return
+        if self._goaway_last is not None and sid > self._goaway_last:
+            self._refuse(sid)
+            return
+        if len(self._streams) >= self._limits.h2_max_concurrent_streams:
+            self._refuse(sid)
             self._budgets.refuse(now)
             return
-        self._disable_h2_length_check(sid)
-        st = Stream(sid)
+        parsed = parse_request(fields, self._limits.max_header_bytes, self.peer_fingerprint)
+        if isinstance(parsed, str):
+            log.debug("HTTP/2 stream %d malformed: %s", sid, parsed)
+            self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)
+            return
+        st = Stream(sid, self._recv_initial, self._peer.initial_window)
         self._streams[sid] = st
-        assert event.headers is not None
-        headers: list[tuple[bytes, bytes]] = event.headers
-        request, early = build_request(
-            headers, self._limits.max_header_bytes, self.peer_fingerprint
-        )
-        st.request = request
+        self._on_request(st, parsed)
+        if self._streams.get(sid) is not st:
+            return
+        if end_stream:
+            self._on_end(st)
+        else:
+            st.body_deadline = now + self._limits.body_timeout
+
+    def _on_trailers(
+        self, st: Stream, end_stream: bool, fields: list[tuple[bytes, bytes]], now: float
+    ) -> None:
+        if st.remote_done:  # half-closed (remote): §5.1
+            self._stream_error(st.sid, ErrorCodes.STREAM_CLOSED, now)
+        elif not end_stream:
+            self._malformed(st, "trailers without END_STREAM")
+        elif (problem := trailers_problem(fields)) is not None:
+            self._malformed(st, problem)
+        else:
+            self._on_end(st)
+
+    def _on_window_update(self, sid: int, payload: bytes, now: float) -> None:
+        if len(payload) != 4:
+            raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "WINDOW_UPDATE not 4 octets")
+        increment = int.from_bytes(payload, "big") & 0x7FFF_FFFF
+        if not sid:
+            if not increment:
+                raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+            self._send_window += increment
+            if self._send_window > MAX_WINDOW:
+                raise H2ConnectionError(ErrorCodes.FLOW_CONTROL_ERROR, "window over 2^31-1")
+            self._pump_all()
+            return
+        if sid > self._highest:
+            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"WINDOW_UPDATE on idle {sid}")
+        st = self._streams.get(sid)
+        if st is None:
+            return  # closed: window updates may still be in flight (§6.9)
+        if not increment:
+            self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)
+            return
+        st.send_window += increment
+        if st.send_window > MAX_WINDOW:
+            self._stream_error(sid, ErrorCodes.FLOW_CONTROL_ERROR, now)
+            return
+        self._pump(st)
+
+    def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid:
+            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "SETTINGS on a stream")
+        if flags & ACK:
+            if payload:
+                raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "SETTINGS ACK with payload")
+            if not self._settings_acked:  # our window applies from now on (§6.5.3)
+                self._settings_acked = True
+                ours = self._limits.h2_initial_window_size
+                delta = ours - self._recv_initial
+                self._recv_initial = ours
+                for st in self._streams.values():
+                    st.recv_window += delta
+            return
+        delta = self._peer.apply(payload)
+        self._out.append(_SETTINGS_ACK)
+        if delta:
+            for st in self._streams.values():
+                st.send_window += delta
+                if st.send_window > MAX_WINDOW:
+                    raise H2ConnectionError(ErrorCodes.FLOW_CONTROL_ERROR, "window over 2^31-1")
+            if delta > 0:
+                self._pump_all()
+
+    def _on_rst_stream(self, sid: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "RST_STREAM not 4 octets")
+        if not sid or sid > self._highest:
+            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"RST_STREAM on idle {sid}")
+        st = self._streams.get(sid)
+        if st is not None:
+            self._drop(st, _RESET_RECEIVED)
+
+    # -- receiving: requests ------------------------------------------------------------------
+
+    def _on_request(self, st: Stream, parsed: Request | Response) -> None:
         self.requests += 1
-        if early is None and request is not None:
-            early = self._call_head(request)
-        if early is None and request is not None and (request.content_length or 0) > self._max_body:
+        if isinstance(parsed, Response):  # answered from the header list alone (431, ...)
+            self._answer_early(st, parsed)
+            return
+        st.request = parsed
+        early = self._call_head(parsed)
+        if early is None and (parsed.content_length or 0) > self._max_body:
             early = too_large(self._max_body)
         if early is not None:
             self._answer_early(st, early)
-        if event.stream_ended is None and sid in self._streams:
-            st.body_deadline = now + self._limits.body_timeout
 
-    def _disable_h2_length_check(self, sid: int) -> None:
-        """Content-length is checked here, per stream; h2 would make a mismatch fatal."""
-        h2_stream = self._conn.streams.get(sid)
-        if h2_stream is not None and hasattr(h2_stream, "_expected_content_length"):
-            h2_stream._expected_content_length = None
-
-    def _on_data(self, event: h2.events.DataReceived) -> None:
-        sid = event.stream_id
-        assert sid is not None
-        data = event.data or b""
-        self._windows.data_received(event.flow_controlled_length or 0)
-        st = self._streams.get(sid)
-        if st is None or st.remote_done:
-            return
+    def _on_data(self, st: Stream, data: bytes, flow: int) -> None:
         st.received += len(data)
-        st.owed += event.flow_controlled_length or 0
+        st.owed += flow
         declared = st.request.content_length if st.request is not None else None
         if declared is not None and st.received > declared:
             self._malformed(st, "body longer than content-length")
@@ -398,14 +651,13 @@ class H2ServerSession:
             self._release_body(st)
             self._answer_early(st, too_large(self._max_body))
             return
-        st.body += data
-        self._windows.buffered += len(data)
-        self._windows.settle(self._streams.values())
+        if data:
+            st.body += data
+            self._windows.buffered += len(data)
+        if st.owed:
+            self._windows.settle(self._streams.values())
 
-    def _on_end(self, sid: int | None) -> None:
-        st = self._streams.get(sid or 0)
-        if st is None:
-            return
+    def _on_end(self, st: Stream) -> None:
         st.remote_done = True
         st.body_deadline = None
         request = st.request
@@ -418,28 +670,10 @@ class H2ServerSession:
             self._respond(st, self._call_complete(request, body))
         self._forget_if_done(st)
 
-    def _on_reset(self, event: h2.events.StreamReset, now: float) -> None:
-        st = self._streams.get(event.stream_id or 0)
-        if st is not None:
-            self._drop(st)
-        if not event.remote_reset:
-            # h2 reset a stream because of the peer's frames (e.g. a window overflow): the
-            # same cost as a client RST_STREAM ("MadeYouReset"), so the same budget.
-            self._budgets.reset(now, "too many stream errors")
-
-    def _on_window(self, stream_id: int | None) -> None:
-        if stream_id:
-            st = self._streams.get(stream_id)
-            if st is not None:
-                self._pump(st)
-            return
-        for st in list(self._streams.values()):
-            if st.out is not None and not st.response_done:
-                self._pump(st)
-
     def _release_body(self, st: Stream) -> None:
-        self._windows.buffered -= len(st.body)
-        st.body = bytearray()
+        if st.body:
+            self._windows.buffered -= len(st.body)
+            st.body = bytearray()
         self._windows.settle(self._streams.values())
 
     # -- the handler: a crash is OUR bug, answered 500 (never blamed on the peer) -------------
@@ -473,11 +707,24 @@ class H2ServerSession:
         st.out = body
         st.out_off = 0
         st.reset_after_send = reset_after
-        self._conn.send_headers(st.sid, headers, end_stream=not body)
+        self._send_headers(st.sid, encode_fields(tuple(headers)), not body)
         if not body:
             self._response_sent(st)
         else:
             self._pump(st)
+
+    def _send_headers(self, sid: int, block: bytes, end_stream: bool) -> None:
+        """HEADERS (+ CONTINUATION frames if the block is over the peer's frame size)."""
+        flags = END_STREAM if end_stream else 0
+        size = self._peer.max_frame_size
+        if len(block) <= size:
+            self._out.append(frame_header(len(block), HEADERS, flags | END_HEADERS, sid) + block)
+            return
+        self._out.append(frame(HEADERS, flags, sid, block[:size]))
+        for off in range(size, len(block), size):
+            last = off + size >= len(block)
+            chunk = block[off : off + size]
+            self._out.append(frame(CONTINUATION, END_HEADERS if last else 0, sid, chunk))
 
     def _answer_early(self, st: Stream, response: Response | None) -> None:
         """Answer before the body is complete; drop the rest unless it is known to be too big."""
@@ -486,20 +733,28 @@ class H2ServerSession:
         too_big = declared is not None and declared > self._discard_cap
         self._respond(st, response, reset_after=ErrorCodes.NO_ERROR if too_big else None)
 
+    def _pump_all(self) -> None:
+        for st in list(self._streams.values()):
+            if st.out is not None and not st.response_done:
+                self._pump(st)
+
     def _pump(self, st: Stream) -> None:
         """Send as much of the response body as the peer's windows allow."""
         out = st.out
         if out is None or st.response_done:
             return
         while st.out_off < len(out):
-            window = self._conn.local_flow_control_window(st.sid)
-            size = min(window, self._conn.max_outbound_frame_size, len(out) - st.out_off)
+            window = min(self._send_window, st.send_window)
+            size = min(window, self._peer.max_frame_size, len(out) - st.out_off)
             if size <= 0:
                 if st.send_deadline is None:
                     st.send_deadline = self._now + self._limits.write_timeout
                 return
             end = st.out_off + size
-            self._conn.send_data(st.sid, out[st.out_off : end], end_stream=end == len(out))
+            flags = END_STREAM if end == len(out) else 0
+            self._out.append(frame_header(size, DATA, flags, st.sid) + out[st.out_off : end])
+            self._send_window -= size
+            st.send_window -= size
             st.out_off = end
             st.send_deadline = None
         self._response_sent(st)
@@ -526,42 +781,49 @@ class H2ServerSession:
         self._reset(st, ErrorCodes.PROTOCOL_ERROR)
         self._budgets.reset(self._now, "too many malformed requests")
 
-    def _reset(self, st: Stream, code: ErrorCodes) -> None:
-        with contextlib.suppress(h2.exceptions.StreamClosedError):  # closed: nothing to reset
-            self._conn.reset_stream(st.sid, code)
-        self._drop(st)
+    def _refuse(self, sid: int) -> None:
+        self._out.append(rst_stream_frame(sid, ErrorCodes.REFUSED_STREAM))
+        self._remember(sid, _RESET_SENT)
 
-    def _drop(self, st: Stream) -> None:
+    def _reset(self, st: Stream, code: int) -> None:
+        self._out.append(rst_stream_frame(st.sid, code))
+        self._drop(st, _RESET_SENT)
+
+    def _drop(self, st: Stream, how: int) -> None:
         if self._streams.pop(st.sid, None) is None:
             return
+        self._remember(st.sid, how)
         if st.body:
             self._release_body(st)
         if not self._streams:
             self._idle_since = self._now
 
+    def _remember(self, sid: int, how: int) -> None:
+        closed = self._closed
+        closed[sid] = how
+        if len(closed) > _CLOSED_MEMORY:
+            del closed[next(iter(closed))]
+
     def _forget_if_done(self, st: Stream) -> None:
         if st.response_done and st.remote_done:
-            self._ended[st.sid] = None
-            if len(self._ended) > _ENDED_MEMORY:
-                del self._ended[next(iter(self._ended))]
-            self._drop(st)
+            self._drop(st, _ENDED)
 
     # -- graceful shutdown --------------------------------------------------------------------
 
     def _check_drained(self) -> None:
-        if not self._streams and self._scanner.block_started is None:
+        if not self._streams and self._block_started is None:
             self._finish_graceful()
 
     def _finish_graceful(self) -> None:
         self._close(ErrorCodes.NO_ERROR)
         self.done = True
 
-    def _close(self, code: ErrorCodes, debug: bytes = b"") -> None:
+    def _close(self, code: int, debug: bytes = b"") -> None:
         """Queue the final GOAWAY; its last stream id never exceeds a graceful one sent before."""
-        last = self._conn.highest_inbound_stream_id
+        last = self._highest
         if self._goaway_last is not None:
             last = min(last, self._goaway_last)
-        self._conn.close_connection(code, additional_data=debug or None, last_stream_id=last)
+        self._out.append(goaway_frame(last, code, debug))
 
 
 def _earlier(a: float | None, b: float) -> float:

@@ -1,19 +1,28 @@
-"""Per-request HTTP/2 stream state, and requests/responses as header fields (sans-IO)."""
+"""Per-request HTTP/2 stream state, and requests/responses as header fields (sans-IO).
+
+Inbound fields are validated here (RFC 9113 §8.2-8.3): a malformed request is a stream error,
+so the session resets that stream and the connection goes on.
+"""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from h2.errors import ErrorCodes
 
-from nvpair_wm.http.core import Request, Response, content_length_of, error_response, path_of
+from nvpair_wm.http.core import Request, Response, error_response, path_of
 
-__all__ = ["NO_BODY_STATUSES", "Stream", "build_request", "response_fields"]
+__all__ = [
+    "NO_BODY_STATUSES",
+    "Stream",
+    "parse_request",
+    "response_fields",
+    "trailers_problem",
+    "valid_fields",
+]
 
 NO_BODY_STATUSES = frozenset({204, 304})
-# Response fields from the handler are checked here (h2's own outbound validation is off:
-# it would check them again, and it sends CR/LF in a value unchanged anyway).
+# Response fields from the handler are checked here: the encoder writes them as given.
 _FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(rb"[\x00\r\n]")
 # Connection-specific fields are malformed in HTTP/2 (RFC 9113 §8.2.2); framing is ours.
@@ -30,60 +39,60 @@ _DROPPED_RESPONSE_FIELDS = frozenset(
 )
 _STATUS = {s: str(s).encode() for s in range(100, 600)}
 
+# Inbound fields (RFC 9113 §8.2, §8.3): what makes a request malformed (a stream error).
+_REQUEST_PSEUDO = frozenset({b":method", b":scheme", b":path", b":authority"})
+_CONNECTION_SPECIFIC = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
+)
+_BAD_NAME = re.compile(rb"[\x00-\x20A-Z\x7f-\xff:]")  # §8.2.1 (":" only for pseudo-headers)
+_BAD_INBOUND_VALUE = re.compile(rb"[\x00\r\n]|^[ \t]|[ \t]$")
+# Small caches of what was found valid: clients repeat names, values and paths (values taken
+# from the HPACK dynamic table are even the same objects, their hashes already computed).
+_CACHE_MAX = 256
+_CACHED_VALUE_MAX = 64  # longer values are checked every time, not remembered
+_good_names: set[bytes] = set()
+_good_values: set[bytes] = set()
+_paths: dict[bytes, str] = {}
+_methods = {b"POST": "POST", b"GET": "GET", b"HEAD": "HEAD", b"PUT": "PUT"}
 
-@dataclass(slots=True, eq=False)
+
 class Stream:
     """What the session keeps per request stream, until both directions are done."""
 
-    sid: int
-    request: Request | None = None
-    mode: str = "body"  # "body": buffering for complete(); "discard": answered early
-    body: bytearray = field(default_factory=bytearray)
-    received: int = 0  # DATA payload bytes, checked against request.content_length
-    owed: int = 0  # flow-controlled bytes received whose stream window is not yet reopened
-    remote_done: bool = False
-    out: bytes | None = None  # response body still to send (None: no response yet)
-    out_off: int = 0
-    response_done: bool = False
-    reset_after_send: ErrorCodes | None = None
-    body_deadline: float | None = None
-    send_deadline: float | None = None
-
-
-def build_request(
-    headers: list[tuple[bytes, bytes]], max_header_bytes: int, peer_fingerprint: str | None
-) -> tuple[Request | None, Response | None]:
-    """The :class:`Request` (h2 validated the pseudo-headers), or an answer instead of one."""
-    size = 0
-    pseudo: dict[bytes, bytes] = {}
-    fields: list[tuple[bytes, bytes]] = []
-    for name, value in headers:
-        size += len(name) + len(value) + 32
-        if name[:1] == b":":
-            pseudo[name] = value
-        else:
-            fields.append((name, value))
-    if size > max_header_bytes:
-        return None, error_response(431, "request header fields too large")
-    method = pseudo.get(b":method", b"").decode("ascii", "replace")
-    if method == "CONNECT":
-        return None, error_response(501, "CONNECT is not supported")
-    authority = pseudo.get(b":authority")
-    if authority is not None and not any(name == b"host" for name, _ in fields):
-        fields.append((b"host", authority))
-    try:
-        length = content_length_of(fields)
-    except ValueError:
-        return None, error_response(400, "bad content-length")
-    request = Request(
-        method=method,
-        path=path_of(pseudo.get(b":path", b"/")),
-        headers=fields,
-        peer_fingerprint=peer_fingerprint,
-        protocol="h2",
-        content_length=length,
+    __slots__ = (
+        "body",
+        "body_deadline",
+        "mode",
+        "out",
+        "out_off",
+        "owed",
+        "received",
+        "recv_window",
+        "remote_done",
+        "request",
+        "reset_after_send",
+        "response_done",
+        "send_deadline",
+        "send_window",
+        "sid",
     )
-    return request, None
+
+    def __init__(self, sid: int, recv_window: int, send_window: int) -> None:
+        self.sid = sid
+        self.request: Request | None = None
+        self.mode = "body"  # "body": buffering for complete(); "discard": answered early
+        self.body = bytearray()
+        self.received = 0  # DATA payload bytes, checked against request.content_length
+        self.owed = 0  # flow-controlled bytes received whose stream window is not yet reopened
+        self.recv_window = recv_window  # what the peer may still send on this stream
+        self.send_window = send_window  # what we may still send (may go negative, §6.9.2)
+        self.remote_done = False
+        self.out: bytes | None = None  # response body still to send (None: no response yet)
+        self.out_off = 0
+        self.response_done = False
+        self.reset_after_send: ErrorCodes | None = None
+        self.body_deadline: float | None = None
+        self.send_deadline: float | None = None
 
 
 def valid_fields(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -109,3 +118,130 @@ def response_fields(
     if head_request:
         body = b""
     return headers, body
+
+
+def _name_problem(name: bytes) -> str | None:
+    if name in _good_names:
+        return None
+    if not name or _BAD_NAME.search(name):
+        return f"bad field name {name!r}"
+    if name in _CONNECTION_SPECIFIC:
+        return f"connection-specific field {name!r}"
+    if len(_good_names) >= _CACHE_MAX:
+        _good_names.clear()
+    _good_names.add(name)
+    return None
+
+
+def _value_problem(name: bytes, value: bytes) -> str | None:
+    if value in _good_values:
+        return None
+    if _BAD_INBOUND_VALUE.search(value):
+        return f"bad value of {name!r}"
+    if len(value) <= _CACHED_VALUE_MAX:
+        if len(_good_values) >= _CACHE_MAX:
+            _good_values.clear()
+        _good_values.add(value)
+    return None
+
+
+def parse_request(
+    headers: list[tuple[bytes, bytes]], max_header_bytes: int, peer_fingerprint: str | None
+) -> Request | Response | str:
+    """The :class:`Request` of a decoded header list, an answer instead of one, or why the
+    list is malformed (a ``str``: a stream error PROTOCOL_ERROR, RFC 9113 §8.1.1).
+
+    Malformed (§8.2-8.3): pseudo-headers other than the four of a request, repeated, or after
+    a regular field; ``:method``, ``:scheme`` or a non-empty ``:path`` missing (CONNECT:
+    ``:authority``); names that are not lowercase tokens; connection-specific fields; TE
+    other than ``trailers``; values with NUL/CR/LF or surrounding whitespace. Answers: 431
+    over ``max_header_bytes`` (RFC 7541 §4.1 sizes), 501 for CONNECT, 400 for a bad
+    content-length.
+    """
+    size = 0
+    method = scheme = path = authority = length = None
+    host = False
+    fields: list[tuple[bytes, bytes]] = []
+    for name, value in headers:
+        size += len(name) + len(value) + 32
+        if value and (problem := _value_problem(name, value)) is not None:
+            return problem
+        if name[:1] == b":":
+            if fields:
+                return f"pseudo-header {name!r} after a regular field"
+            if name == b":method":
+                if method is not None:
+                    return "duplicate :method"
+                method = value
+            elif name == b":path":
+                if path is not None:
+                    return "duplicate :path"
+                path = value
+            elif name == b":scheme":
+                if scheme is not None:
+                    return "duplicate :scheme"
+                scheme = value
+            elif name == b":authority":
+                if authority is not None:
+                    return "duplicate :authority"
+                authority = value
+            else:
+                return f"pseudo-header {name!r} in a request"
+            continue
+        if name not in _good_names and (problem := _name_problem(name)) is not None:
+            return problem
+        if name == b"content-length":
+            if length is None:
+                length = value
+        elif name == b"te":
+            if value != b"trailers":
+                return "TE other than trailers"
+        elif name == b"host":
+            host = True
+        fields.append((name, value))
+    if method == b"CONNECT":
+        if authority is None:
+            return "CONNECT without :authority"
+    elif method is None or scheme is None or path is None:
+        return "a required pseudo-header is missing"
+    elif not path:
+        return "empty :path"
+    if size > max_header_bytes:
+        return error_response(431, "request header fields too large")
+    if method == b"CONNECT" or path is None:
+        return error_response(501, "CONNECT is not supported")
+    content_length: int | None = None
+    if length is not None:
+        text = length.strip()
+        if not text.isdigit():
+            return error_response(400, "bad content-length")
+        content_length = int(text)
+    if authority is not None and not host:
+        fields.append((b"host", authority))
+    request_path = _paths.get(path)
+    if request_path is None:
+        request_path = path_of(path)
+        if len(_paths) >= _CACHE_MAX:
+            _paths.clear()
+        _paths[path] = request_path
+    return Request(
+        method=_methods.get(method) or method.decode("ascii", "replace"),
+        path=request_path,
+        headers=fields,
+        peer_fingerprint=peer_fingerprint,
+        protocol="h2",
+        content_length=content_length,
+    )
+
+
+def trailers_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """Why a trailer section is malformed (no pseudo-headers, §8.1), or None."""
+    for name, value in headers:
+        if name[:1] == b":":
+            return f"pseudo-header {name!r} in trailers"
+        problem = _name_problem(name)
+        if problem is not None:
+            return problem
+        if value and (problem := _value_problem(name, value)) is not None:
+            return problem
+    return None

@@ -6,43 +6,62 @@ oldest one. Stream windows are reopened as bodies are buffered while the connect
 than ``h2_body_buffer_budget`` of them, and for the oldest body in any case (so one body always
 completes); bodies being dropped always progress. Memory per connection stays under the
 budget + ``max_body`` + one initial stream window per open stream.
+
+The windows the peer may still fill are tracked here too (the connection's) and on each
+:class:`Stream` (``recv_window``): DATA past either is a FLOW_CONTROL_ERROR (RFC 9113 §6.9.1).
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable
 
-import h2.connection
-import h2.exceptions
+from h2.errors import ErrorCodes
 
+from nvpair_wm.errors import H2ConnectionError
 from nvpair_wm.http.core import Limits
+from nvpair_wm.proto.h2.frames import window_update_frame
+from nvpair_wm.proto.h2.settings import DEFAULT_WINDOW
 from nvpair_wm.proto.h2.streams import Stream
 
 __all__ = ["ReceiveWindows"]
 
 
 class ReceiveWindows:
-    __slots__ = ("_conn", "_conn_owed", "_conn_window", "_half_stream", "_limits", "buffered")
+    __slots__ = (
+        "_conn_available",
+        "_conn_owed",
+        "_conn_window",
+        "_half_stream",
+        "_limits",
+        "_out",
+        "buffered",
+    )
 
-    def __init__(self, conn: h2.connection.H2Connection, limits: Limits) -> None:
-        self._conn = conn
+    def __init__(self, out: list[bytes], limits: Limits) -> None:
+        self._out = out  # the session's outbound frames: WINDOW_UPDATEs are queued there
         self._limits = limits
-        self._conn_window = max(65535, limits.h2_connection_window)
+        self._conn_window = max(DEFAULT_WINDOW, limits.h2_connection_window)
+        self._conn_available = DEFAULT_WINDOW  # what the peer may still send on the connection
         self._conn_owed = 0  # DATA bytes whose connection window is not yet reopened
         self._half_stream = max(1, limits.h2_initial_window_size // 2)
         self.buffered = 0  # request-body bytes held across streams
 
     def open_connection_window(self) -> None:
         """Raise the connection window from the protocol's 65,535 to the configured size."""
-        extra = self._limits.h2_connection_window - 65535
+        extra = self._conn_window - DEFAULT_WINDOW
         if extra > 0:
-            self._conn.increment_flow_control_window(extra)
+            self._out.append(window_update_frame(0, extra))
+            self._conn_available += extra
 
-    def data_received(self, flow: int) -> None:
+    def consume(self, flow: int) -> None:
+        """``flow`` DATA bytes arrived on the connection (any stream, padding included)."""
+        self._conn_available -= flow
+        if self._conn_available < 0:
+            raise H2ConnectionError(ErrorCodes.FLOW_CONTROL_ERROR, "connection window exceeded")
         self._conn_owed += flow
         if self._conn_owed >= self._conn_window // 2:
-            self._conn.increment_flow_control_window(self._conn_owed)
+            self._out.append(window_update_frame(0, self._conn_owed))
+            self._conn_available += self._conn_owed
             self._conn_owed = 0
 
     def settle(self, streams: Iterable[Stream]) -> None:
@@ -50,11 +69,11 @@ class ReceiveWindows:
         half = self._half_stream
         under_budget = self.buffered <= self._limits.h2_body_buffer_budget
         oldest = True
-        for st in list(streams):
+        for st in streams:
             receiving = not st.remote_done
             if receiving and st.owed >= half and (st.mode == "discard" or oldest or under_budget):
-                with contextlib.suppress(h2.exceptions.StreamClosedError):  # closed meanwhile
-                    self._conn.increment_flow_control_window(st.owed, stream_id=st.sid)
+                self._out.append(window_update_frame(st.sid, st.owed))
+                st.recv_window += st.owed
                 st.owed = 0
             if receiving and st.mode == "body":
                 oldest = False

@@ -1,0 +1,660 @@
+"""The HTTP/2 server machine's own pieces fed bytes: HPACK, SETTINGS, frames, stream states.
+
+No sockets, no event loop: :class:`H2ServerSession` gets bytes written by hand (or by the
+``hpack`` package's encoder, the way a real client would write them) and its output is read
+back with ``hyperframe``. Each RFC 9113 rule the session implements itself gets the error it
+asks for: a connection error (GOAWAY with the code) or a stream error (RST_STREAM).
+"""
+
+from __future__ import annotations
+
+import h2.config
+import h2.connection
+import hpack
+import pytest
+from h2.errors import ErrorCodes
+from hyperframe.frame import (
+    DataFrame,
+    Frame,
+    GoAwayFrame,
+    HeadersFrame,
+    PingFrame,
+    RstStreamFrame,
+    SettingsFrame,
+    WindowUpdateFrame,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nvpair_wm.errors import H2ConnectionError
+from nvpair_wm.http.core import Limits, Request, Response, empty_response
+from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
+from nvpair_wm.proto.h2.hpack import Decoder, encode_fields
+
+FP = "ab" * 32
+
+
+# -- HPACK: RFC 7541 Appendix C ------------------------------------------------------------------
+
+C3 = [
+    "828684410f7777772e6578616d706c652e636f6d",
+    "828684be58086e6f2d6361636865",
+    "828785bf400a637573746f6d2d6b65790c637573746f6d2d76616c7565",
+]
+C4 = [  # the same requests, Huffman-coded
+    "828684418cf1e3c2e5f23a6ba0ab90f4ff",
+    "828684be5886a8eb10649cbf",
+    "828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf",
+]
+REQUESTS = [
+    [
+        (b":method", b"GET"),
+        (b":scheme", b"http"),
+        (b":path", b"/"),
+        (b":authority", b"www.example.com"),
+    ],
+    [
+        (b":method", b"GET"),
+        (b":scheme", b"http"),
+        (b":path", b"/"),
+        (b":authority", b"www.example.com"),
+        (b"cache-control", b"no-cache"),
+    ],
+    [
+        (b":method", b"GET"),
+        (b":scheme", b"https"),
+        (b":path", b"/index.html"),
+        (b":authority", b"www.example.com"),
+        (b"custom-key", b"custom-value"),
+    ],
+]
+C5 = [  # responses through a 256-byte table: entries are evicted
+    "4803333032580770726976617465611d4d6f6e2c203231204f637420323031332032303a31333a323120474d54"
+    "6e1768747470733a2f2f7777772e6578616d706c652e636f6d",
+    "4803333037c1c0bf",
+    "88c1611d4d6f6e2c203231204f637420323031332032303a31333a323220474d54c05a04677a69707738666f6f"
+    "3d4153444a4b48514b425a584f5157454f50495541585157454f49553b206d61782d6167653d333630303b2076"
+    "657273696f6e3d31",
+]
+DATE1 = b"Mon, 21 Oct 2013 20:13:21 GMT"
+DATE2 = b"Mon, 21 Oct 2013 20:13:22 GMT"
+LOCATION = b"https://www.example.com"
+COOKIE = b"foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1"
+
+
+@pytest.mark.parametrize("blocks", [C3, C4], ids=["C.3 plain", "C.4 Huffman"])
+def test_hpack_request_vectors_decode_and_fill_the_dynamic_table(blocks: list[str]) -> None:
+    d = Decoder(max_list=64 * 1024)
+    sizes = []
+    for block, expected in zip(blocks, REQUESTS, strict=True):
+        assert d.decode(bytes.fromhex(block)) == expected
+        sizes.append(d.table_size)
+    assert sizes == [57, 110, 164]
+    assert d.entries == [
+        (b"custom-key", b"custom-value"),
+        (b"cache-control", b"no-cache"),
+        (b":authority", b"www.example.com"),
+    ]
+
+
+def test_hpack_response_vectors_evict_the_oldest_entries() -> None:
+    d = Decoder(max_list=64 * 1024, max_table_size=256)
+    first = d.decode(bytes.fromhex(C5[0]))
+    assert first == [
+        (b":status", b"302"),
+        (b"cache-control", b"private"),
+        (b"date", DATE1),
+        (b"location", LOCATION),
+    ]
+    assert d.table_size == 222
+    d.decode(bytes.fromhex(C5[1]))
+    assert d.table_size == 222
+    assert d.entries[0] == (b":status", b"307")
+    assert (b":status", b"302") not in d.entries  # evicted to make room
+    third = d.decode(bytes.fromhex(C5[2]))
+    assert third == [
+        (b":status", b"200"),
+        (b"cache-control", b"private"),
+        (b"date", DATE2),
+        (b"location", LOCATION),
+        (b"content-encoding", b"gzip"),
+        (b"set-cookie", COOKIE),
+    ]
+    assert d.table_size == 215
+    assert d.entries == [(b"set-cookie", COOKIE), (b"content-encoding", b"gzip"), (b"date", DATE2)]
+
+
+def test_hpack_size_update_rules() -> None:
+    d = Decoder(max_list=64 * 1024)
+    d.decode(bytes.fromhex(C3[0]))
+    assert d.table_size == 57
+    # A size update to 0 at the start empties the table; then back to 4096.
+    assert d.decode(b"\x20\x3f\xe1\x1f\x82") == [(b":method", b"GET")]
+    assert d.table_size == 0 and d.max_table_size == 4096
+    with pytest.raises(H2ConnectionError) as late:
+        d.decode(b"\x82\x20")  # after a field
+    assert late.value.code == ErrorCodes.COMPRESSION_ERROR
+    with pytest.raises(H2ConnectionError) as big:
+        d.decode(b"\x3f\xe2\x1f")  # 4097: over our SETTINGS_HEADER_TABLE_SIZE
+    assert big.value.code == ErrorCodes.COMPRESSION_ERROR
+
+
+def test_hpack_entry_bigger_than_the_table_empties_it() -> None:
+    d = Decoder(max_list=64 * 1024, max_table_size=64)
+    d.decode(b"\x40\x01a\x01b")  # 34 bytes
+    assert d.table_size == 34
+    d.decode(b"\x40\x01c\x1e" + b"d" * 30)  # 63 bytes: the first entry goes
+    assert d.entries == [(b"c", b"d" * 30)]
+    d.decode(b"\x40\x01e\x28" + b"f" * 40)  # 73 bytes > 64: the table is emptied
+    assert d.entries == [] and d.table_size == 0
+
+
+@pytest.mark.parametrize(
+    ("block", "why"),
+    [
+        (b"\x80", "index 0"),
+        (b"\xbe", "index past both tables"),
+        (b"\xff\xff\xff\xff\xff\xff\x01", "integer overflow"),
+        (b"\xff\x80", "integer cut short"),
+        (b"\x00\x05ab", "string past the block"),
+        (b"\x00\x81\xff", "Huffman EOS padding"),
+        (b"\x00\x83\x49\x50\x90", "Huffman padded with zeros"),
+    ],
+)
+def test_hpack_errors_are_compression_errors(block: bytes, why: str) -> None:
+    with pytest.raises(H2ConnectionError) as err:
+        Decoder(max_list=64 * 1024).decode(block)
+    assert err.value.code == ErrorCodes.COMPRESSION_ERROR, why
+
+
+def test_hpack_decoded_list_is_bounded() -> None:
+    d = Decoder(max_list=1000)
+    d.decode(b"\x40\x01x\x7f\x91\x02" + b"b" * 400)  # one 433-byte entry
+    with pytest.raises(H2ConnectionError) as err:
+        d.decode(b"\xbe\xbe\xbe")  # 3 x 433 decoded from 3 bytes
+    assert err.value.code == ErrorCodes.ENHANCE_YOUR_CALM
+
+
+def test_hpack_huffman_strings_decode_the_same_from_the_cache() -> None:
+    d = Decoder(max_list=64 * 1024)
+    block = hpack.Encoder().encode([(b"content-length", b"1234")], huffman=True)
+    assert d.decode(block) == [(b"content-length", b"1234")]
+    assert list(d._huffman.values()) == [b"1234"]  # remembered by its raw bytes
+    again = hpack.Encoder().encode([(b"content-length", b"1234")], huffman=True)
+    assert d.decode(again) == [(b"content-length", b"1234")]
+    long_value = "v" * 200  # long strings are decoded, not remembered
+    assert d.decode(hpack.Encoder().encode([("x-long", long_value)], huffman=True)) == [
+        (b"x-long", long_value.encode())
+    ]
+    assert len(d._huffman) == 2  # the name x-long, not the value
+
+
+def test_response_encoder_is_plain_hpack_without_indexing() -> None:
+    fields = ((b":status", b"202"), (b"content-length", b"0"), (b"x-custom", b"v"))
+    block = encode_fields(fields)
+    assert block[:1] == b"\x08"  # literal without indexing, name :status (static 8)
+    peer = hpack.Decoder()
+    assert peer.decode(block, raw=True) == list(fields)
+    assert len(peer.header_table.dynamic_entries) == 0  # nothing indexed: no encoder state
+    assert encode_fields(fields) is block  # repeated responses come from the cache
+
+
+# -- the session, fed bytes ----------------------------------------------------------------------
+
+
+class Recorder:
+    """A Handler that answers 202 and records what it completed."""
+
+    max_body = 1024 * 1024
+
+    def __init__(self) -> None:
+        self.completed: list[tuple[str, bytes]] = []
+
+    def head(self, req: Request) -> Response | None:
+        return None
+
+    def complete(self, req: Request, body: bytes) -> Response:
+        self.completed.append((req.path, body))
+        return empty_response(202)
+
+
+def raw(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+    return (
+        len(payload).to_bytes(3, "big") + bytes((ftype, flags)) + sid.to_bytes(4, "big") + payload
+    )
+
+
+def frames_of(data: bytes) -> list[Frame]:
+    out: list[Frame] = []
+    while data:
+        f, length = Frame.parse_frame_header(memoryview(data[:9]))
+        f.parse_body(memoryview(data[9 : 9 + length]))
+        out.append(f)
+        data = data[9 + length :]
+    return out
+
+
+REQUEST = [(":method", "POST"), (":scheme", "https"), (":path", "/e"), (":authority", "t")]
+
+
+class Peer:
+    """A client written by hand: a session, an HPACK encoder, and what came back."""
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.handler = Recorder()
+        self.session = H2ServerSession(self.handler, limits or Limits(), FP, 0.0)
+        self.encoder = hpack.Encoder()
+        self.now = 1.0
+        self.got: list[Frame] = []
+        self.feed(H2_PREFACE + raw(4, 0, 0) + raw(4, 1, 0))
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self.session.receive_data(data, self.now)
+        new = frames_of(self.session.data_to_send())
+        self.got += new
+        return new
+
+    def block(self, fields: list[tuple[str, str]]) -> bytes:
+        return bytes(self.encoder.encode(fields))
+
+    def headers(
+        self, sid: int, fields: list[tuple[str, str]] | None = None, flags: int = 0x5
+    ) -> bytes:
+        return raw(1, flags, sid, self.block(REQUEST if fields is None else fields))
+
+    def goaway(self) -> ErrorCodes:
+        goaways = [f for f in self.got if isinstance(f, GoAwayFrame)]
+        assert goaways, self.got
+        assert self.session.done
+        return ErrorCodes(goaways[-1].error_code)
+
+    def resets(self) -> list[tuple[int, ErrorCodes]]:
+        return [
+            (f.stream_id, ErrorCodes(f.error_code))
+            for f in self.got
+            if isinstance(f, RstStreamFrame)
+        ]
+
+    def statuses(self) -> list[tuple[int, bytes]]:
+        decoder = hpack.Decoder()
+        return [
+            (f.stream_id, dict(decoder.decode(f.data, raw=True))[b":status"])
+            for f in self.got
+            if isinstance(f, HeadersFrame)
+        ]
+
+
+def test_server_preface_settings_then_window_and_acks() -> None:
+    p = Peer()
+    first, second = p.got[0], p.got[1]
+    assert isinstance(first, SettingsFrame) and "ACK" not in first.flags
+    assert first.settings[0x3] == 100 and first.settings[0x6] == 16 * 1024
+    assert isinstance(second, WindowUpdateFrame) and second.stream_id == 0
+    acks = [f for f in p.got if isinstance(f, SettingsFrame) and "ACK" in f.flags]
+    assert len(acks) == 1  # our answer to the client's SETTINGS
+
+
+def test_a_request_gets_202_and_the_body_reaches_the_handler() -> None:
+    p = Peer()
+    p.feed(p.headers(1, flags=0x4) + raw(0, 0x1, 1, b"{}"))
+    assert p.statuses() == [(1, b"202")]
+    assert p.handler.completed == [("/e", b"{}")]
+    assert p.session.open_streams == 0
+
+
+@pytest.mark.parametrize(
+    ("payload", "flags", "code"),
+    [
+        (b"\x00\x02\x00\x00\x00\x02", 0, ErrorCodes.PROTOCOL_ERROR),  # ENABLE_PUSH 2
+        (b"\x00\x04\x80\x00\x00\x00", 0, ErrorCodes.FLOW_CONTROL_ERROR),  # window 2^31
+        (b"\x00\x05\x00\x00\x3f\xff", 0, ErrorCodes.PROTOCOL_ERROR),  # frame size 16383
+        (b"\x00\x05\x01\x00\x00\x00", 0, ErrorCodes.PROTOCOL_ERROR),  # frame size 2^24
+        (b"\x00\x03\x00", 0, ErrorCodes.FRAME_SIZE_ERROR),  # length not 6n
+        (b"\x00\x03\x00\x00\x00\x64", 1, ErrorCodes.FRAME_SIZE_ERROR),  # ACK with a payload
+    ],
+)
+def test_settings_errors(payload: bytes, flags: int, code: ErrorCodes) -> None:
+    p = Peer()
+    p.feed(raw(4, flags, 0, payload))
+    assert p.goaway() == code
+
+
+def test_settings_unknown_ids_are_ignored_and_acked() -> None:
+    p = Peer()
+    new = p.feed(raw(4, 0, 0, b"\x00\x99\x00\x00\x00\x01"))
+    assert [type(f) for f in new] == [SettingsFrame] and "ACK" in new[0].flags
+
+
+def test_ping_acked_and_checked() -> None:
+    p = Peer()
+    (pong,) = p.feed(raw(6, 0, 0, b"abcdefgh"))
+    assert isinstance(pong, PingFrame) and "ACK" in pong.flags and pong.opaque_data == b"abcdefgh"
+    assert p.feed(raw(6, 1, 0, b"abcdefgh")) == []  # an ACK is not answered
+    p.feed(raw(6, 0, 0, b"abcdefg"))
+    assert p.goaway() == ErrorCodes.FRAME_SIZE_ERROR
+    q = Peer()
+    q.feed(raw(6, 0, 1, b"abcdefgh"))
+    assert q.goaway() == ErrorCodes.PROTOCOL_ERROR
+
+
+def test_window_update_errors_by_scope() -> None:
+    p = Peer()
+    p.feed(p.headers(1, flags=0x4))  # open, body pending
+    p.feed(raw(8, 0, 1, b"\x00\x00\x00\x00"))  # 0 on a stream: stream error
+    assert p.resets() == [(1, ErrorCodes.PROTOCOL_ERROR)]
+    p.feed(p.headers(3, flags=0x4))
+    p.feed(raw(8, 0, 3, b"\x7f\xff\xff\xff"))
+    assert p.resets()[-1] == (3, ErrorCodes.FLOW_CONTROL_ERROR)
+    assert not p.session.done
+    p.feed(raw(8, 0, 0, b"\x7f\xff\xff\xff"))  # connection window over 2^31-1
+    assert p.goaway() == ErrorCodes.FLOW_CONTROL_ERROR
+    q = Peer()
+    q.feed(raw(8, 0, 0, b"\x00\x00\x00\x00"))
+    assert q.goaway() == ErrorCodes.PROTOCOL_ERROR
+    r = Peer()
+    r.feed(raw(8, 0, 0, b"\x00\x00\x01"))
+    assert r.goaway() == ErrorCodes.FRAME_SIZE_ERROR
+    s = Peer()
+    s.feed(raw(8, 0, 5, b"\x00\x00\x00\x01"))  # idle stream
+    assert s.goaway() == ErrorCodes.PROTOCOL_ERROR
+
+
+def test_rst_stream_and_priority_rules() -> None:
+    p = Peer()
+    p.feed(raw(2, 0, 9, b"\x00\x00\x00\x00\x10"))  # PRIORITY on an idle stream: fine
+    p.feed(raw(2, 0, 11, b"\x00\x00\x00\x0b\x10"))  # depends on itself
+    p.feed(raw(2, 0, 13, b"\x00\x00\x00\x00"))  # 4 octets
+    assert p.resets() == [(11, ErrorCodes.PROTOCOL_ERROR), (13, ErrorCodes.FRAME_SIZE_ERROR)]
+    assert not p.session.done
+    p.feed(raw(3, 0, 21, b"\x00\x00\x00\x08"))  # RST_STREAM on an idle stream
+    assert p.goaway() == ErrorCodes.PROTOCOL_ERROR
+    q = Peer()
+    q.feed(q.headers(1, flags=0x4) + raw(3, 0, 1, b"\x00\x00\x08"))
+    assert q.goaway() == ErrorCodes.FRAME_SIZE_ERROR
+
+
+def test_headers_padding_priority_and_continuation() -> None:
+    p = Peer()
+    block = p.block(REQUEST)
+    padded = b"\x03" + b"\x00\x00\x00\x00\x10" + block + b"\x00" * 3  # PADDED + PRIORITY
+    p.feed(raw(1, 0x1 | 0x4 | 0x8 | 0x20, 1, padded))
+    half = len(block) // 2
+    block3 = p.block(REQUEST)
+    p.feed(raw(1, 0x1, 3, block3[:half]) + raw(9, 0x4, 3, block3[half:]))
+    assert p.statuses() == [(1, b"202"), (3, b"202")]
+    p.feed(raw(1, 0x1 | 0x4 | 0x8, 5, b"\x10" + p.block(REQUEST)))  # pad longer than the frame
+    assert p.goaway() == ErrorCodes.PROTOCOL_ERROR
+
+
+@pytest.mark.parametrize(
+    ("frames", "code"),
+    [
+        (lambda p: p.headers(1, flags=0x1) + raw(0, 0, 1, b"x"), ErrorCodes.PROTOCOL_ERROR),
+        (lambda p: p.headers(1, flags=0x1) + raw(9, 0x4, 3, b""), ErrorCodes.PROTOCOL_ERROR),
+        (lambda p: raw(9, 0x4, 1, p.block(REQUEST)), ErrorCodes.PROTOCOL_ERROR),
+        (lambda p: p.headers(2), ErrorCodes.PROTOCOL_ERROR),
+        (lambda p: p.headers(5) + p.headers(3), ErrorCodes.PROTOCOL_ERROR),
+        (lambda p: raw(0, 1, 1, b"x"), ErrorCodes.PROTOCOL_ERROR),  # DATA on idle
+        (lambda p: raw(0, 1, 0, b"x"), ErrorCodes.PROTOCOL_ERROR),  # DATA on stream 0
+        (lambda p: raw(5, 4, 1, b"\x00\x00\x00\x02"), ErrorCodes.PROTOCOL_ERROR),  # PUSH_PROMISE
+        (lambda p: raw(7, 0, 1, b"\x00" * 8), ErrorCodes.PROTOCOL_ERROR),  # GOAWAY on a stream
+        (lambda p: p.headers(1) + raw(0, 1, 1, b"x"), ErrorCodes.STREAM_CLOSED),  # after END both
+        (lambda p: p.headers(1) + p.headers(1), ErrorCodes.STREAM_CLOSED),
+        (lambda p: raw(1, 5, 1, p.block(REQUEST) + b"\xfe"), ErrorCodes.COMPRESSION_ERROR),
+        (lambda p: raw(1, 5, 1, p.block(REQUEST) + b"\x21"), ErrorCodes.COMPRESSION_ERROR),
+    ],
+    ids=[
+        "DATA inside a header block",
+        "CONTINUATION of another stream",
+        "CONTINUATION without HEADERS",
+        "even stream id",
+        "decreasing stream id",
+        "DATA on an idle stream",
+        "DATA on stream 0",
+        "PUSH_PROMISE from a client",
+        "GOAWAY on a stream",
+        "DATA after END_STREAM both ways",
+        "HEADERS after END_STREAM both ways",
+        "HPACK index past both tables",
+        "HPACK size update after a field",
+    ],
+)
+def test_connection_errors(frames: object, code: ErrorCodes) -> None:
+    p = Peer()
+    assert callable(frames)
+    p.feed(frames(p))
+    assert p.goaway() == code
+
+
+def test_stream_state_errors_leave_the_connection_up() -> None:
+    p = Peer()
+    p.feed(p.headers(1, flags=0x4) + raw(3, 0, 1, b"\x00\x00\x00\x08"))  # peer resets 1
+    p.feed(raw(0, 1, 1, b"x"))  # DATA after the peer's RST_STREAM
+    p.feed(p.headers(3, flags=0x5))  # half-closed (remote), answered at once: closed
+    p.feed(p.headers(5, [*REQUEST, ("content-length", "5")], flags=0x4))
+    p.feed(raw(0, 1, 5, b"abc"))  # shorter than content-length
+    assert p.resets() == [(1, ErrorCodes.STREAM_CLOSED), (5, ErrorCodes.PROTOCOL_ERROR)]
+    before = len(p.got)
+    p.feed(raw(0, 1, 5, b"late"))  # after our own RST_STREAM: dropped silently
+    assert len(p.got) == before
+    assert not p.session.done
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [*REQUEST, ("X-Upper", "a")],
+        [*REQUEST, (":status", "200")],
+        [*REQUEST, (":unknown", "a")],
+        [("x-a", "b"), *REQUEST],
+        [*REQUEST, ("connection", "keep-alive")],
+        [*REQUEST, ("te", "gzip")],
+        [*REQUEST, ("x-a", " padded")],
+        [f for f in REQUEST if f[0] != ":path"],
+        [f for f in REQUEST if f[0] != ":scheme"],
+        [*REQUEST[:2], (":path", ""), REQUEST[3]],
+        [*REQUEST, (":method", "GET")],
+    ],
+    ids=[
+        "uppercase",
+        ":status",
+        "unknown pseudo",
+        "pseudo after regular",
+        "connection",
+        "te gzip",
+        "whitespace",
+        "no :path",
+        "no :scheme",
+        "empty :path",
+        "duplicate :method",
+    ],
+)
+def test_malformed_requests_are_stream_errors(fields: list[tuple[str, str]]) -> None:
+    p = Peer()
+    p.feed(p.headers(1, fields))
+    assert p.resets() == [(1, ErrorCodes.PROTOCOL_ERROR)]
+    p.feed(p.headers(3, [*REQUEST, ("te", "trailers")]))  # the next one is served
+    assert p.statuses() == [(3, b"202")]
+    assert p.handler.completed == [("/e", b"")]
+
+
+def test_trailers_end_the_request_and_bad_trailers_reset_it() -> None:
+    p = Peer()
+    p.feed(p.headers(1, flags=0x4) + raw(0, 0, 1, b"ab") + p.headers(1, [("x-t", "ok")]))
+    assert p.handler.completed == [("/e", b"ab")]
+    p.feed(p.headers(3, flags=0x4) + raw(1, 0x4, 3, p.block([("x-t", "ok")])))  # no END_STREAM
+    p.feed(p.headers(5, flags=0x4) + p.headers(5, [(":method", "POST")]))
+    assert p.resets() == [(3, ErrorCodes.PROTOCOL_ERROR), (5, ErrorCodes.PROTOCOL_ERROR)]
+
+
+def test_padded_data_counts_padding_against_the_windows() -> None:
+    p = Peer(Limits(h2_initial_window_size=100))  # Peer has acknowledged our SETTINGS
+    p.feed(p.headers(1, flags=0x4) + raw(0, 0x8, 1, b"\x32" + b"x" * 40 + b"\x00" * 50))
+    p.feed(raw(0, 0x1, 1, b""))
+    assert p.resets() == []
+    assert p.handler.completed == [("/e", b"x" * 40)]  # the padding is not body
+    p.feed(p.headers(3, flags=0x4) + raw(0, 0x8, 3, b"\x5a" + b"x" * 10 + b"\x00" * 90))
+    assert p.resets() == [(3, ErrorCodes.FLOW_CONTROL_ERROR)]  # 101 bytes through 100
+    q = Peer(
+        Limits(h2_max_frame_size=2**17, h2_initial_window_size=2**20, h2_connection_window=65535)
+    )
+    q.feed(q.headers(1, flags=0x4) + raw(0, 0, 1, b"x" * 70000))
+    assert q.goaway() == ErrorCodes.FLOW_CONTROL_ERROR
+
+
+def test_response_waits_for_the_peers_windows() -> None:
+    class Big(Recorder):
+        def complete(self, req: Request, body: bytes) -> Response:
+            return Response(200, [], b"z" * 10)
+
+    p = Peer()
+    p.session = H2ServerSession(Big(), Limits(), FP, 0.0)
+    p.encoder = hpack.Encoder()
+    p.feed(H2_PREFACE + raw(4, 0, 0, b"\x00\x04\x00\x00\x00\x04") + raw(4, 1, 0))  # window 4
+    new = p.feed(p.headers(1))
+    assert [len(f.data) for f in new if isinstance(f, DataFrame)] == [4]
+    assert p.session.next_deadline() is not None
+    new = p.feed(raw(8, 0, 1, b"\x00\x00\x00\x03"))
+    assert [len(f.data) for f in new if isinstance(f, DataFrame)] == [3]
+    new = p.feed(raw(4, 0, 0, b"\x00\x04\x00\x00\x00\x07"))  # +3 for open streams (§6.9.2)
+    data = [f for f in new if isinstance(f, DataFrame)]
+    assert [len(f.data) for f in data] == [3] and "END_STREAM" in data[0].flags
+    assert p.session.open_streams == 0
+
+
+def test_data_on_a_half_closed_remote_stream_is_a_stream_error() -> None:
+    class Big(Recorder):
+        def complete(self, req: Request, body: bytes) -> Response:
+            return Response(200, [], b"z" * 10)
+
+    p = Peer()
+    p.session = H2ServerSession(Big(), Limits(), FP, 0.0)
+    p.feed(H2_PREFACE + raw(4, 0, 0, b"\x00\x04\x00\x00\x00\x00") + raw(4, 1, 0))  # window 0
+    p.feed(p.headers(1))  # END_STREAM; the response waits for window
+    assert p.session.open_streams == 1
+    p.feed(raw(0, 0, 1, b"x"))
+    assert p.resets() == [(1, ErrorCodes.STREAM_CLOSED)]
+    assert p.session.open_streams == 0 and not p.session.done
+
+
+def test_streams_over_the_limit_are_refused() -> None:
+    p = Peer(Limits(h2_max_concurrent_streams=2))
+    p.feed(p.headers(1, flags=0x4) + p.headers(3, flags=0x4) + p.headers(5, flags=0x4))
+    assert p.resets() == [(5, ErrorCodes.REFUSED_STREAM)]
+    assert p.session.open_streams == 2
+    p.feed(raw(0, 1, 5, b"x"))  # in flight after the refusal: dropped
+    assert p.resets() == [(5, ErrorCodes.REFUSED_STREAM)] and not p.session.done
+
+
+def test_unknown_frame_types_are_ignored() -> None:
+    p = Peer()
+    assert p.feed(raw(0xFA, 0, 0, b"abcd") + raw(0x10, 0xFF, 1, b"")) == []
+    p.feed(p.headers(1))
+    assert p.statuses() == [(1, b"202")]
+
+
+def test_header_list_limits_431_and_hpack_bomb() -> None:
+    p = Peer(Limits(max_header_bytes=200))
+    p.feed(p.headers(1, [*REQUEST, ("x-big", "v" * 300)]))
+    assert p.statuses() == [(1, b"431")]
+    q = Peer(Limits(h2_max_decoded_header_list=2000))
+    block = q.block([*REQUEST, ("x-bomb", "b" * 500)]) + b"\xbe" * 10
+    q.feed(raw(1, 5, 1, block))
+    assert q.goaway() == ErrorCodes.ENHANCE_YOUR_CALM
+
+
+def test_big_responses_follow_the_peers_frame_size() -> None:
+    """A header block over the peer's MAX_FRAME_SIZE goes out as HEADERS + CONTINUATION;
+    DATA frames are cut to MAX_FRAME_SIZE too (and grow when the peer allows bigger ones)."""
+
+    class Big(Recorder):
+        def complete(self, req: Request, body: bytes) -> Response:
+            return Response(200, [(b"x-big", b"h" * 40000)], b"z" * 40000)
+
+    p = Peer()
+    p.session = H2ServerSession(Big(), Limits(), FP, 0.0)
+    p.feed(H2_PREFACE + raw(4, 0, 0) + raw(4, 1, 0))
+    p.feed(raw(8, 0, 0, (100000).to_bytes(4, "big")))  # room beyond the 65,535 default
+    new = p.feed(p.headers(1))
+    kinds = [type(f).__name__ for f in new]
+    assert kinds[:4] == ["HeadersFrame", "ContinuationFrame", "ContinuationFrame", "DataFrame"]
+    assert "END_HEADERS" in new[2].flags and "END_HEADERS" not in new[0].flags
+    block = b"".join(bytes(f.data) for f in new[:3])  # type: ignore[attr-defined]
+    assert dict(hpack.Decoder().decode(block, raw=True))[b"x-big"] == b"h" * 40000
+    sizes = [len(f.data) for f in new if isinstance(f, DataFrame)]
+    assert sizes == [16384, 16384, 7232]
+    q = Peer()
+    q.session = H2ServerSession(Big(), Limits(), FP, 0.0)
+    q.feed(H2_PREFACE + raw(4, 0, 0, b"\x00\x05\x00\x01\x00\x00") + raw(4, 1, 0))  # 65,536
+    q.feed(raw(8, 0, 0, (100000).to_bytes(4, "big")))
+    new = q.feed(q.headers(1))
+    assert [len(f.data) for f in new if isinstance(f, DataFrame)] == [40000]
+    assert [type(f).__name__ for f in new][:2] == ["HeadersFrame", "DataFrame"]
+
+
+def test_bytes_fed_one_at_a_time_make_the_same_frames() -> None:
+    """The preface, a request split over CONTINUATION, padded DATA: all fed byte by byte."""
+    whole = Peer()
+    enc = hpack.Encoder()
+    block = bytes(enc.encode(REQUEST))
+    stream = (
+        raw(1, 0x0, 1, block[:3])
+        + raw(9, 0x4, 1, block[3:])
+        + raw(0, 0x8, 1, b"\x02" + b"{}" + b"\x00\x00")
+        + raw(0, 0x1, 1, b"")
+        + raw(6, 0, 0, b"12345678")
+    )
+    whole.session.receive_data(stream, 1.0)
+    expected = whole.session.data_to_send()
+    fresh = H2ServerSession(Recorder(), Limits(), FP, 0.0)
+    opening = H2_PREFACE + raw(4, 0, 0) + raw(4, 1, 0)
+    for i in range(len(opening)):
+        fresh.receive_data(opening[i : i + 1], 1.0)
+    fresh.data_to_send()
+    out = b""
+    for i in range(len(stream)):
+        fresh.receive_data(stream[i : i + 1], 1.0)
+        out += fresh.data_to_send()
+    assert out == expected
+    assert [type(f).__name__ for f in frames_of(out)] == ["HeadersFrame", "PingFrame"]
+
+
+def _valid_exchange() -> bytes:
+    """Three requests as a real client writes them (h2 library), after the preface."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    for _ in range(3):
+        sid = client.get_next_available_stream_id()
+        client.send_headers(sid, [*REQUEST, ("content-length", "2")])
+        client.send_data(sid, b"{}", end_stream=True)
+    client.ping(b"abcdefgh")
+    return client.data_to_send()
+
+
+VALID = _valid_exchange()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    edits=st.lists(
+        st.tuples(st.integers(0, len(VALID) - 1), st.integers(0, 255)), min_size=1, max_size=6
+    ),
+    cut=st.integers(1, 64),
+)
+def test_mutated_byte_streams_never_escape_the_machine(
+    edits: list[tuple[int, int]], cut: int
+) -> None:
+    """Whatever bytes arrive, the session answers with frames (or closes with GOAWAY): no
+    exception reaches the driver, and what it sends parses as HTTP/2 frames."""
+    data = bytearray(VALID)
+    for pos, value in edits:
+        data[pos] = value
+    session = H2ServerSession(Recorder(), Limits(), FP, 0.0)
+    out = b""
+    for i in range(0, len(data), cut):
+        session.receive_data(bytes(data[i : i + cut]), 1.0)
+        out += session.data_to_send()
+    session.handle_timeout(100.0)
+    out += session.data_to_send()
+    assert frames_of(out)
+    assert session.open_streams <= 3
