@@ -1,4 +1,4 @@
-"""HTTP/1.1 adapter (h11) over the real TLS server, driven byte by byte from a stdlib-ssl client.
+"""The HTTP/1.1 session over the real TLS server, driven byte by byte from a stdlib-ssl client.
 
 Timeouts are configured tight (tenths of a second) and each test waits for the server's
 reaction (a response or a close), never for the clock.
