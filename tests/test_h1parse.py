@@ -465,3 +465,14 @@ def test_differential_against_h11_on_300_generated_requests() -> None:
     s.receive_data(wire, 0.0)
     assert [r[0] for r in responses(s.data_to_send())] == [202] * 300
     assert [(r.method, r.path, r.headers, b) for r, b in handler.completed] == expected
+
+
+def test_shutdown_while_discarding_closes_once_the_body_is_read() -> None:
+    handler = Recorder()
+    s = feed(req(b"0123456789", target="/early")[:-4], handler=handler)
+    assert [r[0] for r in responses(s.data_to_send())] == [415]
+    s.shutdown()
+    assert not s.closed  # the rest of the dropped body is still to come
+    s.receive_data(b"6789" + req(b"never"), 0.0)
+    assert s.closed
+    assert handler.completed == []

@@ -347,7 +347,9 @@ class H1Session:
         self._body_deadline = None
         if self._state is _CLOSED:
             return
-        self._state = _HEAD
+        # A shutdown that came while a discarded body was still arriving ends the connection
+        # here: its answer went out before the shutdown, without connection: close.
+        self._state = _CLOSED if self._closing else _HEAD
         self._idle_since = now
 
     # -- the handler: a crash is OUR bug, answered 500 (never blamed on the peer) -------------
