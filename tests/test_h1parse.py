@@ -12,6 +12,8 @@ import random
 
 import h11
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nvpair_wm.errors import RemoteProtocolError
 from nvpair_wm.http.core import (
@@ -74,6 +76,8 @@ def responses(data: bytes) -> list[tuple[int, dict[bytes, bytes], bytes]]:
     client = h11.Connection(h11.CLIENT)
     client.send(h11.Request(method="POST", target="/", headers=[("host", "t")]))
     client.send(h11.EndOfMessage())
+    if not data:
+        return []  # (h11 takes b"" for EOF)
     client.receive_data(data)
     out: list[tuple[int, dict[bytes, bytes], bytes]] = []
     status, fields, body = 0, {}, b""
@@ -476,3 +480,48 @@ def test_shutdown_while_discarding_closes_once_the_body_is_read() -> None:
     s.receive_data(b"6789" + req(b"never"), 0.0)
     assert s.closed
     assert handler.completed == []
+
+
+# -- any bytes: a precise answer or more waiting, never an exception or a 500 ------------------
+
+VALID_WIRE = (
+    req(b'{"a":1}')
+    + chunked_req(chunked(b"ab", b"cd", ext=b";x=1", trailer=b"T: 1\r\n"))
+    + req(b"xyz", target="/early")
+    + req(b"", version="1.0", headers="Connection: keep-alive\r\n")
+)
+ANSWERS = {100, 202, 400, 413, 414, 415, 431, 501, 505}
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> bytes:
+    data = bytearray(VALID_WIRE)
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(data) - 1))
+        op = draw(st.sampled_from(["replace", "insert", "delete"]))
+        byte = draw(st.sampled_from([0, 9, 10, 13, 32, 44, 58, 59, 48, 70, 0x7F, 0xFF, 0x61]))
+        if op == "replace":
+            data[at] = byte
+        elif op == "insert":
+            data.insert(at, byte)
+        else:
+            del data[at]
+    return bytes(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(mutated(), st.binary(max_size=400)), st.integers(0, 400))
+def test_any_bytes_get_a_precise_answer_and_a_split_changes_nothing(data: bytes, cut: int) -> None:
+    whole = H1Session(Recorder(), Limits(max_header_bytes=256), FP, now=0.0)
+    whole.receive_data(data, 0.0)
+    whole.receive_data(b"", 0.0)
+    out = whole.data_to_send()
+    statuses = [r[0] for r in responses(out)]
+    assert set(statuses) <= ANSWERS, statuses
+    assert whole.closed  # EOF ends every connection
+    split = H1Session(Recorder(), Limits(max_header_bytes=256), FP, now=0.0)
+    for piece in (data[:cut], data[cut:]):
+        if piece:  # (b"" would be EOF)
+            split.receive_data(piece, 0.0)
+    split.receive_data(b"", 0.0)
+    assert split.data_to_send() == out

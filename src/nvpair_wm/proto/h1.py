@@ -54,7 +54,13 @@ from nvpair_wm.http.core import (
     request_timeout,
     too_large,
 )
-from nvpair_wm.proto.h1parse import ChunkedReader, RequestHead, parse_head, skip_empty_lines
+from nvpair_wm.proto.h1parse import (
+    BAD_LINE_ENDING,
+    ChunkedReader,
+    RequestHead,
+    parse_head,
+    skip_empty_lines,
+)
 
 __all__ = ["DISCARD_LIMIT", "H1Session"]
 
@@ -230,7 +236,7 @@ class H1Session:
             raise RemoteProtocolError("request header block too large", 431)
         # A client ending its lines with bare LF would otherwise wait for the header timeout.
         if buf.find(b"\n\n", self._scan) >= 0 or buf.find(b"\n\r\n", self._scan) >= 0:
-            raise RemoteProtocolError("bare LF in the request head")
+            raise RemoteProtocolError(BAD_LINE_ENDING)
         self._scan = max(0, len(buf) - 3)
 
     def _start_request(self, head: RequestHead, now: float) -> None:

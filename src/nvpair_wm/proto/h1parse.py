@@ -31,12 +31,23 @@ from typing import Final
 
 from nvpair_wm.errors import RemoteProtocolError
 
-__all__ = ["HUGE_LENGTH", "ChunkedReader", "RequestHead", "parse_head", "skip_empty_lines"]
+__all__ = [
+    "BAD_LINE_ENDING",
+    "HUGE_LENGTH",
+    "ChunkedReader",
+    "RequestHead",
+    "parse_head",
+    "skip_empty_lines",
+]
 
 #: Content-Length values with more digits than this are not converted (Python limits str→int
 #: conversion, and no such body fits any limit): they stand for "more than any limit".
 _MAX_LENGTH_DIGITS: Final = 18
 HUGE_LENGTH: Final = 10**_MAX_LENGTH_DIGITS
+
+#: The reason for a head with a control character or a bare CR or LF, whether it is judged
+#: finished or, ended by a bare LF, still unfinished: the same input gets the same answer.
+BAD_LINE_ENDING: Final = "control character or bare CR/LF in the request head"
 
 _TCHAR: Final = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 #: Bytes allowed in a field line: VCHAR, SP, HTAB, obs-text (RFC 9110 §5.5). Deleting them
@@ -120,7 +131,7 @@ def parse_head(head: bytes) -> RequestHead:
     # One pass over the whole head: once the allowed bytes are deleted, only the CRLFs the split
     # consumed may remain. Anything else is a control character, a bare CR or a bare LF.
     if head.translate(None, _FIELD_BYTES) != b"\r\n" * (len(lines) - 1):
-        raise _bad("control character or bare CR/LF in the request head")
+        raise _bad(BAD_LINE_ENDING)
     method, target, version = _request_line(lines[0])
 
     headers: list[tuple[bytes, bytes]] = []
