@@ -19,9 +19,10 @@ What the session adds around the framing:
 * sizes: a request line over ``max_header_bytes`` gets 414, a header block over it 431, both
   decided as soon as the buffered (even unfinished) head passes the limit; a chunk-size line and
   the trailer section are bounded by the same limit;
-* framing errors get their status and the connection closes: 400 (malformed; Content-Length
-  together with Transfer-Encoding, RFC 9112 §6.1, so nothing pipelined behind it is read),
-  501 (a transfer coding other than chunked), 505 (a version other than HTTP/1.x);
+* framing errors get their status and the connection closes, so nothing pipelined behind them
+  is read: 400 (malformed; Content-Length together with Transfer-Encoding, RFC 9112 §6.1; a
+  last transfer coding other than chunked, §6.3), 501 (a coding before chunked: we decode
+  none), 505 (a version other than HTTP/1.x);
 * keep-alive: HTTP/1.1 stays open unless ``Connection: close``; HTTP/1.0 closes unless
   ``Connection: keep-alive`` (answered with ``connection: keep-alive``);
 * the body limit: a declared Content-Length over the limit, or a chunked body whose next chunk

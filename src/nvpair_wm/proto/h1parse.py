@@ -151,7 +151,10 @@ def parse_head(head: bytes) -> RequestHead:
         if name not in _FRAMING:
             continue
         if name == _CL:
-            length = _content_length(value, length)
+            if length is None and value.isdigit() and len(value) <= _MAX_LENGTH_DIGITS:
+                length = int(value)  # the usual case, without the list handling
+            else:
+                length = _content_length(value, length)
         elif name == _TE:
             if codings is None:
                 codings = []
