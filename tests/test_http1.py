@@ -1,4 +1,4 @@
-"""HTTP/1.1 adapter (h11) over the real TLS server, driven byte by byte from a stdlib-ssl client.
+"""The HTTP/1.1 session over the real TLS server, driven byte by byte from a stdlib-ssl client.
 
 Timeouts are configured tight (tenths of a second) and each test waits for the server's
 reaction (a response or a close), never for the clock.
@@ -365,3 +365,35 @@ def test_100_kb_request_line_gets_414(
     c.send(request if whole else request[: len(path) + 10])  # the line, still unfinished
     assert c.response()[0] == 414
     assert c.is_closed_by_peer()
+
+
+def test_http_1_0_keep_alive_is_honoured_and_its_absence_closes(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    keep = http_request(GOOD, extra="Connection: keep-alive\r\n").replace(b"HTTP/1.1", b"HTTP/1.0")
+    c.send(keep)
+    status, headers, _ = c.response()
+    assert (status, headers.get("connection")) == (202, "keep-alive")
+    second = http_request(event("workload:started", workload(state="running", seq=2)))
+    c.send(second.replace(b"HTTP/1.1", b"HTTP/1.0", 1))  # no keep-alive this time
+    status, headers, _ = c.response()
+    assert (status, headers.get("connection")) == (202, "close")
+    assert c.is_closed_by_peer()
+    assert len([wm.sink.get(), wm.sink.get()]) == 2
+
+
+def test_a_transfer_coding_before_chunked_gets_501_and_close(
+    start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
+) -> None:
+    wm = start_wm_server()
+    c = https_client(wm.port, tls_cluster.pair("b"))
+    c.send(
+        b"POST /v1/workloads/events HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n" + http_request(GOOD)
+    )
+    status, headers, _ = c.response()
+    assert (status, headers.get("connection")) == (501, "close")
+    assert c.is_closed_by_peer()
+    assert wm.sink.drain() == []
