@@ -28,9 +28,9 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, Protocol, SupportsIndex, cast
 
 from nvpair_wm_schema.node_record_schema import NodeRecord
 
@@ -138,6 +138,27 @@ class BrokerQueue:
         return frames
 
 
+class BrokerReader(asyncio.StreamReader):
+    """The broker channel's reader: while :attr:`consumer` is set (the reading task waits for
+    data, and the queue has room), what arrives is handed to it in the same callback, with no
+    hop through the task; otherwise it is buffered as usual and the task reads it."""
+
+    def __init__(self) -> None:
+        super().__init__(limit=2**31 - 1)
+        self.consumer: Callable[[bytes], None] | None = None
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        consumer = self.consumer
+        if consumer is None or not data:
+            super().feed_data(data)
+            return
+        try:
+            consumer(cast(bytes, data))  # transports feed bytes
+        except Exception as exc:  # our bug, not the broker's: the reading task fails with it
+            self.consumer = None
+            self.set_exception(exc)
+
+
 class Writer(Protocol):
     """The write half of the broker channel (an asyncio StreamWriter, or a plain file)."""
 
@@ -188,15 +209,37 @@ class BrokerChannel:
         queue.direct = self._write_now
 
     async def read_until_eof(self) -> None:
-        """Dispatch every frame the broker sends; returns at EOF (the broker closed)."""
+        """Dispatch every frame the broker sends; returns at EOF (the broker closed).
+
+        With a :class:`BrokerReader`, data that arrives while this task waits is dispatched
+        as it arrives (:meth:`_feed`), until the queue is full; the task reads what was
+        buffered meanwhile once there is room again."""
+        reader = self._reader
+        direct = reader if isinstance(reader, BrokerReader) else None
         while True:
             await self._queue.wait_room()
-            chunk = await self._reader.read(READ_CHUNK)
+            if direct is not None:
+                direct.consumer = self._feed
+            try:
+                chunk = await reader.read(READ_CHUNK)
+            finally:
+                if direct is not None:
+                    direct.consumer = None
             items = self._lines.feed(chunk) if chunk else self._lines.end()
             if items:
                 self._handle(items)
             if not chunk:
                 return
+
+    def _feed(self, data: bytes) -> None:
+        """Data the reader got while the task waited: dispatched now, in this callback."""
+        items = self._lines.feed(data)
+        if items:
+            self._handle(items)
+        if self._queue.full():
+            reader = self._reader
+            assert isinstance(reader, BrokerReader)
+            reader.consumer = None  # no room: the task waits for it before reading more
 
     def _handle(self, items: list[bytes | codec.TooLarge]) -> None:
         """Dispatch the frames of one read: their events published together, then (so that
@@ -275,7 +318,7 @@ def _pollable(fd: int) -> bool:
 async def open_stdio() -> tuple[asyncio.StreamReader, Writer]:
     """asyncio streams over fds 0 and 1, whatever they are (pipes, sockets, files, devices)."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=2**31 - 1)
+    reader = BrokerReader()
     stdin = io.FileIO(os.dup(sys.stdin.fileno()), "rb")
     if _pollable(stdin.fileno()):
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
@@ -314,13 +357,14 @@ def _feed_from_thread(
 async def open_ipc(path: str) -> tuple[asyncio.StreamReader, Writer]:
     """Dial the broker's endpoint: a Unix socket, or a named pipe (``\\\\.\\pipe\\...``) on
     Windows."""
+    loop = asyncio.get_running_loop()
+    reader = BrokerReader()
+    proto = asyncio.StreamReaderProtocol(reader)
     if sys.platform == "win32":  # pragma: no cover - no Windows here; see README
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=2**31 - 1)
-        proto = asyncio.StreamReaderProtocol(reader)
         transport, _ = await loop.create_pipe_connection(lambda: proto, path)  # type: ignore[attr-defined]
-        return reader, asyncio.StreamWriter(transport, proto, reader, loop)
-    return await asyncio.open_unix_connection(path, limit=2**31 - 1)
+    else:  # as asyncio.open_unix_connection, with our reader
+        transport, _ = await loop.create_unix_connection(lambda: proto, path)
+    return reader, asyncio.StreamWriter(transport, proto, reader, loop)
 
 
 async def dial_ipc(path: str, limits: BrokerLimits) -> tuple[asyncio.StreamReader, Writer]:
