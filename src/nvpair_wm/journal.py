@@ -38,7 +38,9 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
   10 µs per record read, measured in the benchmark; records are folded by their keys, their
   bytes copied, bodies never decoded), while the loop goes on appending to the log;
   back on the loop, what was appended meanwhile is copied over, the file fsynced and renamed
-  over the log: a crash at any point leaves one whole file or the other.
+  over the log: a crash at any point leaves one whole file or the other. A compaction that
+  would keep every record in its place (distinct workloads, none expired) writes nothing: the
+  log already is its compaction, and it counts as one.
 * **Damage** is detected, reported in one warning line and never fatal: every record carries
   its length and a CRC-32. A **torn tail** (the file ends inside a record, the last record fails
   its checksum, or the tail is zeros: what a power failure during an append leaves) keeps every
@@ -479,6 +481,7 @@ class Compaction:
     size: int = 0
     damage: Damage | None = None
     error: OSError | None = None
+    unchanged: bool = False  # nothing to drop: the log up to ``upto`` is its own compaction
 
     def run(self) -> None:
         try:
@@ -486,6 +489,16 @@ class Compaction:
                 data = f.read(self.upto)
             spans, self.damage = scan_log(data)
             kept = Fold(spans).compacted(self.wall, self.table)
+            if (
+                self.damage is None
+                and len(kept) == len(spans)
+                and all(k is s for k, s in zip(kept, spans, strict=True))
+            ):
+                # Every record stays, in the same order: the rewrite would be these very bytes
+                # (a log of distinct workloads, as a busy node's often is). Nothing to write.
+                self.unchanged = True
+                self.kept, self.size = len(kept), len(data)
+                return
             view = memoryview(data)
             encoded = HEADER + b"".join([view[s.start : s.end] for s in kept])
             _write_temp(self.path, encoded)
@@ -590,6 +603,10 @@ class Journal:
     def finish_compaction(self, job: Compaction) -> None:
         """Install what the job wrote, with the records appended while it ran."""
         self._compacting = False
+        if job.unchanged and job.error is None and self._fd is not None:
+            self._kept, self._appended = job.kept, self._appended - job.appended
+            self._compacted_at = job.wall
+            return
         tmp = _temp_of(self.path)
         if job.error is not None or self._fd is None:
             if job.error is not None:
