@@ -34,6 +34,7 @@ from nvpair_wm.journal import (
     Record,
     decode_log,
     encode_log,
+    encode_outbound,
     encode_record,
     fsync_and_close,
     open_journal,
@@ -617,3 +618,22 @@ def test_a_compaction_with_nothing_to_drop_writes_nothing(tmp_path: Path) -> Non
     records, damage = decode_log((tmp_path / JOURNAL_FILE).read_bytes())
     assert damage is None and sorted(r.wid for r in records) == [f"{i}" for i in range(8)]
     journal.close()
+
+
+def test_encode_outbound_is_encode_record_of_record_of() -> None:
+    """The append path's fused encoder writes the very bytes of the record codec, for live and
+    terminal events and for removals with and without a run."""
+    disp = dispatcher(WorkloadTable(LIMITS))
+    outs = outbounds(
+        disp,
+        event_frame("workload:submitted", workload(id="a")),
+        event_frame("workload:completed", workload(id="b")),
+        remove_frame("a", "node-a"),
+        remove_frame("b", "node-a", run_id="run-1"),
+    )
+    assert len(outs) == 4
+    kinds = set()
+    for out in outs:
+        assert encode_outbound(out, T0) == encode_record(record_of(out, T0))
+        kinds.add(record_of(out, T0).kind)
+    assert kinds == {LIVE, TERMINAL_EVENT, REMOVAL}

@@ -9,9 +9,10 @@ the first connection, so every peer's first snapshot carries it) and rewrites it
 
 Mechanism: **an append-only log of checksummed records, with compaction**, rather than SQLite.
 
-* The write path is one ``os.write`` of a few hundred bytes per broker line (all the events and
-  removals of that line, already encoded: the body is the frame the table keeps for replay), done
-  synchronously when the line is dispatched, before its reply can reach the broker. That is all a
+* The write path is one ``os.write`` per read from the broker (all the events and removals of
+  the lines it delivered, a few hundred bytes each, already encoded: the body is the frame the
+  table keeps for replay), done synchronously once those lines are dispatched, before their
+  replies are queued for the broker (:mod:`nvpair_wm.local`). That is all a
   ``kill -9`` needs: the bytes are in the kernel once ``write`` returns. SQLite in WAL mode would
   cost a transaction per line (a B-tree update, WAL frame, lock and header work, several times
   the bytes) for the same guarantee, and its delete-on-expiry would need the table to report
@@ -23,7 +24,7 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
   So a process crash loses nothing that was answered; a power failure loses at most the last
   ``fsync_interval`` of events (plus the record being written). ``fsync_interval = 0`` syncs
   every write on the loop before the reply is sent (durable on power failure, at the cost of
-  one fsync per broker line).
+  one fsync per read from the broker).
 * **Size** follows the table's own bounds. Compaction folds the log (the last record of each
   workload wins; a removal drops the events it covers), drops what the table would have
   forgotten by now (a record whose TTL, ``terminal_ttl`` / ``live_ttl`` / ``tombstone_ttl`` by
@@ -207,6 +208,23 @@ def record_of(out: Outbound, at: float) -> Record:
 def encode_record(rec: Record) -> bytes:
     o, w, r = rec.origin.encode(), rec.wid.encode(), rec.run.encode()
     payload = b"".join((_FIELDS.pack(rec.kind, rec.at, len(o), len(w), len(r)), o, w, r, rec.body))
+    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+_INF: Final = float("inf")
+
+
+def encode_outbound(out: Outbound, at: float) -> bytes:
+    """``encode_record(record_of(out, at))`` without the Record in between: what the journal
+    appends per event."""
+    origin, wid, run = out.key
+    o, w, r = origin.encode(), wid.encode(), run.encode()
+    if out.seq == _INF:  # a removal (see sync.REMOVAL_SEQ)
+        payload = b"".join((_FIELDS.pack(REMOVAL, at, len(o), len(w), len(r)), o, w, r))
+    else:
+        body = out.body
+        kind = TERMINAL_EVENT if body.startswith(_TERMINAL_PREFIXES) else LIVE
+        payload = b"".join((_FIELDS.pack(kind, at, len(o), len(w), len(r)), o, w, r, body))
     return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
 
 
@@ -509,7 +527,8 @@ class Compaction:
 
 
 class Journal:
-    """The open journal file: appended to per broker line, synced and compacted on a timer."""
+    """The open journal file: appended to per read from the broker, synced and compacted on a
+    timer."""
 
     def __init__(
         self,
@@ -541,11 +560,11 @@ class Journal:
         return self._fd is not None
 
     def append(self, items: Iterable[Outbound], at: float) -> None:
-        """Write the records of these outbound items (one broker line's) before returning."""
+        """Write the records of these outbound items (one broker read's) before returning."""
         fd = self._fd
         if fd is None:
             return
-        encoded = [encode_record(record_of(out, at)) for out in items]
+        encoded = [encode_outbound(out, at) for out in items]
         if not encoded:
             return
         data = b"".join(encoded)
