@@ -121,6 +121,39 @@ def test_h2_request_and_response() -> None:
     assert client.active == 0 and client.next_deadline() is None and client.usable
 
 
+@pytest.mark.parametrize("table_size", [4096, 0, 100])
+def test_h2_request_headers_stay_right_as_the_block_is_reused(table_size: int) -> None:
+    """The session reuses the encoded block of the fixed request fields once they are all in
+    hpack's dynamic table, with content-length as a literal after it. The server (h2, a real
+    hpack decoder) reads every field of every request right, whatever the bodies' lengths,
+    with its table as advertised (0: nothing is ever indexed, 100: entries evicted in turn),
+    and after it shrinks its table mid-way (a size update goes first)."""
+    client, server = connected(HEADER_TABLE_SIZE=table_size)
+    expected = {
+        b":method": b"POST",
+        b":scheme": b"https",
+        b":authority": AUTHORITY,
+        b":path": PATH.encode(),
+        b"user-agent": b"nvpair-wm",
+        b"content-type": b"application/json",
+    }
+    sizes = [1, 9, 300, 1, 4_321, 9, 0, 77, 77, 5, 1_000]  # within the first windows
+    for round_ in range(2):
+        if round_:
+            server.h2.update_settings({h2.settings.SettingCodes.HEADER_TABLE_SIZE: 64})
+            client.receive_data(server.out(), 2.0)
+            server.take(client)
+        for size in sizes:
+            body = b"x" * size
+            sid = client.start_request(PATH, body, now=1.0, timeout=10.0)
+            server.take(client)
+            assert server.headers[sid] == {**expected, b"content-length": str(size).encode()}
+            assert server.bodies[sid] == body
+            server.respond(sid)
+            assert responses(client.receive_data(server.out(), 1.5)) == {sid: 202}
+            server.take(client)  # WINDOW_UPDATEs
+
+
 def test_h2_fed_one_byte_at_a_time() -> None:
     client, server = connected()
     sids = [client.start_request(PATH, b"[]", 0.0, 10.0) for _ in range(3)]

@@ -34,6 +34,7 @@ from nvpair_wm.journal import (
     Record,
     decode_log,
     encode_log,
+    encode_outbound,
     encode_record,
     fsync_and_close,
     open_journal,
@@ -519,6 +520,7 @@ def test_a_compaction_that_cannot_write_leaves_the_log_as_it_was(tmp_path: Path)
     assert journal is not None
     disp = dispatcher(WorkloadTable(LIMITS))
     journal.append(outbounds(disp, event_frame("workload:submitted")), T0)
+    journal.append(outbounds(disp, event_frame("workload:started", workload(seq=2))), T0)
     before = (tmp_path / JOURNAL_FILE).read_bytes()
     job = journal.begin_compaction(T0)
     assert job is not None
@@ -584,3 +586,54 @@ def test_group_commit_off_the_loop_syncs_a_duplicate(tmp_path: Path) -> None:
     assert fsync_and_close(fd) is None
     with pytest.raises(OSError, match="Bad file descriptor"):
         os.fstat(fd)  # closed by it
+
+
+def test_a_compaction_with_nothing_to_drop_writes_nothing(tmp_path: Path) -> None:
+    """Distinct workloads, none expired: the log already is its compaction. The job writes no
+    temporary file, the log is left byte for byte (with what was appended meanwhile), and it
+    counts as a compaction (not due again until as many records are appended)."""
+    limits = JournalLimits(compact_min_records=4)
+    journal, _ = open_journal(tmp_path, limits, LIMITS, T0)
+    assert journal is not None
+    disp = dispatcher(WorkloadTable(LIMITS))
+    for i in range(4):
+        journal.append(outbounds(disp, event_frame("workload:submitted", workload(id=f"{i}"))), T0)
+    assert journal.compaction_due(T0 + 1)
+    job = journal.begin_compaction(T0 + 1)
+    assert job is not None
+    job.run()
+    assert job.unchanged and job.kept == 4
+    assert not (tmp_path / f".{JOURNAL_FILE}.tmp").exists()
+    journal.append(outbounds(disp, event_frame("workload:submitted", workload(id="4"))), T0 + 1)
+    before = (tmp_path / JOURNAL_FILE).read_bytes()
+    journal.finish_compaction(job)
+    assert (tmp_path / JOURNAL_FILE).read_bytes() == before
+    assert not journal.compaction_due(T0 + 2)  # 1 appended since, 4 kept
+    for i in range(5, 8):
+        journal.append(outbounds(disp, event_frame("workload:submitted", workload(id=f"{i}"))), T0)
+    assert journal.compaction_due(T0 + 2)
+    # A workload's second event makes the next one a real rewrite, which drops the first.
+    journal.append(outbounds(disp, event_frame("workload:started", workload(id="0", seq=2))), T0)
+    journal.compact(T0 + 2)
+    records, damage = decode_log((tmp_path / JOURNAL_FILE).read_bytes())
+    assert damage is None and sorted(r.wid for r in records) == [f"{i}" for i in range(8)]
+    journal.close()
+
+
+def test_encode_outbound_is_encode_record_of_record_of() -> None:
+    """The append path's fused encoder writes the very bytes of the record codec, for live and
+    terminal events and for removals with and without a run."""
+    disp = dispatcher(WorkloadTable(LIMITS))
+    outs = outbounds(
+        disp,
+        event_frame("workload:submitted", workload(id="a")),
+        event_frame("workload:completed", workload(id="b")),
+        remove_frame("a", "node-a"),
+        remove_frame("b", "node-a", run_id="run-1"),
+    )
+    assert len(outs) == 4
+    kinds = set()
+    for out in outs:
+        assert encode_outbound(out, T0) == encode_record(record_of(out, T0))
+        kinds.add(record_of(out, T0).kind)
+    assert kinds == {LIVE, TERMINAL_EVENT, REMOVAL}

@@ -13,8 +13,8 @@ and :mod:`nvpair_wm.io.client` speaks HTTP/2 or HTTP/1.1 over pin-checked mutual
 
 One task per peer link keeps a connection open (connecting again as soon as it is lost, with
 backoff while the peer does not answer) and sleeps otherwise. Requests start, one per free
-slot while the outbox has a batch, at the end of the event-loop tick in which frames were
-published to an idle link (one read from the broker, one request) or a response came back
+slot while the outbox has a batch: at once when frames are published to an idle link (one read
+from the broker, one request), at the end of the event-loop tick in which a response came back
 (a busy link accumulates meanwhile), and when the task wakes. Before each
 connection attempt and each batch it re-checks that the peer is still a peer (pinned, not us)
 and that we still have an identity (both read at most once per event-loop tick); the set of
@@ -228,12 +228,13 @@ class _Link:
         self._wake.set()
 
     def publish(self, items: list[Outbound]) -> None:
-        """Queue frames. An idle link sends them at the end of this tick (one read from the
-        broker, one request); a busy one lets them accumulate until a response comes back,
-        which then starts the next (larger) batches: fewer requests per frame under load."""
+        """Queue frames. An idle link sends them at once (the broker channel publishes what
+        one read delivered in one call: one read, one request); a busy one lets them
+        accumulate until a response comes back, which then starts the next (larger) batches:
+        fewer requests per frame under load."""
         self.outbox.push(items)
-        if not self._sending:
-            self.pump_soon()
+        if not self._sending and not self._pump_pending:
+            self._pump()
 
     def pump_soon(self) -> None:
         """Start batches at the end of this event-loop tick, without waking the task."""

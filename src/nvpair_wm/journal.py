@@ -9,9 +9,10 @@ the first connection, so every peer's first snapshot carries it) and rewrites it
 
 Mechanism: **an append-only log of checksummed records, with compaction**, rather than SQLite.
 
-* The write path is one ``os.write`` of a few hundred bytes per broker line (all the events and
-  removals of that line, already encoded: the body is the frame the table keeps for replay), done
-  synchronously when the line is dispatched, before its reply can reach the broker. That is all a
+* The write path is one ``os.write`` per read from the broker (all the events and removals of
+  the lines it delivered, a few hundred bytes each, already encoded: the body is the frame the
+  table keeps for replay), done synchronously once those lines are dispatched, before their
+  replies are queued for the broker (:mod:`nvpair_wm.local`). That is all a
   ``kill -9`` needs: the bytes are in the kernel once ``write`` returns. SQLite in WAL mode would
   cost a transaction per line (a B-tree update, WAL frame, lock and header work, several times
   the bytes) for the same guarantee, and its delete-on-expiry would need the table to report
@@ -23,7 +24,7 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
   So a process crash loses nothing that was answered; a power failure loses at most the last
   ``fsync_interval`` of events (plus the record being written). ``fsync_interval = 0`` syncs
   every write on the loop before the reply is sent (durable on power failure, at the cost of
-  one fsync per broker line).
+  one fsync per read from the broker).
 * **Size** follows the table's own bounds. Compaction folds the log (the last record of each
   workload wins; a removal drops the events it covers), drops what the table would have
   forgotten by now (a record whose TTL, ``terminal_ttl`` / ``live_ttl`` / ``tombstone_ttl`` by
@@ -38,7 +39,9 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
   10 µs per record read, measured in the benchmark; records are folded by their keys, their
   bytes copied, bodies never decoded), while the loop goes on appending to the log;
   back on the loop, what was appended meanwhile is copied over, the file fsynced and renamed
-  over the log: a crash at any point leaves one whole file or the other.
+  over the log: a crash at any point leaves one whole file or the other. A compaction that
+  would keep every record in its place (distinct workloads, none expired) writes nothing: the
+  log already is its compaction, and it counts as one.
 * **Damage** is detected, reported in one warning line and never fatal: every record carries
   its length and a CRC-32. A **torn tail** (the file ends inside a record, the last record fails
   its checksum, or the tail is zeros: what a power failure during an append leaves) keeps every
@@ -205,6 +208,23 @@ def record_of(out: Outbound, at: float) -> Record:
 def encode_record(rec: Record) -> bytes:
     o, w, r = rec.origin.encode(), rec.wid.encode(), rec.run.encode()
     payload = b"".join((_FIELDS.pack(rec.kind, rec.at, len(o), len(w), len(r)), o, w, r, rec.body))
+    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+_INF: Final = float("inf")
+
+
+def encode_outbound(out: Outbound, at: float) -> bytes:
+    """``encode_record(record_of(out, at))`` without the Record in between: what the journal
+    appends per event."""
+    origin, wid, run = out.key
+    o, w, r = origin.encode(), wid.encode(), run.encode()
+    if out.seq == _INF:  # a removal (see sync.REMOVAL_SEQ)
+        payload = b"".join((_FIELDS.pack(REMOVAL, at, len(o), len(w), len(r)), o, w, r))
+    else:
+        body = out.body
+        kind = TERMINAL_EVENT if body.startswith(_TERMINAL_PREFIXES) else LIVE
+        payload = b"".join((_FIELDS.pack(kind, at, len(o), len(w), len(r)), o, w, r, body))
     return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
 
 
@@ -479,6 +499,7 @@ class Compaction:
     size: int = 0
     damage: Damage | None = None
     error: OSError | None = None
+    unchanged: bool = False  # nothing to drop: the log up to ``upto`` is its own compaction
 
     def run(self) -> None:
         try:
@@ -486,6 +507,16 @@ class Compaction:
                 data = f.read(self.upto)
             spans, self.damage = scan_log(data)
             kept = Fold(spans).compacted(self.wall, self.table)
+            if (
+                self.damage is None
+                and len(kept) == len(spans)
+                and all(k is s for k, s in zip(kept, spans, strict=True))
+            ):
+                # Every record stays, in the same order: the rewrite would be these very bytes
+                # (a log of distinct workloads, as a busy node's often is). Nothing to write.
+                self.unchanged = True
+                self.kept, self.size = len(kept), len(data)
+                return
             view = memoryview(data)
             encoded = HEADER + b"".join([view[s.start : s.end] for s in kept])
             _write_temp(self.path, encoded)
@@ -496,7 +527,8 @@ class Compaction:
 
 
 class Journal:
-    """The open journal file: appended to per broker line, synced and compacted on a timer."""
+    """The open journal file: appended to per read from the broker, synced and compacted on a
+    timer."""
 
     def __init__(
         self,
@@ -528,11 +560,11 @@ class Journal:
         return self._fd is not None
 
     def append(self, items: Iterable[Outbound], at: float) -> None:
-        """Write the records of these outbound items (one broker line's) before returning."""
+        """Write the records of these outbound items (one broker read's) before returning."""
         fd = self._fd
         if fd is None:
             return
-        encoded = [encode_record(record_of(out, at)) for out in items]
+        encoded = [encode_outbound(out, at) for out in items]
         if not encoded:
             return
         data = b"".join(encoded)
@@ -590,6 +622,10 @@ class Journal:
     def finish_compaction(self, job: Compaction) -> None:
         """Install what the job wrote, with the records appended while it ran."""
         self._compacting = False
+        if job.unchanged and job.error is None and self._fd is not None:
+            self._kept, self._appended = job.kept, self._appended - job.appended
+            self._compacted_at = job.wall
+            return
         tmp = _temp_of(self.path)
         if job.error is not None or self._fd is None:
             if job.error is not None:

@@ -7,6 +7,13 @@ nothing but JSON-RPC frames; logs go to stderr.
 Everything written to the broker goes through one bounded :class:`BrokerQueue`. When the broker
 does not read, the queue fills: the local reader stops reading (backpressure on the broker), and
 the inter-node endpoint answers 503 (backpressure on peers). Nothing is dropped silently.
+
+Per read, not per line: everything one read from the broker delivered is dispatched, then its
+events are published (journal append and peers' queues) in one call, then its replies are
+queued in one put, so that a journal record is written before the reply that follows it can be.
+Frames that arrive while nothing is waiting to be written go to the broker at once, in one
+write (no hop through the writer task); the writer task only takes over while the channel has a
+backlog (the pipe is full), and it is that backlog the queue's bound applies to.
 """
 
 from __future__ import annotations
@@ -21,9 +28,9 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, Protocol, SupportsIndex, cast
 
 from nvpair_wm_schema.node_record_schema import NodeRecord
 
@@ -33,6 +40,9 @@ from nvpair_wm.dispatch import Dispatcher, Outbound
 log = logging.getLogger(__name__)
 
 READ_CHUNK: Final = 64 * 1024
+# Lines that read or change the broadcaster's state (see BrokerChannel._handle).
+_STATUS: Final = b'"manager:status"'
+_NODES: Final = b'"nodes:update"'
 DEFAULT_QUEUE_FRAMES: Final = 10_000
 
 
@@ -78,6 +88,9 @@ class BrokerQueue:
 
     ``put`` never refuses: the producers check :meth:`full` first (the endpoint answers 503, the
     local reader waits), so the bound is exceeded by at most one HTTP body or one batch reply.
+
+    ``direct``, when set (by :class:`BrokerChannel`), is offered the frames of a ``put`` that
+    finds the queue empty; it returns True when it wrote them at once, and they are not queued.
     """
 
     def __init__(self, limit: int = DEFAULT_QUEUE_FRAMES) -> None:
@@ -87,6 +100,7 @@ class BrokerQueue:
         self._room = asyncio.Event()
         self._room.set()
         self.written = 0
+        self.direct: Callable[[list[bytes]], bool] | None = None
 
     def __len__(self) -> int:
         return len(self._frames)
@@ -96,6 +110,8 @@ class BrokerQueue:
 
     def put(self, frames: list[bytes]) -> None:
         if not frames:
+            return
+        if not self._frames and self.direct is not None and self.direct(frames):
             return
         self._frames.extend(frames)
         self._ready.set()
@@ -120,6 +136,27 @@ class BrokerQueue:
         self._frames.clear()
         self._room.set()
         return frames
+
+
+class BrokerReader(asyncio.StreamReader):
+    """The broker channel's reader: while :attr:`consumer` is set (the reading task waits for
+    data, and the queue has room), what arrives is handed to it in the same callback, with no
+    hop through the task; otherwise it is buffered as usual and the task reads it."""
+
+    def __init__(self) -> None:
+        super().__init__(limit=2**31 - 1)
+        self.consumer: Callable[[bytes], None] | None = None
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        consumer = self.consumer
+        if consumer is None or not data:
+            super().feed_data(data)
+            return
+        try:
+            consumer(cast(bytes, data))  # transports feed bytes
+        except Exception as exc:  # our bug, not the broker's: the reading task fails with it
+            self.consumer = None
+            self.set_exception(exc)
 
 
 class Writer(Protocol):
@@ -168,29 +205,86 @@ class BrokerChannel:
         self._on_outbound = on_outbound
         self._on_nodes = on_nodes
         self._lines = codec.LineBuffer(max_frame)
+        self._draining = False  # the writer task waits for the broker to read
+        queue.direct = self._write_now
 
     async def read_until_eof(self) -> None:
-        """Dispatch every frame the broker sends; returns at EOF (the broker closed)."""
+        """Dispatch every frame the broker sends; returns at EOF (the broker closed).
+
+        With a :class:`BrokerReader`, data that arrives while this task waits is dispatched
+        as it arrives (:meth:`_feed`), until the queue is full; the task reads what was
+        buffered meanwhile once there is room again."""
+        reader = self._reader
+        direct = reader if isinstance(reader, BrokerReader) else None
         while True:
             await self._queue.wait_room()
-            chunk = await self._reader.read(READ_CHUNK)
+            if direct is not None:
+                direct.consumer = self._feed
+            try:
+                chunk = await reader.read(READ_CHUNK)
+            finally:
+                if direct is not None:
+                    direct.consumer = None
             items = self._lines.feed(chunk) if chunk else self._lines.end()
-            for item in items:
-                self._handle(item)
+            if items:
+                self._handle(items)
             if not chunk:
                 return
 
-    def _handle(self, item: bytes | codec.TooLarge) -> None:
-        if isinstance(item, codec.TooLarge):
-            log.warning("broker frame over %d bytes: refused", self._lines.max_frame)
-            self._queue.put([self._dispatcher.oversize(self._lines.max_frame)])
-            return
-        result = self._dispatcher.local(item)
-        self._queue.put(result.replies)
-        if result.outbound:
-            self._on_outbound(result.outbound)
-        if result.nodes is not None:
-            self._on_nodes(result.nodes)
+    def _feed(self, data: bytes) -> None:
+        """Data the reader got while the task waited: dispatched now, in this callback."""
+        items = self._lines.feed(data)
+        if items:
+            self._handle(items)
+        if self._queue.full():
+            reader = self._reader
+            assert isinstance(reader, BrokerReader)
+            reader.consumer = None  # no room: the task waits for it before reading more
+
+    def _handle(self, items: list[bytes | codec.TooLarge]) -> None:
+        """Dispatch the frames of one read: their events published together, then (so that
+        the journal has them first) their replies queued together. A line that reads or
+        changes the set of peers (``manager:status``, ``nodes:update``) first sees the events
+        before it published, as if each line were handled alone."""
+        dispatcher = self._dispatcher
+        replies: list[bytes] = []
+        outbound: list[Outbound] = []
+        for item in items:
+            if isinstance(item, codec.TooLarge):
+                log.warning("broker frame over %d bytes: refused", self._lines.max_frame)
+                replies.append(dispatcher.oversize(self._lines.max_frame))
+                continue
+            if outbound and (_STATUS in item or _NODES in item):
+                self._on_outbound(outbound)
+                outbound = []
+            result = dispatcher.local(item)
+            if result.replies:
+                replies += result.replies
+            if result.outbound:
+                outbound += result.outbound
+            if result.nodes is not None:
+                if outbound:
+                    self._on_outbound(outbound)
+                    outbound = []
+                self._on_nodes(result.nodes)
+        if outbound:
+            self._on_outbound(outbound)
+        self._queue.put(replies)
+
+    def _write_now(self, frames: list[bytes]) -> bool:
+        """Write ``frames`` at once if nothing is waiting to be written before them (the
+        transport's buffer is empty: the pipe took everything so far); else False, and the
+        writer task writes them in turn, waiting for the broker to read."""
+        writer = self._writer
+        if self._draining:
+            return False
+        if isinstance(writer, asyncio.StreamWriter):
+            transport = writer.transport
+            if transport.is_closing() or transport.get_write_buffer_size():
+                return False
+        writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        self._dispatcher.wrote_to_broker(len(frames))
+        return True
 
     async def write_forever(self) -> None:
         """Write queued frames to the broker in order, one syscall per burst."""
@@ -207,7 +301,11 @@ class BrokerChannel:
     async def _write(self, frames: list[bytes]) -> None:
         self._writer.write(b"".join(frames))
         self._dispatcher.wrote_to_broker(len(frames))
-        await self._writer.drain()
+        self._draining = True
+        try:
+            await self._writer.drain()
+        finally:
+            self._draining = False
 
 
 def _pollable(fd: int) -> bool:
@@ -220,7 +318,7 @@ def _pollable(fd: int) -> bool:
 async def open_stdio() -> tuple[asyncio.StreamReader, Writer]:
     """asyncio streams over fds 0 and 1, whatever they are (pipes, sockets, files, devices)."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=2**31 - 1)
+    reader = BrokerReader()
     stdin = io.FileIO(os.dup(sys.stdin.fileno()), "rb")
     if _pollable(stdin.fileno()):
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
@@ -259,13 +357,14 @@ def _feed_from_thread(
 async def open_ipc(path: str) -> tuple[asyncio.StreamReader, Writer]:
     """Dial the broker's endpoint: a Unix socket, or a named pipe (``\\\\.\\pipe\\...``) on
     Windows."""
+    loop = asyncio.get_running_loop()
+    reader = BrokerReader()
+    proto = asyncio.StreamReaderProtocol(reader)
     if sys.platform == "win32":  # pragma: no cover - no Windows here; see README
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=2**31 - 1)
-        proto = asyncio.StreamReaderProtocol(reader)
         transport, _ = await loop.create_pipe_connection(lambda: proto, path)  # type: ignore[attr-defined]
-        return reader, asyncio.StreamWriter(transport, proto, reader, loop)
-    return await asyncio.open_unix_connection(path, limit=2**31 - 1)
+    else:  # as asyncio.open_unix_connection, with our reader
+        transport, _ = await loop.create_unix_connection(lambda: proto, path)
+    return reader, asyncio.StreamWriter(transport, proto, reader, loop)
 
 
 async def dial_ipc(path: str, limits: BrokerLimits) -> tuple[asyncio.StreamReader, Writer]:

@@ -83,7 +83,7 @@ class PeerConnection(asyncio.Protocol):
         self._pings: dict[int, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
-        self._flush_pending = False
+        self._flush_handle: asyncio.Handle | None = None  # a write at the end of this tick
         self._transport_gone = False
         self._gone_waiter: asyncio.Future[None] | None = None
         self.protocol = ""  # "h2" or "http/1.1", once the handshake is done
@@ -132,7 +132,11 @@ class PeerConnection(asyncio.Protocol):
         self._flush_soon()
 
     def flush(self) -> None:
-        """Write what the requests started so far produced, now (one TLS write for all)."""
+        """Write what the requests started so far produced, now (one TLS write for all); the
+        write planned for the end of this tick has nothing left to do and is called off."""
+        handle = self._flush_handle
+        if handle is not None:
+            handle.cancel()
         self._flush()
 
     async def post(self, path: str, body: bytes, *, response_timeout: float) -> Response:
@@ -346,12 +350,11 @@ class PeerConnection(asyncio.Protocol):
 
     def _flush_soon(self) -> None:
         """Write at the end of this event-loop tick: requests started together go out together."""
-        if not self._flush_pending:
-            self._flush_pending = True
-            self._loop.call_soon(self._flush)
+        if self._flush_handle is None:
+            self._flush_handle = self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
-        self._flush_pending = False
+        self._flush_handle = None
         session = self._session
         if self.close_reason is not None or session is None:
             return

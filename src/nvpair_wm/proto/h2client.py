@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Final
+from typing import Any, Final
 
 import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack
 from h2.errors import ErrorCodes
 
 from nvpair_wm.errors import (
@@ -68,6 +69,55 @@ _CONFIG = h2.config.H2Configuration(
 )
 
 
+# content-length (static table index 28) as a literal without indexing (RFC 7541 §6.2.2):
+# 0000 1111 then 28 - 15 = 13; the value follows, its length on a 7-bit prefix, not Huffman.
+_CONTENT_LENGTH_LITERAL: Final = b"\x0f\x0d"
+
+
+class _RequestEncoder(hpack.Encoder):
+    """hpack's encoder, for the one shape of request this client sends: the fixed fields
+    (method, scheme, authority, path, user-agent, content-type), then content-length.
+
+    Once the fixed fields are all in the dynamic table, encoding them again changes nothing
+    and yields the same bytes: that block is kept and reused while the table stays as it
+    was, and content-length follows as a literal without indexing (a new length per request
+    would otherwise churn both ends' dynamic tables). Anything else is hpack's own encode.
+    About a third of h2's cost of starting a request was this encoding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._fixed: tuple[tuple[bytes, bytes], ...] = ()
+        self._block = b""
+        self._table: tuple[int, int, int] = (-1, -1, -1)
+
+    def _table_state(self) -> tuple[int, int, int]:
+        t = self.header_table
+        return len(t.dynamic_entries), t._current_size, t.maxsize
+
+    def encode(self, headers: Any, huffman: bool = True) -> bytes:
+        if (
+            not isinstance(headers, list)
+            or not headers
+            or headers[-1][0] != b"content-length"
+            or self.header_table.resized
+        ):
+            return super().encode(headers, huffman)
+        length = bytes(headers[-1][1])
+        if len(length) >= 127:  # never for a body length; keeps the one-byte length prefix
+            return super().encode(headers, huffman)
+        fixed = tuple((bytes(k), bytes(v)) for k, v in headers[:-1])
+        state = self._table_state()
+        if fixed != self._fixed or state != self._table:
+            block = super().encode(list(fixed), huffman)
+            if self._table_state() == state:  # nothing was added: these bytes stand
+                self._fixed, self._block, self._table = fixed, block, state
+            else:
+                self._fixed, self._block, self._table = (), b"", (-1, -1, -1)
+        else:
+            block = self._block
+        return block + _CONTENT_LENGTH_LITERAL + bytes((len(length),)) + length
+
+
 class _Stream:
     """One request on the wire: its deadline, the body still to send, the response so far."""
 
@@ -91,6 +141,7 @@ class H2ClientSession:
     def __init__(self, authority: bytes, max_response_bytes: int) -> None:
         self._max_response = max_response_bytes
         self._h2 = h2.connection.H2Connection(_CONFIG)
+        self._h2.encoder = _RequestEncoder()  # before anything is encoded
         self._h2.local_settings = h2.settings.Settings(
             client=True,
             initial_values={
