@@ -1,6 +1,6 @@
 """Protocol-neutral request handling shared by the HTTP/1.1 and HTTP/2 sessions (no IO).
 
-The sans-IO sessions (``nvpair_wm.proto.h1`` on h11, ``nvpair_wm.proto.h2`` on h2) turn bytes
+The sans-IO sessions (``nvpair_wm.proto.h1`` and ``nvpair_wm.proto.h2``) turn bytes
 into a :class:`Request`, ask the :class:`Handler` whether to go on (``head``), read the body up
 to ``handler.max_body`` (answering :func:`too_large` when it is exceeded) and finally call
 ``complete``. Everything protocol-neutral a session or an endpoint needs lives here, with
