@@ -15,9 +15,11 @@ out of watches), ``trusted/`` missing, or a symlink in it (its target can change
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import logging
 import os
 import sys
+import termios
 from pathlib import Path
 from typing import Protocol
 
@@ -59,12 +61,20 @@ class _Inotify:
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
         self.fd: int = fd
+        self._queued = bytearray(4)  # FIONREAD's answer (an int)
 
     def watch(self, path: Path, mask: int) -> bool:
         return bool(self._add(self.fd, os.fsencode(path), mask) >= 0)
 
     def changed(self) -> bool:
-        """True if any event was queued since the last call (events are drained)."""
+        """True if any event was queued since the last call (events are drained).
+
+        Asks how many bytes are queued first (``FIONREAD``): the usual answer, 0, costs one
+        syscall and no exception, where a read would raise ``BlockingIOError``.
+        """
+        fcntl.ioctl(self.fd, termios.FIONREAD, self._queued)
+        if not any(self._queued):
+            return False
         seen = False
         while True:
             try:
