@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from bench.harness import Context
+from bench.internode import Gens
 
 COMPONENTS = (  # (name, path fragments): the first that matches the innermost frame's file
     (
@@ -172,17 +173,8 @@ def _internode(ctx: Context, root: Path, args: argparse.Namespace, out: Path) ->
     bench = Bench(ctx, root)
     try:
         server = bench.start_ours() if args.server == "ours" else bench.start_hypercorn()
-        gens = bench.generators(server, v)
-        gens.ready()
-        gens.command(b"r")
-        time.sleep(0.5)
-        a = gens.sample()
-        _spy(server.pid, out, args.seconds, args.rate).wait()
-        b = gens.sample()
-        gens.pause()
-        gens.stop()
-        rate = (b["done"] - a["done"]) / (b["t"] - a["t"])
-        print(f"{server.label} {v.label}: {rate:,.0f} {v.unit} while profiled")
+        n, seconds, _ = _window(bench.generators(server, v), server.pid, args, out)
+        print(f"{server.label} {v.label}: {n / seconds:,.0f} {v.unit} while profiled")
     finally:
         bench.close()
 
@@ -194,30 +186,42 @@ def _realpeer(ctx: Context, root: Path, args: argparse.Namespace, out: Path) -> 
     bench = RealPeerBench(ctx, root)
     try:
         server = bench.start_ours() if args.server == "ours" else bench.start_hypercorn()
-        gens = bench.go_generators(server, load)
-        gens.ready()
-        gens.command(b"r")
-        time.sleep(0.5)  # warm-up: the connections open and settle
-        a = gens.sample()
-        cpu0 = _cpu_seconds(server.pid)
-        if args.rate:
-            _spy(server.pid, out, args.seconds, args.rate).wait()
-        else:  # --rate 0: no profiler, the undisturbed figures
-            time.sleep(args.seconds)
-        cpu1 = _cpu_seconds(server.pid)
-        b = gens.sample()
-        gens.pause()
-        gens.stop()
-        n = b["done"] - a["done"]
-        rate = n / (b["t"] - a["t"])
+        n, seconds, (user, system) = _window(
+            bench.go_generators(server, load), server.pid, args, out
+        )
         print(
-            f"{server.label} {load.label}: {rate:,.0f} requests/s while profiled, "
-            f"server CPU per request: {(cpu1[0] - cpu0[0]) / max(n, 1) * 1e6:.0f} us user + "
-            f"{(cpu1[1] - cpu0[1]) / max(n, 1) * 1e6:.0f} us system"
+            f"{server.label} {load.label}: {n / seconds:,.0f} requests/s while profiled, "
+            f"server CPU per request: {user / max(n, 1) * 1e6:.0f} us user + "
+            f"{system / max(n, 1) * 1e6:.0f} us system"
             + (" (py-spy included)" if args.rate else "")
         )
     finally:
         bench.close()
+
+
+def _window(
+    gens: Gens, pid: int, args: argparse.Namespace, out: Path
+) -> tuple[int, float, tuple[float, float]]:
+    """Run the load, then profile ``pid`` under it (or just wait, with ``--rate 0``).
+
+    Returns the requests done, the seconds and the server's (user, system) CPU seconds of the
+    profiled window.
+    """
+    gens.ready()
+    gens.command(b"r")
+    time.sleep(0.5)  # warm-up: the connections open and settle
+    a = gens.sample()
+    cpu0 = _cpu_seconds(pid)
+    if args.rate:
+        _spy(pid, out, args.seconds, args.rate).wait()
+    else:  # --rate 0: no profiler, the undisturbed figures
+        time.sleep(args.seconds)
+    cpu1 = _cpu_seconds(pid)
+    b = gens.sample()
+    gens.pause()
+    gens.stop()
+    cpu = (cpu1[0] - cpu0[0], cpu1[1] - cpu0[1])
+    return b["done"] - a["done"], b["t"] - a["t"], cpu
 
 
 def _cpu_seconds(pid: int) -> tuple[float, float]:

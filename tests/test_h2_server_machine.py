@@ -27,9 +27,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nvpair_wm.errors import H2ConnectionError
-from nvpair_wm.http.core import Limits, Request, Response, empty_response
+from nvpair_wm.http.core import Limits, Request, Response
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.h2.hpack import Decoder, encode_fields
+from tests.test_proto import Recorder
 
 FP = "ab" * 32
 
@@ -200,22 +201,6 @@ def test_response_encoder_is_plain_hpack_without_indexing() -> None:
 
 
 # -- the session, fed bytes ----------------------------------------------------------------------
-
-
-class Recorder:
-    """A Handler that answers 202 and records what it completed."""
-
-    max_body = 1024 * 1024
-
-    def __init__(self) -> None:
-        self.completed: list[tuple[str, bytes]] = []
-
-    def head(self, req: Request) -> Response | None:
-        return None
-
-    def complete(self, req: Request, body: bytes) -> Response:
-        self.completed.append((req.path, body))
-        return empty_response(202)
 
 
 def raw(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:

@@ -71,16 +71,7 @@ class Decoder:
                     index, pos = _integer(block, pos, 0x7F)
                 field = self._get(index)
             elif b & 0x40:  # literal with incremental indexing (§6.2.1)
-                index = b & 0x3F
-                pos += 1
-                if index == 0x3F:
-                    index, pos = _integer(block, pos, 0x3F)
-                if index:
-                    name = self._get(index)[0]
-                else:
-                    name, pos = self._string(block, pos)
-                value, pos = self._string(block, pos)
-                field = (name, value)
+                field, pos = self._literal(block, pos, 0x3F)
                 self._add(field)
             elif b & 0x20:  # dynamic table size update (§6.3): only before the first field
                 if fields_seen:
@@ -95,16 +86,7 @@ class Decoder:
                 self._evict(size)
                 continue
             else:  # literal without indexing / never indexed (§6.2.2, §6.2.3)
-                index = b & 0x0F
-                pos += 1
-                if index == 0x0F:
-                    index, pos = _integer(block, pos, 0x0F)
-                if index:
-                    name = self._get(index)[0]
-                else:
-                    name, pos = self._string(block, pos)
-                value, pos = self._string(block, pos)
-                field = (name, value)
+                field, pos = self._literal(block, pos, 0x0F)
             fields_seen = True
             listed += len(field[0]) + len(field[1]) + _ENTRY_OVERHEAD
             if listed > limit:
@@ -113,6 +95,19 @@ class Decoder:
                 )
             out.append(field)
         return out
+
+    def _literal(self, block: bytes, pos: int, mask: int) -> tuple[tuple[bytes, bytes], int]:
+        """A literal field at ``pos`` whose name index has the prefix ``mask`` (0: name follows)."""
+        index = block[pos] & mask
+        pos += 1
+        if index == mask:
+            index, pos = _integer(block, pos, mask)
+        if index:
+            name = self._get(index)[0]
+        else:
+            name, pos = self._string(block, pos)
+        value, pos = self._string(block, pos)
+        return (name, value), pos
 
     def _get(self, index: int) -> tuple[bytes, bytes]:
         if 0 < index <= _STATIC_LEN:
