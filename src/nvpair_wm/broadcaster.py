@@ -365,10 +365,21 @@ class _Link:
             self.outbox.failed(None, f"pin check failed: {exc}")
             return None
         except ClientError as exc:
-            level = logging.INFO if self._was_connected else logging.DEBUG
-            log.log(level, "peer %s: cannot connect: %s", self.outbox.name, exc)
-            self._was_connected = False
             self.outbox.failed(None, str(exc))
+            # The run's count and the wait it chose, so that a reader of the log (and the tests)
+            # can check the backoff without guessing how many failures went unlogged before.
+            run = self.outbox.retry
+            wait = max(run.retry_at, self._next_connect_at) - asyncio.get_running_loop().time()
+            level = logging.INFO if self._was_connected else logging.DEBUG
+            log.log(
+                level,
+                "peer %s: cannot connect (failure %d in a row; next attempt in %.3fs): %s",
+                self.outbox.name,
+                run.failures,
+                max(wait, 0.0),
+                exc,
+            )
+            self._was_connected = False
             return None
         self.conn = conn
         self._conn_identity = ident.fingerprint
