@@ -22,7 +22,7 @@ from hpack.table import HeaderTable
 
 from nvpair_wm.errors import H2ConnectionError
 
-__all__ = ["DEFAULT_TABLE_SIZE", "Decoder", "encode_fields"]
+__all__ = ["DEFAULT_TABLE_SIZE", "Decoder", "encode_field", "encode_fields"]
 
 DEFAULT_TABLE_SIZE = 4096  # SETTINGS_HEADER_TABLE_SIZE; we never advertise another value
 _STATIC: tuple[tuple[bytes, bytes], ...] = HeaderTable.STATIC_TABLE
@@ -229,3 +229,15 @@ def encode_fields(fields: tuple[tuple[bytes, bytes], ...]) -> bytes:
             _blocks.clear()
         _blocks[fields] = block
     return block
+
+
+_STATIC_EXACT: dict[tuple[bytes, bytes], int] = {f: i for i, f in enumerate(_STATIC, start=1)}
+
+
+def encode_field(name: bytes, value: bytes) -> bytes:
+    """One field, uncached: an indexed field for a whole static-table entry, else a literal
+    without indexing (the client's request blocks, built once per connection)."""
+    index = _STATIC_EXACT.get((name, value))
+    if index is not None:
+        return _prefixed(index, 7, 0x80)
+    return _literal(name, value)

@@ -1,0 +1,724 @@
+"""The HTTP/2 client session (sans-IO), our own implementation: no h2 library on the path.
+
+The broadcaster's requests are all one shape (``POST`` of a JSON batch to a pinned peer), so
+the client is written for that shape. At 100 events/s every request runs "cold", and h2's
+generic machinery (stream state machine, event objects, header validation, a stateful HPACK
+encoder) was the biggest single piece of the sender's path; this session does per request
+one dict insert, one header block built from cached bytes, the DATA frames the windows allow,
+and for the response one frame parse, one HPACK decode and one ``Response``.
+
+The driver calls :meth:`H2ClientSession.start_request` / :meth:`~H2ClientSession.ping`,
+writes :meth:`~H2ClientSession.data_to_send`, feeds what the peer sends to
+:meth:`~H2ClientSession.receive_data` (``b""`` at EOF) and arms one timer at
+:meth:`~H2ClientSession.next_deadline` (calling :meth:`~H2ClientSession.handle_timeout`); it
+acts on the :mod:`~nvpair_wm.proto.exchanges` events these return. No socket, clock or asyncio.
+
+* Request headers: the fixed fields are encoded once per connection (per path), never
+  indexed (so there is no encoder state to keep in step with the server's
+  SETTINGS_HEADER_TABLE_SIZE: the first block says our table is 0); ``content-length`` follows
+  as a literal. Response headers go through :class:`~nvpair_wm.proto.h2.hpack.Decoder`, which
+  follows the server's dynamic table.
+* Request bodies go out as the server's windows (connection and stream, SETTINGS changes
+  included) and its SETTINGS_MAX_FRAME_SIZE allow; the rest waits for a WINDOW_UPDATE or a
+  SETTINGS frame. A response that completes before its body was all sent ends the stream with
+  RST_STREAM NO_ERROR (RFC 9113 §8.1): the rest is not wanted.
+* Response bodies: we advertise a stream window of at least ``max_response_bytes`` and reopen
+  windows as DATA arrives; a body over ``max_response_bytes`` fails that request
+  (:class:`~nvpair_wm.errors.StreamRefused`) and the stream is cancelled.
+* GOAWAY: streams above its last stream id fail with :class:`~nvpair_wm.errors.StreamRefused`
+  (never processed: safe to retry); the others complete normally; no new stream is opened.
+* RST_STREAM from the server fails that request (:class:`~nvpair_wm.errors.StreamRefused`).
+* Errors of the server are :class:`~nvpair_wm.errors.H2ConnectionError`: GOAWAY with the code,
+  and the session ends (every request in progress fails with
+  :class:`~nvpair_wm.errors.ConnectionLost`). Stream errors of the server are treated as
+  connection errors (RFC 9113 §5.4.2 allows it): a server that breaks the protocol on one
+  stream is not trusted with the others. Our own misuse (a request over the server's stream
+  limit) is :class:`~nvpair_wm.errors.LocalProtocolError`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from h2.errors import ErrorCodes
+
+from nvpair_wm.errors import (
+    ConnectionLost,
+    H2ConnectionError,
+    LocalProtocolError,
+    ResponseTimeout,
+    StreamRefused,
+)
+from nvpair_wm.proto.exchanges import (
+    USER_AGENT,
+    ClientEvent,
+    ConnectionEnded,
+    PingAnswered,
+    PingFailed,
+    RequestFailed,
+    Response,
+    ResponseReceived,
+    SessionChanged,
+)
+from nvpair_wm.proto.h2.frames import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    H2_PREFACE,
+    HEADERS,
+    MAX_WINDOW,
+    PADDED,
+    PING,
+    PRIORITY,
+    PRIORITY_FLAG,
+    PUSH_PROMISE,
+    RST_STREAM,
+    SETTINGS,
+    WINDOW_UPDATE,
+    frame,
+    frame_header,
+    goaway_frame,
+    rst_stream_frame,
+    unpack_frame_header,
+    window_update_frame,
+)
+from nvpair_wm.proto.h2.hpack import Decoder, encode_field
+from nvpair_wm.proto.h2.settings import (
+    DEFAULT_WINDOW,
+    ENABLE_PUSH,
+    INITIAL_WINDOW_SIZE,
+    MAX_CONCURRENT_STREAMS,
+    PeerSettings,
+)
+
+__all__ = ["H2ClientSession"]
+
+log = logging.getLogger(__name__)
+
+_MAX_FRAME: Final = 16384  # the frame size we accept: the default, we never advertise more
+_MAX_STREAM_ID: Final = 2**31 - 1
+_SETTINGS_ACK: Final = frame(SETTINGS, ACK, 0)
+_TABLE_SIZE_ZERO: Final = b"\x20"  # HPACK dynamic table size update to 0 (RFC 7541 §6.3)
+# content-length (static table index 28) as a literal without indexing (RFC 7541 §6.2.2):
+# 0000 1111 then 28 - 15 = 13; the value follows, its length on a 7-bit prefix, not Huffman.
+_CONTENT_LENGTH_LITERAL: Final = b"\x0f\x0d"
+_HEADER_BLOCK_MIN: Final = 64 * 1024  # header bytes always allowed, whatever the body limit
+
+
+def _error(reason: str, code: int = ErrorCodes.PROTOCOL_ERROR) -> H2ConnectionError:
+    return H2ConnectionError(code, reason)
+
+
+def _unpad(payload: bytes, start: int = 0) -> tuple[int, int]:
+    """(start, end) of the data inside a PADDED frame; PROTOCOL_ERROR if the pad is too long."""
+    if not payload:
+        raise _error("PADDED frame without a pad length", ErrorCodes.FRAME_SIZE_ERROR)
+    end = len(payload) - payload[0]
+    if end < start + 1:
+        raise _error("padding longer than the frame")
+    return start + 1, end
+
+
+class _Stream:
+    """One request on the wire: its deadline, the body still to send, the response so far."""
+
+    __slots__ = (
+        "chunks",
+        "deadline",
+        "headers",
+        "length",
+        "offset",
+        "received",
+        "recv_window",
+        "send_window",
+        "sid",
+        "status",
+        "timeout",
+        "to_send",
+    )
+
+    def __init__(
+        self, sid: int, deadline: float, timeout: float, to_send: bytes, *, send: int, recv: int
+    ) -> None:
+        self.sid = sid
+        self.deadline = deadline
+        self.timeout = timeout
+        self.to_send = to_send  # the request body; sent up to ``offset``
+        self.offset = 0
+        self.send_window = send  # what the server lets us send on this stream
+        self.recv_window = recv  # what the server may still send on it
+        self.status = 0  # of the final response, once its HEADERS came
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.length = -1  # the response's content-length, if it has one
+        self.chunks: list[bytes] = []
+        self.received = 0
+
+
+class H2ClientSession:
+    """One HTTP/2 connection, client side (the connection preface is queued at once)."""
+
+    protocol = "h2"
+
+    __slots__ = (
+        "_authority",
+        "_block",
+        "_block_end_stream",
+        "_block_sid",
+        "_blocks",
+        "_decoder",
+        "_first_block",
+        "_goaway_last",
+        "_goaway_sent",
+        "_inbox",
+        "_max_block",
+        "_max_response",
+        "_max_streams",
+        "_next_sid",
+        "_out",
+        "_peer",
+        "_ping_count",
+        "_pings",
+        "_recv_available",
+        "_recv_initial",
+        "_recv_owed",
+        "_send_window",
+        "_sending",
+        "_settings_seen",
+        "_streams",
+        "ended",
+    )
+
+    def __init__(self, authority: bytes, max_response_bytes: int) -> None:
+        self._authority = authority
+        self._max_response = max_response_bytes
+        window = min(MAX_WINDOW, max(DEFAULT_WINDOW, max_response_bytes))
+        self._recv_initial = window  # our stream window, and the connection's
+        self._recv_available = window  # what the server may still send on the connection
+        self._recv_owed = 0  # DATA bytes whose connection window is not yet reopened
+        self._max_block = max(_HEADER_BLOCK_MIN, max_response_bytes)
+        self._decoder = Decoder(self._max_block)
+        settings = (ENABLE_PUSH, 0), (INITIAL_WINDOW_SIZE, window)
+        payload = b"".join(k.to_bytes(2, "big") + v.to_bytes(4, "big") for k, v in settings)
+        preface = H2_PREFACE + frame(SETTINGS, 0, 0, payload)
+        if window > DEFAULT_WINDOW:
+            preface += window_update_frame(0, window - DEFAULT_WINDOW)
+        self._out: list[bytes] = [preface]
+        self._peer = PeerSettings()  # the server's initial window and frame size
+        self._max_streams = _MAX_STREAM_ID  # the server's MAX_CONCURRENT_STREAMS
+        self._settings_seen = False
+        self._send_window = DEFAULT_WINDOW  # the connection's, for our request bodies
+        self._blocks: dict[str, bytes] = {}  # path → the request's fixed header fields
+        self._first_block = True
+        self._next_sid = 1
+        self._streams: dict[int, _Stream] = {}
+        self._sending: dict[int, _Stream] = {}  # streams whose body waits for window, oldest 1st
+        self._pings: dict[int, tuple[float, float]] = {}  # id → (deadline, timeout)
+        self._ping_count = 0
+        self._goaway_last: int | None = None
+        self._goaway_sent = False
+        self._inbox = bytearray()  # an incomplete frame
+        self._block_sid = 0  # a header block continued in CONTINUATION frames
+        self._block = bytearray()
+        self._block_end_stream = False
+        self.ended: str | None = None  # why the session is over, once it is
+
+    # -- what the driver looks at -------------------------------------------------------------
+
+    @property
+    def usable(self) -> bool:
+        """New requests may start: not ended, no GOAWAY received, stream ids left."""
+        return self.ended is None and self._goaway_last is None and self._next_sid <= _MAX_STREAM_ID
+
+    @property
+    def active(self) -> int:
+        return len(self._streams)
+
+    def capacity(self, cap: int) -> int:
+        """Requests at once: ``cap`` (ours), bounded by the server's MAX_CONCURRENT_STREAMS."""
+        return max(1, min(cap, self._max_streams))
+
+    def next_deadline(self) -> float | None:
+        best: float | None = None
+        for st in self._streams.values():
+            if best is None or st.deadline < best:
+                best = st.deadline
+        for deadline, _ in self._pings.values():
+            if best is None or deadline < best:
+                best = deadline
+        return best
+
+    def data_to_send(self) -> bytes:
+        out = self._out
+        if not out:
+            return b""
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        return data
+
+    # -- requests and PINGs -------------------------------------------------------------------
+
+    def start_request(self, path: str, body: bytes, now: float, timeout: float) -> int:
+        """Queue ``POST path`` with ``body`` (application/json); returns its stream id.
+
+        Raises :class:`ConnectionLost` after GOAWAY or the end of the session, and
+        :class:`LocalProtocolError` over the server's MAX_CONCURRENT_STREAMS (ask
+        :meth:`capacity` first).
+        """
+        if not self.usable:
+            raise ConnectionLost(self.ended or "the server sent GOAWAY")
+        if len(self._streams) >= self._max_streams:
+            raise LocalProtocolError(
+                f"HTTP/2 request over the server's {self._max_streams} concurrent streams"
+            )
+        sid = self._next_sid
+        self._next_sid = sid + 2
+        fixed = self._blocks.get(path)
+        if fixed is None:
+            fixed = self._fixed_block(path)
+        length = b"%d" % len(body)
+        block = fixed + _CONTENT_LENGTH_LITERAL + bytes((len(length),)) + length
+        if self._first_block:
+            self._first_block = False
+            block = _TABLE_SIZE_ZERO + block
+        flags = END_HEADERS if body else END_HEADERS | END_STREAM
+        out = self._out
+        size = len(block)
+        max_frame = self._peer.max_frame_size
+        if size <= max_frame:
+            out.append(frame_header(size, HEADERS, flags, sid))
+            out.append(block)
+        else:
+            self._split_block(sid, flags, block, max_frame)
+        st = _Stream(
+            sid,
+            now + timeout,
+            timeout,
+            body,
+            send=self._peer.initial_window,
+            recv=self._recv_initial,
+        )
+        self._streams[sid] = st
+        if body:
+            self._pump(st)
+        return sid
+
+    def _fixed_block(self, path: str) -> bytes:
+        fields = (
+            (b":method", b"POST"),
+            (b":scheme", b"https"),
+            (b":authority", self._authority),
+            (b":path", path.encode("ascii")),
+            (b"user-agent", USER_AGENT),
+            (b"content-type", b"application/json"),
+        )
+        block = b"".join([encode_field(name, value) for name, value in fields])
+        if len(self._blocks) < 16:  # one path in practice; a bound all the same
+            self._blocks[path] = block
+        return block
+
+    def _split_block(self, sid: int, flags: int, block: bytes, max_frame: int) -> None:
+        """A header block over the server's frame size: HEADERS, then CONTINUATION frames."""
+        out = self._out
+        first = flags & END_STREAM
+        for start in range(0, len(block), max_frame):
+            chunk = block[start : start + max_frame]
+            last = start + max_frame >= len(block)
+            ftype = CONTINUATION if start else HEADERS
+            chunk_flags = (END_HEADERS if last else 0) | (0 if start else first)
+            out.append(frame_header(len(chunk), ftype, chunk_flags, sid))
+            out.append(chunk)
+
+    def ping(self, now: float, timeout: float) -> int:
+        """Send a PING; :class:`PingAnswered` or :class:`PingFailed` follows with its id."""
+        if self.ended is not None:
+            raise ConnectionLost(self.ended)
+        self._ping_count += 1
+        pid = self._ping_count
+        self._out.append(frame(PING, 0, 0, pid.to_bytes(8, "big")))
+        self._pings[pid] = (now + timeout, timeout)
+        return pid
+
+    def _pump(self, st: _Stream) -> None:
+        """Send as much of ``st``'s body as the windows allow; the rest waits in ``_sending``."""
+        body = st.to_send
+        total = len(body)
+        out = self._out
+        max_frame = self._peer.max_frame_size
+        while True:
+            size = min(self._send_window, st.send_window, max_frame, total - st.offset)
+            if size <= 0:
+                self._sending[st.sid] = st
+                return  # a WINDOW_UPDATE or SETTINGS resumes it
+            start = st.offset
+            end = st.offset = start + size
+            self._send_window -= size
+            st.send_window -= size
+            if end == total:
+                out.append(frame_header(size, DATA, END_STREAM, st.sid))
+                out.append(body if size == total else body[start:end])
+                self._sending.pop(st.sid, None)
+                return
+            out.append(frame_header(size, DATA, 0, st.sid))
+            out.append(body[start:end])
+
+    def _pump_all(self) -> None:
+        for st in list(self._sending.values()):
+            if self._send_window <= 0:
+                return
+            self._pump(st)
+
+    # -- input --------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes, now: float) -> list[ClientEvent]:
+        """Feed what the peer sent (``b""``: EOF); returns what happened."""
+        if self.ended is not None:
+            return []
+        if not data:
+            return self.end("closed by the peer", graceful=False)
+        events: list[ClientEvent] = []
+        try:
+            self._receive(data, events)
+        except H2ConnectionError as exc:  # the server's error (ours would propagate: a bug)
+            self._inbox.clear()
+            self._say_goaway(exc.code)
+            events += self.end(f"protocol error: {exc.reason}", graceful=True)
+        return events
+
+    def _receive(self, data: bytes, events: list[ClientEvent]) -> None:
+        buf = self._inbox
+        if buf:
+            buf += data
+            if len(buf) < 9:
+                return
+            length = (buf[0] << 16) | (buf[1] << 8) | buf[2]
+            if length <= _MAX_FRAME and len(buf) < 9 + length:
+                return  # a frame arriving in pieces is copied out once, whole
+            data = bytes(buf)
+            buf.clear()
+        pos = 0
+        size = len(data)
+        unpack = unpack_frame_header
+        while size - pos >= 9:
+            high, low, ftype, flags, sid = unpack(data, pos)
+            length = (high << 8) | low
+            if length > _MAX_FRAME:
+                raise _error(f"frame of {length} bytes", ErrorCodes.FRAME_SIZE_ERROR)
+            end = pos + 9 + length
+            if end > size:
+                break
+            payload = data[pos + 9 : end]
+            pos = end
+            self._frame(ftype, flags, sid & 0x7FFF_FFFF, payload, events)
+        if pos < size:
+            self._inbox += data[pos:]
+
+    def _frame(
+        self, ftype: int, flags: int, sid: int, payload: bytes, events: list[ClientEvent]
+    ) -> None:
+        if self._block_sid and ftype != CONTINUATION:
+            raise _error("frame inside a header block")
+        if ftype == HEADERS:
+            self._on_headers(flags, sid, payload, events)
+        elif ftype == DATA:
+            self._on_data(flags, sid, payload, events)
+        elif not self._settings_seen and ftype != SETTINGS:
+            raise _error("the server's preface is not a SETTINGS frame")
+        elif ftype == WINDOW_UPDATE:
+            self._on_window_update(sid, payload)
+        elif ftype == SETTINGS:
+            self._on_settings(flags, sid, payload, events)
+        elif ftype == PING:
+            if sid:
+                raise _error("PING on a stream")
+            if len(payload) != 8:
+                raise _error("PING not 8 octets", ErrorCodes.FRAME_SIZE_ERROR)
+            if not flags & ACK:
+                self._out.append(frame(PING, ACK, 0, payload))
+            else:
+                pid = int.from_bytes(payload, "big")
+                if self._pings.pop(pid, None) is not None:
+                    events.append(PingAnswered(pid))
+        elif ftype == RST_STREAM:
+            self._on_rst_stream(sid, payload, events)
+        elif ftype == GOAWAY:
+            self._on_goaway(sid, payload, events)
+        elif ftype == CONTINUATION:
+            self._on_continuation(flags, sid, payload, events)
+        elif ftype == PRIORITY:
+            if not sid:
+                raise _error("PRIORITY on stream 0")
+            if len(payload) != 5:
+                raise _error("PRIORITY not 5 octets", ErrorCodes.FRAME_SIZE_ERROR)
+        elif ftype == PUSH_PROMISE:
+            raise _error("PUSH_PROMISE, which we disabled")
+        # Unknown frame types are ignored (RFC 9113 §4.1).
+
+    def _known(self, sid: int, what: str) -> _Stream | None:
+        """The stream ``sid`` if it is in progress; None for one that was (frames in flight
+        after its end are dropped); PROTOCOL_ERROR for one never opened (§5.1: idle)."""
+        st = self._streams.get(sid)
+        if st is None and (not sid & 1 or sid >= self._next_sid):
+            raise _error(f"{what} on idle stream {sid}")
+        return st
+
+    def _on_settings(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
+        if sid:
+            raise _error("SETTINGS on a stream")
+        if flags & ACK:
+            if payload:
+                raise _error("SETTINGS ACK with a payload", ErrorCodes.FRAME_SIZE_ERROR)
+            if not self._settings_seen:
+                raise _error("the server's preface is not a SETTINGS frame")
+            return
+        self._settings_seen = True
+        delta = self._peer.apply(payload)  # checks the values, §6.5.2
+        for i in range(0, len(payload), 6):
+            if (payload[i] << 8) | payload[i + 1] == MAX_CONCURRENT_STREAMS:
+                self._max_streams = int.from_bytes(payload[i + 2 : i + 6], "big")
+        if delta:
+            for st in self._streams.values():  # §6.9.2: open streams' windows follow
+                st.send_window += delta
+                if st.send_window > MAX_WINDOW:
+                    raise _error("SETTINGS overflow a stream window", ErrorCodes.FLOW_CONTROL_ERROR)
+        self._out.append(_SETTINGS_ACK)
+        if self._sending:
+            self._pump_all()
+        events.append(SessionChanged())
+
+    def _on_window_update(self, sid: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise _error("WINDOW_UPDATE not 4 octets", ErrorCodes.FRAME_SIZE_ERROR)
+        increment = int.from_bytes(payload, "big") & 0x7FFF_FFFF
+        if not increment:
+            raise _error(f"WINDOW_UPDATE of 0 on stream {sid}")
+        if not sid:
+            self._send_window += increment
+            if self._send_window > MAX_WINDOW:
+                raise _error("connection window over 2^31-1", ErrorCodes.FLOW_CONTROL_ERROR)
+        else:
+            st = self._known(sid, "WINDOW_UPDATE")
+            if st is None:
+                return
+            st.send_window += increment
+            if st.send_window > MAX_WINDOW:
+                raise _error(f"stream {sid} window over 2^31-1", ErrorCodes.FLOW_CONTROL_ERROR)
+        if self._sending:
+            self._pump_all()
+
+    def _on_headers(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
+        if not self._settings_seen:
+            raise _error("the server's preface is not a SETTINGS frame")
+        if not sid:
+            raise _error("HEADERS on stream 0")
+        start, end = 0, len(payload)
+        if flags & PADDED:
+            start, end = _unpad(payload)
+        if flags & PRIORITY_FLAG:
+            if end - start < 5:
+                raise _error("HEADERS priority cut short", ErrorCodes.FRAME_SIZE_ERROR)
+            start += 5
+        fragment = payload if start == 0 and end == len(payload) else payload[start:end]
+        if flags & END_HEADERS:
+            self._on_block(sid, bool(flags & END_STREAM), fragment, events)
+            return
+        self._block_sid = sid
+        self._block = bytearray(fragment)
+        self._block_end_stream = bool(flags & END_STREAM)
+
+    def _on_continuation(
+        self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]
+    ) -> None:
+        if not self._block_sid or sid != self._block_sid:
+            raise _error("CONTINUATION out of a header block")
+        self._block += payload
+        if len(self._block) > self._max_block:
+            raise _error("header block too large", ErrorCodes.ENHANCE_YOUR_CALM)
+        if flags & END_HEADERS:
+            block = bytes(self._block)
+            self._block = bytearray()
+            self._block_sid = 0
+            self._on_block(sid, self._block_end_stream, block, events)
+
+    def _on_block(
+        self, sid: int, end_stream: bool, block: bytes, events: list[ClientEvent]
+    ) -> None:
+        # Decoded whatever becomes of the stream: the dynamic table must follow every block.
+        fields = self._decoder.decode(block)
+        st = self._known(sid, "HEADERS")
+        if st is None:
+            return
+        if st.status:  # trailers
+            if not end_stream:
+                raise _error(f"second HEADERS on stream {sid} without END_STREAM")
+        else:
+            status = _status(fields)
+            if status < 200:  # informational (1xx): the final response follows
+                if end_stream:
+                    raise _error(f"stream {sid} ended by a {status} response")
+                return
+            st.status = status
+            st.headers = fields
+            for key, value in fields:
+                if key == b"content-length":
+                    if not value.isdigit():
+                        raise _error(f"response content-length {value!r}")
+                    st.length = int(value)
+        if end_stream:
+            self._complete(st, events)
+
+    def _on_data(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
+        if not self._settings_seen:
+            raise _error("the server's preface is not a SETTINGS frame")
+        if not sid:
+            raise _error("DATA on stream 0")
+        flow = len(payload)
+        if flow:
+            self._recv_available -= flow
+            if self._recv_available < 0:
+                raise _error("connection window exceeded", ErrorCodes.FLOW_CONTROL_ERROR)
+            self._recv_owed += flow
+            if self._recv_owed >= self._recv_initial // 2:
+                self._out.append(window_update_frame(0, self._recv_owed))
+                self._recv_available += self._recv_owed
+                self._recv_owed = 0
+        st = self._known(sid, "DATA")
+        if st is None:
+            return
+        if not st.status:
+            raise _error(f"DATA before the response HEADERS on stream {sid}")
+        data = payload
+        if flags & PADDED:
+            start, end = _unpad(payload)
+            data = payload[start:end]
+        if flow:
+            st.recv_window -= flow
+            if st.recv_window < 0:
+                raise _error(f"stream {sid} window exceeded", ErrorCodes.FLOW_CONTROL_ERROR)
+        if data:
+            st.received += len(data)
+            if st.received > self._max_response:
+                self._drop(st, ErrorCodes.CANCEL)
+                events.append(RequestFailed(sid, StreamRefused("response body too large")))
+                return
+            st.chunks.append(data)
+        if flags & END_STREAM:
+            self._complete(st, events)
+        elif st.recv_window <= self._recv_initial // 2:
+            self._out.append(window_update_frame(sid, self._recv_initial - st.recv_window))
+            st.recv_window = self._recv_initial
+
+    def _complete(self, st: _Stream, events: list[ClientEvent]) -> None:
+        """The response ended the stream: hand it over."""
+        sid = st.sid
+        if st.length >= 0 and st.length != st.received:
+            raise _error(
+                f"response body of {st.received} bytes on stream {sid}, content-length {st.length}"
+            )
+        del self._streams[sid]
+        if st.offset < len(st.to_send):  # answered early: the rest is not wanted
+            self._sending.pop(sid, None)
+            self._out.append(rst_stream_frame(sid, ErrorCodes.NO_ERROR))
+        chunks = st.chunks
+        body = b"" if not chunks else chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        events.append(ResponseReceived(sid, Response(st.status, st.headers, body)))
+
+    def _drop(self, st: _Stream, code: int) -> None:
+        """Give up a stream ourselves: RST_STREAM, and it is forgotten."""
+        del self._streams[st.sid]
+        self._sending.pop(st.sid, None)
+        self._out.append(rst_stream_frame(st.sid, code))
+
+    def _on_rst_stream(self, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
+        if not sid:
+            raise _error("RST_STREAM on stream 0")
+        if len(payload) != 4:
+            raise _error("RST_STREAM not 4 octets", ErrorCodes.FRAME_SIZE_ERROR)
+        st = self._known(sid, "RST_STREAM")
+        if st is None:
+            return
+        del self._streams[sid]
+        self._sending.pop(sid, None)
+        code = _code_name(int.from_bytes(payload, "big"))
+        events.append(RequestFailed(sid, StreamRefused(f"stream reset by the peer: {code}")))
+
+    def _on_goaway(self, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
+        if sid:
+            raise _error("GOAWAY on a stream")
+        if len(payload) < 8:
+            raise _error("GOAWAY frame too short", ErrorCodes.FRAME_SIZE_ERROR)
+        last = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
+        code = int.from_bytes(payload[4:8], "big")
+        if self._goaway_last is None or last < self._goaway_last:
+            self._goaway_last = last
+        for refused in [s for s in self._streams if s > last]:
+            del self._streams[refused]
+            self._sending.pop(refused, None)
+            why = f"stream {refused} refused by GOAWAY"
+            events.append(RequestFailed(refused, StreamRefused(why)))
+        if code != ErrorCodes.NO_ERROR:
+            detail = payload[8:].decode("utf-8", "replace")
+            log.info("peer sent GOAWAY %s %s", _code_name(code), detail)
+        events.append(SessionChanged())
+
+    def handle_timeout(self, now: float) -> list[ClientEvent]:
+        if self.ended is not None:
+            return []
+        for sid, st in self._streams.items():
+            if now >= st.deadline:
+                why = f"no response within {st.timeout:g}s"
+                del self._streams[sid]
+                return [RequestFailed(sid, ResponseTimeout(why)), *self.end(why, False)]
+        for pid, (deadline, timeout) in self._pings.items():
+            if now >= deadline:
+                why = f"PING unanswered for {timeout:g}s"
+                del self._pings[pid]
+                return [PingFailed(pid, ResponseTimeout(why)), *self.end(why, False)]
+        return []
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def end(self, reason: str, graceful: bool) -> list[ClientEvent]:
+        """End the session (``graceful``: GOAWAY NO_ERROR queued); what is in progress fails."""
+        if self.ended is not None:
+            return []
+        self.ended = reason
+        events: list[ClientEvent] = []
+        for sid in self._streams:
+            events.append(RequestFailed(sid, ConnectionLost(reason)))
+        for pid in self._pings:
+            events.append(PingFailed(pid, ConnectionLost(reason)))
+        self._streams.clear()
+        self._pings.clear()
+        self._sending.clear()
+        if graceful:
+            self._say_goaway(ErrorCodes.NO_ERROR)
+        events.append(ConnectionEnded(reason, graceful))
+        return events
+
+    def _say_goaway(self, code: int) -> None:
+        """Queue our one GOAWAY (last stream id 0: we accept no pushed streams)."""
+        if not self._goaway_sent:
+            self._goaway_sent = True
+            self._out.append(goaway_frame(0, code))
+
+
+def _status(headers: list[tuple[bytes, bytes]]) -> int:
+    """The response's ``:status`` (RFC 9113 §8.3.2: exactly one, three digits), or a protocol
+    error of the peer."""
+    for key, value in headers:
+        if key == b":status":
+            if len(value) == 3 and value.isdigit() and value[0] != ord("0"):
+                return int(value)
+            break
+    raise _error("response without a valid :status")
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCodes(code).name
+    except ValueError:
+        return f"0x{code:x}"
