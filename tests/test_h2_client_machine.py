@@ -31,6 +31,7 @@ from nvpair_wm.http.core import Response as ServerResponse
 from nvpair_wm.proto.exchanges import (
     ClientEvent,
     ConnectionEnded,
+    PingAnswered,
     RequestFailed,
     Response,
     ResponseReceived,
@@ -89,14 +90,19 @@ def test_against_our_server_many_bodies_through_small_windows() -> None:
     assert client.active == 0 and client.usable and server.open_streams == 0
 
 
-def test_against_our_server_error_response_with_body_and_headers() -> None:
+def test_against_our_server_error_response_ping_and_stream_limit() -> None:
     server = H2ServerSession(Echo(), Limits(), "fp", 0.0)
     client = H2ClientSession(AUTHORITY, MIB)
     converse(client, server, 0.0)
+    assert client.capacity(1000) == Limits().h2_max_concurrent_streams  # from its SETTINGS
     sid = client.start_request(PATH, b"bad request body", 1.0, 10.0)
-    [got] = [e for e in converse(client, server, 1.0) if isinstance(e, ResponseReceived)]
+    ping = client.ping(1.0, 5.0)
+    events = converse(client, server, 1.0)
+    assert PingAnswered(ping) in events
+    [got] = [e for e in events if isinstance(e, ResponseReceived)]
     assert got.request == sid and got.response.status == 400
     assert got.response.body == b"[16]" and got.response.header(b"x-length") == b"16"
+    assert client.next_deadline() is None
 
 
 def test_against_our_server_graceful_shutdown_lets_requests_in_flight_finish() -> None:
