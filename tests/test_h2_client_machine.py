@@ -412,3 +412,13 @@ def test_unknown_frames_priority_and_late_frames_of_ended_streams_are_ignored() 
     assert client.receive_data(late, 0.2) == []
     assert client.usable and client.ended is None
     assert all(not isinstance(f, GoAwayFrame) for f in frames_of(client.data_to_send()))
+
+
+def test_the_last_stream_id_is_used_then_the_session_takes_no_more() -> None:
+    client, _ = connected()
+    client._next_sid = 2**31 - 1  # a billion requests later
+    sid = client.start_request(PATH, b"[]", 0.0, 10.0)
+    assert sid == 2**31 - 1 and not client.usable
+    with pytest.raises(ConnectionLost, match="stream ids used up"):
+        client.start_request(PATH, b"[]", 0.0, 10.0)
+    assert client.active == 1

@@ -269,6 +269,8 @@ class H2ClientSession:
         :meth:`capacity` first).
         """
         if not self.usable:
+            if self.ended is None and self._goaway_last is None:
+                raise ConnectionLost("HTTP/2 stream ids used up")
             raise ConnectionLost(self.ended or "the server sent GOAWAY")
         if len(self._streams) >= self._max_streams:
             raise LocalProtocolError(
