@@ -30,7 +30,7 @@ from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.pins import Identity
 from nvpair_wm.proto.exchanges import ClientEvent, ResponseReceived
 from nvpair_wm.proto.h1client import H1ClientSession
-from nvpair_wm.proto.h2client import H2ClientSession
+from nvpair_wm.proto.h2.client import H2ClientSession
 from nvpair_wm.proto.tls import TLSMachine
 from nvpair_wm.tls import ServerTLS, client_context
 

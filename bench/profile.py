@@ -58,7 +58,6 @@ COMPONENTS = (  # (name, path fragments): the first that matches the innermost f
             "nvpair_wm/broadcaster.py",
             "nvpair_wm/io/client.py",
             "nvpair_wm/proto/h1client.py",
-            "nvpair_wm/proto/h2client.py",
             "nvpair_wm/proto/h2/client.py",
             "nvpair_wm/proto/exchanges.py",
             "nvpair_wm/outbox.py",

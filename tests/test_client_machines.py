@@ -32,7 +32,7 @@ from nvpair_wm.proto.exchanges import (
     SessionChanged,
 )
 from nvpair_wm.proto.h1client import H1ClientSession
-from nvpair_wm.proto.h2client import H2ClientSession
+from nvpair_wm.proto.h2.client import H2ClientSession
 
 PATH = "/v1/workloads/events"
 AUTHORITY = b"10.0.0.2:14320"

@@ -38,8 +38,8 @@ from nvpair_wm.proto.exchanges import (
     SessionChanged,
 )
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
+from nvpair_wm.proto.h2.client import H2ClientSession
 from nvpair_wm.proto.h2.hpack import encode_fields
-from nvpair_wm.proto.h2client import H2ClientSession
 from tests.test_client_machines import AUTHORITY, MIB, PATH, connected, failures, responses
 from tests.test_h2_server_machine import frames_of, raw
 from tests.test_proto import Recorder

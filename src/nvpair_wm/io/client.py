@@ -1,7 +1,7 @@
 """The outbound inter-node client: one thin ``asyncio.Protocol`` per connection to a peer.
 
 Per connection: ``data_received`` feeds the sans-IO machines (:class:`~nvpair_wm.proto.tls.
-TLSMachine`, then :class:`~nvpair_wm.proto.h2client.H2ClientSession` or :class:`~nvpair_wm.
+TLSMachine`, then :class:`~nvpair_wm.proto.h2.client.H2ClientSession` or :class:`~nvpair_wm.
 proto.h1client.H1ClientSession`), acts on the events they return (a request's ``done`` callback
 is called, ``on_change`` when what the connection can take changed) and writes what they
 produce; ONE timer handle follows the session's next deadline. No reader task, and no task or
@@ -46,7 +46,7 @@ from nvpair_wm.proto.exchanges import (
     ResponseReceived,
 )
 from nvpair_wm.proto.h1client import H1ClientSession
-from nvpair_wm.proto.h2client import H2ClientSession
+from nvpair_wm.proto.h2.client import H2ClientSession
 from nvpair_wm.proto.tls import TLSMachine
 from nvpair_wm.tls import ALPN_PROTOCOLS, client_context
 

@@ -1,6 +1,6 @@
 """What a client session hands its driver: responses, failures, PING answers, the end (sans-IO).
 
-The client sessions (:mod:`nvpair_wm.proto.h1client`, :mod:`nvpair_wm.proto.h2client`) share
+The client sessions (:mod:`nvpair_wm.proto.h1client`, :mod:`nvpair_wm.proto.h2.client`) share
 this vocabulary, so the asyncio driver (:mod:`nvpair_wm.io.client`) does not care which protocol
 it drives. Requests and PINGs are named by the integer the session returned when they started.
 """
