@@ -123,11 +123,11 @@ def test_h2_request_and_response() -> None:
 
 @pytest.mark.parametrize("table_size", [4096, 0, 100])
 def test_h2_request_headers_stay_right_as_the_block_is_reused(table_size: int) -> None:
-    """The session reuses the encoded block of the fixed request fields once they are all in
-    hpack's dynamic table, with content-length as a literal after it. The server (h2, a real
-    hpack decoder) reads every field of every request right, whatever the bodies' lengths,
-    with its table as advertised (0: nothing is ever indexed, 100: entries evicted in turn),
-    and after it shrinks its table mid-way (a size update goes first)."""
+    """The session reuses one encoded block of the fixed request fields (never indexed: its
+    first block sets our table to size 0), with content-length as a literal after it. The
+    server (h2, a real hpack decoder) reads every field of every request right, whatever the
+    bodies' lengths and whatever table size it advertises, also after it shrinks its table
+    mid-way."""
     client, server = connected(HEADER_TABLE_SIZE=table_size)
     expected = {
         b":method": b"POST",
