@@ -249,7 +249,9 @@ class Node:
             if fd is not None and (failure := await asyncio.to_thread(fsync_and_close, fd)):
                 journal.sync_failed(failure)
             wall = time.time()
-            job = journal.begin_compaction(wall) if journal.compaction_due(wall) else None
+            live = len(self.table) + self.table.tombstones  # what a compaction could keep
+            due = journal.compaction_due(wall, live)
+            job = journal.begin_compaction(wall) if due else None
             if job is not None:
                 await asyncio.to_thread(job.run)  # reading and rewriting: off the loop
                 journal.finish_compaction(job)
