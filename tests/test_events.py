@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from typing import Any
 
@@ -136,3 +137,14 @@ def test_translated_info_is_a_value_copy() -> None:
     out = translate(frame)
     assert out is not frame.params.workloadInfo
     assert msgspec.structs.replace(out, state="running") == frame.params.workloadInfo
+
+
+def test_outbound_items_are_not_tracked_by_the_cyclic_gc() -> None:
+    """The table keeps one per workload originated here: a full collection must not traverse
+    them (they hold strings, a float and bytes, so they can be in no cycle)."""
+    out = events.Outbound(("node-a", "w1", "r1"), 3.0, b'{"jsonrpc":"2.0"}')
+    assert not gc.is_tracked(out)
+    assert out == events.Outbound(("node-a", "w1", "r1"), 3.0, b'{"jsonrpc":"2.0"}')
+    assert hash(out) == hash(events.Outbound(("node-a", "w1", "r1"), 3.0, b'{"jsonrpc":"2.0"}'))
+    with pytest.raises(AttributeError):
+        out.seq = 4.0  # type: ignore[misc]

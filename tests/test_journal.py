@@ -468,6 +468,37 @@ def test_compaction_bounds_the_file(tmp_path: Path) -> None:
     assert [b'"seq":399' in r.body for r in records] == [True] * 3
 
 
+def test_a_log_of_distinct_workloads_is_not_rescanned_as_it_grows(tmp_path: Path) -> None:
+    """Told how many records the table keeps, the count trigger waits for garbage: appends of
+    new workloads (which a compaction would keep in place) never make one due; once at least
+    half of what was appended since superseded something, it is due."""
+    limits = JournalLimits(compact_min_records=10)  # 40 workloads: under the table's cap
+    journal, _ = open_journal(tmp_path, limits, LIMITS, T0)
+    assert journal is not None
+    table = WorkloadTable(LIMITS)
+    disp = dispatcher(table)
+    for i in range(40):
+        frame = event_frame("workload:submitted", workload(id=f"w{i}"))
+        journal.append(outbounds(disp, frame), T0)
+        assert not journal.compaction_due(T0 + 1, len(table) + table.tombstones)
+        assert journal.compaction_due(T0 + 1) == (i + 1 >= 10)  # not told: the count decides
+    for i in range(40):  # a second event of each: due when half the appends are garbage
+        frame = event_frame("workload:started", workload(id=f"w{i}", seq=2))
+        journal.append(outbounds(disp, frame), T0)
+        assert journal.compaction_due(T0 + 1, len(table) + table.tombstones) == (i == 39), i
+    journal.compact(T0 + 1)
+    assert len(decode_log((tmp_path / JOURNAL_FILE).read_bytes())[0]) == 40
+    assert not journal.compaction_due(T0 + 1, len(table) + table.tombstones)
+    for i in range(40, 80):  # past the table's cap (50): what it evicted is garbage too
+        frame = event_frame("workload:submitted", workload(id=f"w{i}"))
+        journal.append(outbounds(disp, frame), T0)
+    assert len(table) == 50
+    assert journal.compaction_due(T0 + 1, len(table) + table.tombstones)
+    journal.compact(T0 + 1)
+    assert len(decode_log((tmp_path / JOURNAL_FILE).read_bytes())[0]) == 50
+    journal.close()
+
+
 def test_compaction_follows_the_shortest_ttl(tmp_path: Path) -> None:
     """A quiet node's file still sheds what expired: compaction is due once per shortest TTL
     (terminal_ttl here, 10 s) after an append, and drops the expired records."""

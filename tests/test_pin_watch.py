@@ -1,4 +1,4 @@
-"""``WatchedPins``: the pin set cached until inotify reports a change in trusted/ (real files)."""
+"""``WatchedPins`` and ``WatchedIdentity``: cached until inotify reports a change (real files)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 from nvpair_wm.clusterdir import cert_fingerprint, init_cluster, make_self_signed
-from nvpair_wm.io.pin_watch import WatchedPins
-from nvpair_wm.pins import PinSet
+from nvpair_wm.io.pin_watch import WatchedIdentity, WatchedPins, open_watch
+from nvpair_wm.pins import Identity, NodeIdentity, PinSet
 
 
 class CountingPins(PinSet):
@@ -67,3 +67,99 @@ def test_a_symlinked_pin_is_never_cached(tmp_path: Path) -> None:
     target.write_bytes(pem)  # outside trusted/: inotify cannot see it, the scan does
     assert not watched.is_pinned(b)
     assert pins.scans == 2
+
+
+class CountingIdentity(Identity):
+    def __init__(self, cluster_dir: Path) -> None:
+        super().__init__(cluster_dir)
+        self.reads = 0
+
+    def current(self) -> NodeIdentity | None:
+        self.reads += 1
+        return super().current()
+
+
+def _replace(path: Path, data: bytes) -> None:
+    tmp = path.with_name("." + path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def test_identity_changes_are_seen_by_the_very_next_call_and_nothing_else_rereads(
+    tmp_path: Path,
+) -> None:
+    d = init_cluster(tmp_path / "c", ["a", "b"])["a"]
+    (d / "journal.log").touch()
+    ident = CountingIdentity(d)
+    watched = WatchedIdentity(ident)
+    first = watched.current()
+    assert first is not None
+    assert first.fingerprint == cert_fingerprint((d / "node.crt").read_bytes())
+    with open(d / "journal.log", "ab") as journal:  # the journal lives there too
+        for _ in range(100):
+            journal.write(b"x" * 100)
+            journal.flush()
+            assert watched.current() is first
+    assert ident.reads == 1  # unchanged files: one read
+
+    cert, key = make_self_signed("a2")
+    _replace(d / "node.key", key)
+    assert watched.current() is None  # the key no longer matches the certificate
+    _replace(d / "node.crt", cert)  # rotated by rename: a new inode under the name
+    rotated = watched.current()
+    assert rotated is not None and rotated.fingerprint == cert_fingerprint(cert)
+
+    (d / "node.crt").unlink()
+    assert watched.current() is None  # removed: no identity at once
+    (d / "node.crt").write_bytes(cert)  # back, written in place
+    assert watched.current() == rotated
+
+    cert3, key3 = make_self_signed("a3")
+    (d / "node.key").write_bytes(key3)  # rewritten in place (same inode)
+    (d / "node.crt").write_bytes(cert3)
+    third = watched.current()
+    assert third is not None and third.fingerprint == cert_fingerprint(cert3)
+
+    moved = d.parent / "a.old"
+    d.rename(moved)  # the directory itself moved away
+    assert watched.current() is None
+    shutil.copytree(moved, d)
+    assert watched.current() == third
+    (d / "node.crt").unlink()  # the new directory is watched too
+    assert watched.current() is None
+
+
+def test_a_symlinked_identity_file_is_never_cached(tmp_path: Path) -> None:
+    d = init_cluster(tmp_path / "c", ["a"])["a"]
+    target = tmp_path / "elsewhere.crt"
+    os.replace(d / "node.crt", target)
+    (d / "node.crt").symlink_to(target)
+    ident = CountingIdentity(d)
+    watched = WatchedIdentity(ident)
+    assert watched.current() is not None
+    cert, _ = make_self_signed("x")
+    target.write_bytes(cert)  # outside the directory: inotify cannot see it, the stat does
+    assert watched.current() is None  # the key no longer matches
+    assert ident.reads == 2
+
+
+def test_pins_and_identity_share_one_descriptor(tmp_path: Path) -> None:
+    dirs = init_cluster(tmp_path / "c", ["a", "b"])
+    d = dirs["a"]
+    watch = open_watch()
+    assert watch is not None, "inotify_init1 failed on Linux"
+    pins = CountingPins(d / "trusted")
+    ident = CountingIdentity(d)
+    watched_pins, watched_ident = WatchedPins(pins, watch), WatchedIdentity(ident, watch)
+    b = cert_fingerprint((dirs["b"] / "node.crt").read_bytes())
+    for _ in range(10):
+        assert watched_pins.is_pinned(b)
+        assert watched_ident.current() is not None
+    assert (pins.scans, ident.reads) == (1, 1)
+
+    (d / "trusted" / "b.crt").unlink()  # seen by the pins although the identity looked first
+    assert watched_ident.current() is not None
+    assert not watched_pins.is_pinned(b)
+    (d / "node.key").unlink()  # and the other way round
+    assert not watched_pins.is_pinned(b)
+    assert watched_ident.current() is None

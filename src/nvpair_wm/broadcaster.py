@@ -102,10 +102,11 @@ def bad_frames(body: bytes, count: int) -> frozenset[int] | None:
 class _PerTick:
     """The identity and the pin set, read at most once per event-loop tick.
 
-    Each read is a few ``stat`` calls (and a ``scandir`` for the pins): at a low event rate,
-    re-checked before every batch, they were most of a broadcast's cost. The next tick reads
-    again, so a removed pin or a rotated identity is seen by the next batch started after it.
-    Outside a running loop nothing is cached.
+    With the node's inotify-watched sources (:mod:`nvpair_wm.io.pin_watch`) a read is one
+    ``FIONREAD`` each; with plain ones a few ``stat`` calls (and a ``scandir`` for the pins).
+    Re-checked before every batch, they were once most of a broadcast's cost at a low event
+    rate. The next tick reads again, so a removed pin or a rotated identity is seen by the next
+    batch started after it. Outside a running loop nothing is cached.
     """
 
     __slots__ = ("_ident", "_identity", "_pinned", "_pins", "_stale")

@@ -31,10 +31,13 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
   its class, has passed since it was written) and keeps the newest ``max_workloads`` events and
   ``max_tombstones`` removals. It runs at start (when there is anything to drop), when the
   records appended since the last
-  compaction outnumber those it kept (and at least :attr:`JournalLimits.compact_min_records`),
-  and once per shortest TTL if anything was appended. So the file holds at most about
-  ``2 (max_workloads + max_tombstones) + compact_min_records`` records, and each compaction's
-  cost is paid for by as many appends (amortised O(1) per event). A compaction reads the log
+  compaction outnumber those it kept (and at least :attr:`JournalLimits.compact_min_records`)
+  and at least half of them are garbage by the table's count (the file holds that many more
+  records than the table has workloads and tombstones: a log of distinct workloads is not
+  rescanned just because it grew), and once per shortest TTL if anything was appended. So the
+  file holds at most about ``2 (max_workloads + max_tombstones) + compact_min_records``
+  records, and each compaction's cost is paid for by as many appends (amortised O(1) per
+  event). A compaction reads the log
   as it was when it began and writes the result to a temporary file in a worker thread (about
   10 µs per record read, measured in the benchmark; records are folded by their keys, their
   bytes copied, bodies never decoded), while the loop goes on appending to the log;
@@ -606,11 +609,23 @@ class Journal:
     def sync_failed(self, exc: OSError) -> None:
         self._fail("fsync", exc)
 
-    def compaction_due(self, wall: float) -> bool:
+    def compaction_due(self, wall: float, live: int = 0) -> bool:
+        """Whether to compact now. ``live``: how many records the table would keep (its
+        workloads and tombstones, an upper bound on what a compaction keeps); 0 if unknown.
+
+        By count: once the appends since the last compaction outnumber what it kept (so each
+        compaction is paid for by as many appends), and at least half of those appends are
+        garbage by the table's count (the file holds that many more records than the table
+        keeps). A log of distinct workloads, which a compaction would leave as it is, is then
+        not rescanned over and over as it grows; it is bounded all the same (under twice
+        ``live``). By time: once per shortest TTL when anything was appended."""
         if self._fd is None or not self._appended or self._compacting:
             return False
-        if self._appended >= max(self._kept, self.limits.compact_min_records):
-            return True
+        appended = self._appended
+        if appended >= max(self._kept, self.limits.compact_min_records):
+            garbage = self._kept + appended - live
+            if 2 * garbage >= appended:
+                return True
         return wall - self._compacted_at >= self._min_ttl
 
     def begin_compaction(self, wall: float) -> Compaction | None:

@@ -9,8 +9,9 @@ does not read, the queue fills: the local reader stops reading (backpressure on 
 the inter-node endpoint answers 503 (backpressure on peers). Nothing is dropped silently.
 
 Per read, not per line: everything one read from the broker delivered is dispatched, then its
-events are published (journal append and peers' queues) in one call, then its replies are
-queued in one put, so that a journal record is written before the reply that follows it can be.
+events are published (peers' queues, an idle link's request written at once, then the journal
+append) in one call, then its replies are queued in one put, so that a journal record is
+written before the reply that follows it can be.
 Frames that arrive while nothing is waiting to be written go to the broker at once, in one
 write (no hop through the writer task); the writer task only takes over while the channel has a
 backlog (the pipe is full), and it is that backlog the queue's bound applies to.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import time
@@ -28,7 +29,7 @@ from nvpair_wm.config import Config
 from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.endpoint import EventsEndpoint
-from nvpair_wm.io.pin_watch import WatchedPins
+from nvpair_wm.io.pin_watch import WatchedIdentity, WatchedPins, open_watch
 from nvpair_wm.io.server import InterNodeServer
 from nvpair_wm.journal import Journal, fsync_and_close, open_journal, reload_table
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, open_stdio
@@ -98,20 +99,27 @@ class Node:
         self.pins: PinSet | _NoPins = (
             PinSet(cluster / "trusted", config.pins) if cluster else _NoPins()
         )
-        # trusted/ is rescanned only when inotify saw it change (per request without inotify).
-        pins = WatchedPins(self.pins) if isinstance(self.pins, PinSet) else self.pins
+        # trusted/ and the identity files are read again only when inotify saw them change (per
+        # use without inotify): one descriptor for both.
+        watch = open_watch() if cluster else None
+        pins = WatchedPins(self.pins, watch) if isinstance(self.pins, PinSet) else self.pins
+        identity = (
+            WatchedIdentity(self.identity, watch)
+            if isinstance(self.identity, Identity)
+            else self.identity
+        )
         endpoint = EventsEndpoint(self.dispatcher, pins, self.queue, max_body=config.max_frame)
         hosts = [config.bind] if config.bind else None
         self.server = InterNodeServer(
             endpoint,
-            self.identity,
+            identity,
             port=config.port,
             hosts=hosts,
             limits=config.http,
             is_pinned=pins.is_pinned,
         )
-        self.broadcaster = Broadcaster(  # the same inotify-watched pins as the server
-            self.identity, pins, self.table.originated, config.broadcast
+        self.broadcaster = Broadcaster(  # the same inotify-watched sources as the server
+            identity, pins, self.table.originated, config.broadcast
         )
         self._stop = asyncio.Event()
         self.metrics: Metrics | None = None
@@ -127,9 +135,13 @@ class Node:
         return (True, ident.fingerprint) if ident else (False, None)
 
     def publish(self, outbound: list[Outbound]) -> None:
+        """Peers first (an idle link writes the request now), then the journal: the append is
+        not needed for the send, only before the broker's reply, which the channel queues after
+        this returns. A crash between the two loses only what the broker was never told was
+        taken."""
+        self.broadcaster.publish(outbound)
         if self.journal is not None:  # written before the broker's reply can be
             self.journal.append(outbound, time.time())
-        self.broadcaster.publish(outbound)
 
     def update_nodes(self, nodes: list[NodeRecord]) -> None:
         log.info("nodes:update with %d records", len(nodes))
@@ -178,6 +190,10 @@ class Node:
             )
             await close_writer(writer)
             return 1
+        # What startup built (modules, TLS, the reloaded journal) lives as long as the process:
+        # out of the cyclic GC's way, so that no full collection traverses it again.
+        gc.collect()
+        gc.freeze()
         params = ReadyParams(version=__version__, contractVersion=CONTRACT_VERSION)
         self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=params))])
         tasks = [
@@ -238,7 +254,9 @@ class Node:
             if fd is not None and (failure := await asyncio.to_thread(fsync_and_close, fd)):
                 journal.sync_failed(failure)
             wall = time.time()
-            job = journal.begin_compaction(wall) if journal.compaction_due(wall) else None
+            live = len(self.table) + self.table.tombstones  # what a compaction could keep
+            due = journal.compaction_due(wall, live)
+            job = journal.begin_compaction(wall) if due else None
             if job is not None:
                 await asyncio.to_thread(job.run)  # reading and rewriting: off the loop
                 journal.finish_compaction(job)

@@ -1,15 +1,21 @@
-"""The pin set re-read only when ``trusted/`` changes, told by inotify (Linux).
+"""The pin set and the node identity re-read only when their files change, told by inotify (Linux).
 
 ``PinSet.current()`` scans ``trusted/`` on every call (a ``scandir`` plus a ``stat`` per file:
-20-80 µs, the largest single cost of a request). Here the kernel says when to scan: an inotify
-watch on ``trusted/`` (and on its parent, for the directory itself being replaced) queues an
-event synchronously inside the unlink/rename/write that changes a pin, so a non-blocking read of
-the inotify descriptor before each use (one syscall, EAGAIN when nothing changed) sees every
-change that happened before the request arrived: removing a pin still refuses the very next
-request.
+20-80 µs, the largest single cost of a request), and ``Identity.current()`` stats ``node.crt``
+and ``node.key`` on every call (the broadcaster re-checks it before every batch). Here the kernel
+says when to look again: inotify watches on the files and directories involved queue an event
+synchronously inside the unlink/rename/write/chmod that changes them, so a check of the inotify
+descriptor before each use (one ``FIONREAD`` syscall, 0 when nothing changed) sees every change
+that happened before the request arrived: removing a pin still refuses the very next request,
+and a rotated identity is used by the very next handshake or batch.
 
-Falls back to scanning on every call where that guarantee does not hold: no inotify (not Linux,
-out of watches), ``trusted/`` missing, or a symlink in it (its target can change unseen).
+One descriptor (:class:`Watch`) can serve both: any event moves its generation, and each
+watched source re-reads when the generation moved since it last looked (a change to one makes
+the other re-check by ``stat``, which is cheap and rare).
+
+Falls back to reading on every call where that guarantee does not hold: no inotify (not Linux,
+out of watches), a watched path missing or unwatchable, or a symlink among the files (its target
+can change unseen).
 """
 
 from __future__ import annotations
@@ -18,12 +24,16 @@ import ctypes
 import fcntl
 import logging
 import os
+import stat
 import sys
 import termios
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["WatchedPins"]
+if TYPE_CHECKING:
+    from nvpair_wm.pins import NodeIdentity
+
+__all__ = ["Watch", "WatchedIdentity", "WatchedPins", "open_watch"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +52,12 @@ _DIR_MASK = (
     | _IN_MOVE_SELF
 )
 _PARENT_MASK = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE | _IN_ATTRIB
+# A file's content and metadata; replacing it by rename unlinks the old inode (IN_ATTRIB).
+_FILE_MASK = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_DELETE_SELF | _IN_MOVE_SELF
+# The cluster directory: entries coming and going, itself moved or removed; not IN_MODIFY, so
+# that the journal's appends (it lives there too) queue nothing.
+_CLUSTER_MASK = _PARENT_MASK | _IN_DELETE_SELF | _IN_MOVE_SELF
+_IN_MASK_ADD = 0x20000000  # sources sharing a descriptor may watch one directory: masks add up
 _IN_NONBLOCK, _IN_CLOEXEC = 0o4000, 0o2000000
 
 
@@ -51,7 +67,16 @@ class _Pins(Protocol):
     def current(self) -> frozenset[str]: ...
 
 
-class _Inotify:
+class _Identity(Protocol):
+    cert_path: Path
+    key_path: Path
+
+    def current(self) -> NodeIdentity | None: ...
+
+
+class Watch:
+    """One inotify descriptor; :meth:`generation` moves whenever anything watched changed."""
+
     def __init__(self) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         self._init = libc.inotify_init1
@@ -62,49 +87,60 @@ class _Inotify:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
         self.fd: int = fd
         self._queued = bytearray(4)  # FIONREAD's answer (an int)
+        self._generation = 0
 
     def watch(self, path: Path, mask: int) -> bool:
-        return bool(self._add(self.fd, os.fsencode(path), mask) >= 0)
+        return bool(self._add(self.fd, os.fsencode(path), mask | _IN_MASK_ADD) >= 0)
 
-    def changed(self) -> bool:
-        """True if any event was queued since the last call (events are drained).
+    def generation(self) -> int:
+        """A number that moves when an event was queued since the last call (they are drained).
 
         Asks how many bytes are queued first (``FIONREAD``): the usual answer, 0, costs one
         syscall and no exception, where a read would raise ``BlockingIOError``.
         """
         fcntl.ioctl(self.fd, termios.FIONREAD, self._queued)
         if not any(self._queued):
-            return False
-        seen = False
+            return self._generation
         while True:
             try:
                 data = os.read(self.fd, 65536)
             except BlockingIOError:
-                return seen
+                break
             if not data:
-                return seen
-            seen = True
+                break
+            self._generation += 1
+        return self._generation
+
+
+def open_watch() -> Watch | None:
+    """An inotify descriptor, or None (logged) where there is none: then sources read per call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return Watch()
+    except (OSError, AttributeError) as exc:
+        log.info("no inotify (%s): trusted/ and the identity files are read per use", exc)
+        return None
 
 
 class WatchedPins:
     """``is_pinned`` over ``pins.current()``, rescanned only after inotify saw a change."""
 
-    def __init__(self, pins: _Pins) -> None:
+    def __init__(self, pins: _Pins, watch: Watch | None = None) -> None:
+        """``watch``: a descriptor shared with other sources; by default one of its own."""
         self._pins = pins
         self._cached: frozenset[str] | None = None
-        self._inotify: _Inotify | None = None
-        if sys.platform.startswith("linux"):
-            try:
-                self._inotify = _Inotify()
-            except (OSError, AttributeError) as exc:
-                log.info("pins: no inotify (%s): trusted/ is scanned per request", exc)
+        self._inotify = watch if watch is not None else open_watch()
+        self._seen = -1
         self._watching = False
 
     def current(self) -> frozenset[str]:
         ino = self._inotify
         if ino is None:
             return self._pins.current()
-        if ino.changed():
+        generation = ino.generation()
+        if generation != self._seen:
+            self._seen = generation
             self._cached = None
             self._watching = False  # the directory may be a new one: watch it again
         cached = self._cached
@@ -129,3 +165,55 @@ class WatchedPins:
                 return not any(entry.is_symlink() for entry in it)
         except OSError:
             return False
+
+
+class WatchedIdentity:
+    """``identity.current()``, read again only after inotify saw a change to ``node.crt``,
+    ``node.key`` or the directory holding them (or its parent: the directory replaced)."""
+
+    def __init__(self, identity: _Identity, watch: Watch | None = None) -> None:
+        """``watch``: a descriptor shared with other sources; by default one of its own."""
+        self._identity = identity
+        self._inotify = watch if watch is not None else open_watch()
+        self._seen = -1
+        self._cached: tuple[NodeIdentity | None] | None = None
+
+    def current(self) -> NodeIdentity | None:
+        ino = self._inotify
+        if ino is None:
+            return self._identity.current()
+        generation = ino.generation()
+        if generation != self._seen:
+            self._seen = generation
+            self._cached = None
+        cached = self._cached
+        if cached is not None:
+            return cached[0]
+        # Watch first, then read: a change racing the read queues an event. Files are watched
+        # again after every change (a rename puts a new inode under the name).
+        cacheable = self._watch(ino)
+        ident = self._identity.current()
+        if cacheable:
+            self._cached = (ident,)
+        return ident
+
+    def _watch(self, ino: Watch) -> bool:
+        """Watch the directory, its parent and both files; False when a change could go
+        unseen (the directory missing or unwatchable, or a file a symlink or unwatchable)."""
+        cert, key = self._identity.cert_path, self._identity.key_path
+        directory = cert.parent
+        if key.parent != directory:
+            return False
+        ino.watch(directory.parent, _PARENT_MASK)
+        if not ino.watch(directory, _CLUSTER_MASK):
+            return False
+        for path in (cert, key):
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                continue  # its creation is a directory event
+            except OSError:
+                return False
+            if stat.S_ISLNK(mode) or not ino.watch(path, _FILE_MASK):
+                return False
+        return True
