@@ -25,14 +25,21 @@ from tests.frames import event, status_result, workload
 FP = "ab" * 32
 
 
-def test_a_lone_callback_runs_its_deferred_work_before_it_returns() -> None:
-    """Nothing else ready: the work runs inside callback_done, no extra loop iteration."""
+def test_a_lone_callback_defers_nothing_and_runs_what_was_deferred_before_it_returns() -> None:
+    """Nothing else ready: writes are not deferred, and deferred work runs inside
+    callback_done (no extra loop iteration); with a callback queued behind, writes defer."""
     order: list[str] = []
 
     async def main() -> None:
-        end = EndOfBatch(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        end = EndOfBatch(loop)
         end.active = True
+        assert not end.deferring
+        handle = loop.call_soon(order.append, "queued")
         assert end.deferring
+        handle.cancel()
+        await asyncio.sleep(0)
+        end.active = True
         end.defer(lambda: order.append("broker"))
         end.defer(lambda: order.append("answer"))
         end.active = False
