@@ -178,11 +178,15 @@ class TLSMachine:
             return self._recv_plaintext()
         chunks = []
         read = _lib.SSL_read
+        bio = self._bio_in
         while not self.peer_closed:
             buf = _alloc("char[]", _RECORD)
             n = read(raw, buf, _RECORD)
             if n > 0:
                 chunks.append(_ffi.buffer(buf, n)[:])
+                # Nothing decrypted left and no input: another SSL_read could only say so.
+                if not _lib.SSL_pending(raw) and _lib.BIO_get_mem_data(bio, _NULL) <= 0:
+                    break
                 continue
             if _lib.SSL_get_error(raw, n) == _WANT_READ:
                 break  # the rest of the input is an unfinished record, or nothing
