@@ -188,9 +188,9 @@ class TLSMachine:
                 if not _lib.SSL_pending(raw) and _lib.BIO_get_mem_data(bio, _NULL) <= 0:
                     break
                 continue
-            if _lib.SSL_get_error(raw, n) == _WANT_READ:
-                break  # the rest of the input is an unfinished record, or nothing
-            self._read_error(n)
+            if _lib.SSL_get_error(raw, n) != _WANT_READ:
+                self._read_error(n)  # raises, or marks the peer closed
+            break  # else the rest of the input is an unfinished record, or nothing
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def _read_error(self, result: int) -> None:
