@@ -7,11 +7,12 @@ connection), and keeps their order: every broker write of the batch, then the an
 
 "The end of the batch" is read from asyncio's run queue (CPython's ``loop._ready``: the
 callbacks of this iteration still to run). A callback with nothing queued behind it is the
-batch's last: it defers nothing, and runs what earlier callbacks deferred when it ends, so a
-lone request (one connection, one stream) goes out as before, in the iteration that read it.
-When other callbacks are still queued, one ``call_soon`` handle makes sure the work runs after
-them, and the last of our own callbacks runs it earlier when it finds that handle alone in the
-queue. On a loop without that queue (uvloop), nothing is deferred.
+batch's last: it runs what was deferred when it ends, so a lone request (one connection, one
+stream) still goes out in the iteration that read it, and the requests of one read (HTTP/2
+streams in one TLS record) share one broker write too. When other callbacks are still queued,
+one ``call_soon`` handle makes sure the work runs after them, and the last of our own
+callbacks runs it earlier when it finds that handle alone in the queue. On a loop without that
+queue (uvloop), nothing is deferred.
 """
 
 from __future__ import annotations
@@ -64,9 +65,8 @@ class EndOfBatch:
     @property
     def deferring(self) -> bool:
         """True when a write now should be deferred instead: something is deferred already
-        (order), or an IO callback runs and other callbacks of its batch are still queued (a
-        callback with nothing queued behind it is the batch's last: it writes at once)."""
-        return bool(self._pending) or (self.active and bool(self._ready))
+        (order), or an IO callback runs (its writes, and its batch's, are gathered)."""
+        return bool(self._pending) or (self.active and self._ready is not None)
 
     @property
     def pending(self) -> bool:
