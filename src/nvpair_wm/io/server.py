@@ -223,9 +223,9 @@ class ServerConnection(asyncio.BufferedProtocol):
         end.active = True
         try:
             self._received(data)
-        finally:
+        finally:  # what was deferred goes out even if a bug of ours raised
             end.active = False
-        end.callback_done()
+            end.callback_done()
 
     def _received(self, data: bytes | memoryview) -> None:
         now = self.loop.time()
