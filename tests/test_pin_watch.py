@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 from pathlib import Path
 
 from nvpair_wm.clusterdir import cert_fingerprint, init_cluster, make_self_signed
-from nvpair_wm.io.batch import for_loop
 from nvpair_wm.io.pin_watch import WatchedPins
 from nvpair_wm.pins import PinSet
 
@@ -69,34 +67,3 @@ def test_a_symlinked_pin_is_never_cached(tmp_path: Path) -> None:
     target.write_bytes(pem)  # outside trusted/: inotify cannot see it, the scan does
     assert not watched.is_pinned(b)
     assert pins.scans == 2
-
-
-def test_within_one_batch_the_first_answer_stands_and_the_next_batch_asks_again(
-    tmp_path: Path,
-) -> None:
-    """The server's requests of one batch (one epoll_wait, one read) share one inotify check; a
-    pin removed meanwhile refuses the first request of the next batch, and any caller outside
-    a batch at once."""
-    dirs = init_cluster(tmp_path / "c", ["a", "b", "c"])
-    trusted = dirs["a"] / "trusted"
-    b = cert_fingerprint((dirs["b"] / "node.crt").read_bytes())
-    c = cert_fingerprint((dirs["c"] / "node.crt").read_bytes())
-    watched = WatchedPins(CountingPins(trusted))
-
-    async def main() -> None:
-        end = for_loop(asyncio.get_running_loop())
-        end.active = True  # as ServerConnection.data_received does
-        assert watched.is_pinned(b)
-        (trusted / "b.crt").unlink()
-        assert watched.is_pinned(b)  # the same batch: its first answer stands
-        end.active = False
-        end.callback_done()  # the batch is over
-        end.active = True
-        assert not watched.is_pinned(b)  # the next batch asks inotify again
-        assert watched.is_pinned(c)
-        end.active = False
-        end.callback_done()
-        (trusted / "c.crt").unlink()
-        assert not watched.is_pinned(c)  # outside a batch: every call asks
-
-    asyncio.run(main())

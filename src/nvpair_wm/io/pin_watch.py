@@ -8,19 +8,12 @@ the inotify descriptor before each use (one syscall, EAGAIN when nothing changed
 change that happened before the request arrived: removing a pin still refuses the very next
 request.
 
-Within one batch of the server's ready connections (:mod:`nvpair_wm.io.batch`: one
-``epoll_wait``'s worth, or the streams of one read) the answer of the batch's first check
-stands, as the issue's "cached per event-loop tick" allows: those requests were all on their
-way when the batch began. The next batch asks inotify again, so a pin removed before a request
-arrives still refuses it. This saves the ``ioctl`` per request when many arrive together.
-
 Falls back to scanning on every call where that guarantee does not hold: no inotify (not Linux,
 out of watches), ``trusted/`` missing, or a symlink in it (its target can change unseen).
 """
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import fcntl
 import logging
@@ -29,8 +22,6 @@ import sys
 import termios
 from pathlib import Path
 from typing import Protocol
-
-from nvpair_wm.io.batch import EndOfBatch, for_loop
 
 __all__ = ["WatchedPins"]
 
@@ -108,21 +99,16 @@ class WatchedPins:
             except (OSError, AttributeError) as exc:
                 log.info("pins: no inotify (%s): trusted/ is scanned per request", exc)
         self._watching = False
-        self._batch: EndOfBatch | None = None
-        self._held = False  # the cache stands until the loop's current batch is over
 
     def current(self) -> frozenset[str]:
         ino = self._inotify
         if ino is None:
             return self._pins.current()
-        if self._held and self._cached is not None:
-            return self._cached
         if ino.changed():
             self._cached = None
             self._watching = False  # the directory may be a new one: watch it again
         cached = self._cached
         if cached is not None:
-            self._hold()
             return cached
         if not self._watching:
             trusted = self._pins.trusted_dir
@@ -132,27 +118,10 @@ class WatchedPins:
         pins = self._pins.current()
         if self._watching and self._cacheable():
             self._cached = pins
-        self._hold()
         return pins
 
     def is_pinned(self, fingerprint: str) -> bool:
         return fingerprint in self.current()
-
-    def _hold(self) -> None:
-        """Inside a server callback: keep the answer until its batch is over."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no event loop (a synchronous caller): ask every time
-            return
-        batch = self._batch
-        if batch is None or batch.loop is not loop:
-            batch = self._batch = for_loop(loop)
-        if batch.active and self._cached is not None:
-            self._held = True
-            batch.defer(self._release)
-
-    def _release(self) -> None:
-        self._held = False
 
     def _cacheable(self) -> bool:
         try:
