@@ -2,8 +2,10 @@
 and broker channel that use it: one pipe write per batch of requests, always before the
 answers of that batch; a lone request still answered in the iteration that read it.
 
+Also the pin check: asked once per batch, again in the next.
+
 Real parts: the asyncio loop, real sockets to the real server driver (plaintext HTTP/1.1), the
-real dispatcher and broker channel writing to a real pipe.
+real dispatcher and broker channel writing to a real pipe, real pin files.
 """
 
 from __future__ import annotations
@@ -13,13 +15,18 @@ import contextlib
 import io
 import os
 import socket
+from pathlib import Path
 
+from nvpair_wm.clusterdir import cert_fingerprint, init_cluster
 from nvpair_wm.dedup import TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher
 from nvpair_wm.endpoint import EventsEndpoint
+from nvpair_wm.http.core import Request
 from nvpair_wm.io.batch import EndOfBatch, for_loop
+from nvpair_wm.io.pin_watch import WatchedPins
 from nvpair_wm.io.server import InterNodeServer
 from nvpair_wm.local import BrokerChannel, BrokerQueue, BrokerReader, FileWriter
+from nvpair_wm.pins import PinSet
 from tests.frames import event, status_result, workload
 
 FP = "ab" * 32
@@ -217,3 +224,40 @@ def test_a_lone_request_is_written_to_the_broker_before_its_answer() -> None:
     assert answers[0].startswith(b"HTTP/1.1 202 ")
     assert writes == [(1, 0), (1, 0)]
     assert len(carried) == 2
+
+
+def test_the_pin_check_is_asked_once_per_batch_and_again_in_the_next(tmp_path: Path) -> None:
+    """Requests of one batch share the batch's first pin answer (one inotify check instead of
+    one per request); a pin removed meanwhile refuses the first request of the next batch, and
+    outside a batch every request asks at once. Real files, the daemon's WatchedPins."""
+    dirs = init_cluster(tmp_path / "c", ["a", "b", "c"])
+    trusted = dirs["a"] / "trusted"
+    b = cert_fingerprint((dirs["b"] / "node.crt").read_bytes())
+    c = cert_fingerprint((dirs["c"] / "node.crt").read_bytes())
+    dispatcher = Dispatcher(WorkloadTable(TableLimits()), status_result)
+    endpoint = EventsEndpoint(dispatcher, WatchedPins(PinSet(trusted)), BrokerQueue())
+
+    def status(fp: str) -> int:
+        req = Request(
+            "POST", "/v1/workloads/events", [(b"content-type", b"application/json")], fp, "h2", 10
+        )
+        answer = endpoint.head(req)
+        return 100 if answer is None else answer.status  # 100: go on
+
+    async def main() -> None:
+        end = for_loop(asyncio.get_running_loop())
+        end.active = True  # as ServerConnection.data_received does
+        assert status(b) == 100
+        (trusted / "b.crt").unlink()
+        assert status(b) == 100  # the same batch: its first answer stands
+        end.active = False
+        end.callback_done()  # the batch is over
+        end.active = True
+        assert status(b) == 403  # the next batch asks again
+        assert status(c) == 100
+        end.active = False
+        end.callback_done()
+        (trusted / "c.crt").unlink()
+        assert status(c) == 403  # outside a batch: every request asks
+
+    asyncio.run(main())

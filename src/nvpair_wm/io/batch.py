@@ -48,10 +48,10 @@ class EndOfBatch:
     connection, say).
     """
 
-    __slots__ = ("__weakref__", "_handle", "_loop", "_pending", "_ready", "active")
+    __slots__ = ("__weakref__", "_handle", "_pending", "_ready", "active", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self.loop = loop
         ready: Any = getattr(loop, "_ready", None)
         #: CPython's run queue, or None: then nothing is deferred.
         self._ready: collections.deque[Any] | None = (
@@ -84,7 +84,7 @@ class EndOfBatch:
         if not ready or (len(ready) == 1 and ready[0] is self._handle):
             self.run()
         elif self._handle is None:
-            self._handle = self._loop.call_soon(self.run)
+            self._handle = self.loop.call_soon(self.run)
 
     def run(self) -> None:
         """Run everything deferred, in order (and what that defers in turn)."""
