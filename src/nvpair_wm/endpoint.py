@@ -167,12 +167,14 @@ class EventsEndpoint:
         return answer
 
     def _current_batch(self) -> EndOfBatch | None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # called outside an event loop (tests, tools): no batches
-            return None
+        """The batches of the loop that first ran this (asking the running loop costs a
+        ``getpid`` per call). On another loop later its batch is never active: no caching."""
         batch = self._batch
-        if batch is None or batch.loop is not loop:
+        if batch is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # called outside an event loop (tests, tools): no batches
+                return None
             batch = self._batch = for_loop(loop)
         return batch
 
