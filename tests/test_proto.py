@@ -302,6 +302,60 @@ def test_tls_machines_handshake_and_exchange_in_memory(tls_cluster: TLSCluster) 
     assert server.peer_closed
 
 
+def _handshaken(tls_cluster: TLSCluster) -> tuple[TLSMachine, TLSMachine]:
+    server = TLSMachine(ServerTLS(Identity(tls_cluster.server_dir)).new_connection())
+    ident = Identity(tls_cluster.dirs["b"]).current()
+    assert ident is not None
+    pins = PinSet(tls_cluster.dirs["b"] / "trusted")
+    conn = SSL.Connection(client_context(ident, pins.is_pinned, [b"h2"]), None)
+    conn.set_connect_state()
+    client = TLSMachine(conn)
+    client.start()
+    for _ in range(4):
+        server.receive(client.data_to_send())
+        client.receive(server.data_to_send())
+    assert server.handshake_done and client.handshake_done
+    return server, client
+
+
+def test_tls_records_split_anywhere_or_packed_together_come_out_whole(
+    tls_cluster: TLSCluster,
+) -> None:
+    """The record path reads every complete record a feed completes and no further: records
+    split at odd offsets, several records in one feed, plaintext over one record's 16 KiB,
+    and a reply bigger than one record, all arrive intact and in order."""
+    server, client = _handshaken(tls_cluster)
+    messages = [b"a" * 10, b"b" * 300, bytes(range(256)) * 100, b"d"]  # the third: 2 records
+    wire = b""
+    for m in messages:
+        client.send(m)
+        wire += client.data_to_send()
+    got = b""
+    for i in range(0, len(wire), 97):  # splits inside headers and bodies of records
+        got += server.receive(wire[i : i + 97])
+    assert got == b"".join(messages)
+    for m in messages:
+        client.send(m)
+    assert server.receive(client.data_to_send()) == b"".join(messages)  # one feed, 5 records
+    assert server.receive(b"") == b""
+    reply = bytes(range(251)) * 300  # 75 KB: five records out, read in one call
+    server.send(reply)
+    assert client.receive(server.data_to_send()) == reply
+    assert server.data_to_send() == b""
+
+
+def test_tls_a_forged_record_after_the_handshake_is_a_tls_error(tls_cluster: TLSCluster) -> None:
+    server, client = _handshaken(tls_cluster)
+    client.send(b"fine")
+    assert server.receive(client.data_to_send()) == b"fine"
+    client.send(b"x" * 40)
+    record = bytearray(client.data_to_send())
+    record[-1] ^= 1  # the authentication tag no longer matches
+    with pytest.raises(TLSError, match="TLS error"):
+        server.receive(bytes(record))
+    assert server.data_to_send()  # the alert to send
+
+
 def test_tls_garbage_is_the_peers_tls_error(tls_cluster: TLSCluster) -> None:
     server = TLSMachine(ServerTLS(Identity(tls_cluster.server_dir)).new_connection())
     with pytest.raises(TLSError, match="handshake failed"):

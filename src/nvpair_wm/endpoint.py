@@ -4,7 +4,11 @@ Order of the checks, all before the body is read (``head``):
 
 1. **403** the caller's certificate is not pinned (re-read per request, so removing a member
    from ``trusted/`` refuses its very next request, also on an open connection). This comes
-   first so an unpinned caller learns nothing about paths or methods.
+   first so an unpinned caller learns nothing about paths or methods. Requests handled in one
+   batch of the server's ready connections (:mod:`nvpair_wm.io.batch`: one ``epoll_wait``'s
+   worth, or the HTTP/2 streams of one read) share the batch's first answer per caller, as the
+   issue's "cached per event-loop tick" allows: they were all on their way when the batch
+   began, and the next batch asks again. That saves the pin check's syscall per request.
 2. **404** any other path; **405** any other method (with ``Allow: POST``).
 3. **415** a Content-Type other than ``application/json`` (parameters are fine, a charset must be
    UTF-8).
@@ -17,6 +21,7 @@ frames for the broker, which go into the :class:`BrokerSink` in arrival order.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Protocol
 
@@ -29,6 +34,7 @@ from nvpair_wm.http.core import (
     get_header,
     too_large,
 )
+from nvpair_wm.io.batch import EndOfBatch, for_loop
 
 __all__ = [
     "EVENTS_PATH",
@@ -116,10 +122,12 @@ class EventsEndpoint:
         self.sink = sink
         self.max_body = max_body
         self.path = path
+        self._batch: EndOfBatch | None = None
+        self._pinned: dict[str, bool] = {}  # this batch's answers, per caller (see above)
 
     def head(self, req: Request) -> Response | None:
         fp = req.peer_fingerprint
-        if fp is None or not self.pins.is_pinned(fp):
+        if fp is None or not self._is_pinned(fp):
             log.debug("refused unpinned caller %s (%s %s)", fp, req.method, req.path)
             return error_response(403, "client certificate is not pinned by this cluster")
         if req.path != self.path:
@@ -145,6 +153,30 @@ class EventsEndpoint:
         if result.body is None:
             return empty_response(result.status)
         return Response(result.status, [(b"content-type", b"application/json")], result.body)
+
+    def _is_pinned(self, fp: str) -> bool:
+        answer = self._pinned.get(fp)
+        if answer is not None:
+            return answer
+        answer = self.pins.is_pinned(fp)
+        batch = self._current_batch()
+        if batch is not None and batch.active:  # inside the server's callback: hold it
+            if not self._pinned:
+                batch.defer(self._pinned.clear)
+            self._pinned[fp] = answer
+        return answer
+
+    def _current_batch(self) -> EndOfBatch | None:
+        """The batches of the loop that first ran this (asking the running loop costs a
+        ``getpid`` per call). On another loop later its batch is never active: no caching."""
+        batch = self._batch
+        if batch is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # called outside an event loop (tests, tools): no batches
+                return None
+            batch = self._batch = for_loop(loop)
+        return batch
 
     @staticmethod
     def _busy() -> Response:

@@ -14,7 +14,9 @@ append) in one call, then its replies are queued in one put, so that a journal r
 written before the reply that follows it can be.
 Frames that arrive while nothing is waiting to be written go to the broker at once, in one
 write (no hop through the writer task); the writer task only takes over while the channel has a
-backlog (the pipe is full), and it is that backlog the queue's bound applies to.
+backlog (the pipe is full), and it is that backlog the queue's bound applies to. Frames put
+while the inter-node server handles a batch of ready connections are written once, at the end
+of the batch (:mod:`nvpair_wm.io.batch`), before the answers of that batch.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from nvpair_wm_schema.node_record_schema import NodeRecord
 
 from nvpair_wm import codec
 from nvpair_wm.dispatch import Dispatcher, Outbound
+from nvpair_wm.io.batch import EndOfBatch, for_loop
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +210,8 @@ class BrokerChannel:
         self._on_nodes = on_nodes
         self._lines = codec.LineBuffer(max_frame)
         self._draining = False  # the writer task waits for the broker to read
+        self._batch: EndOfBatch | None = None
+        self._batched: list[bytes] | None = None  # frames for the end of the loop's batch
         queue.direct = self._write_now
 
     async def read_until_eof(self) -> None:
@@ -276,6 +281,10 @@ class BrokerChannel:
         """Write ``frames`` at once if nothing is waiting to be written before them (the
         transport's buffer is empty: the pipe took everything so far); else False, and the
         writer task writes them in turn, waiting for the broker to read."""
+        batched = self._batched
+        if batched is not None:  # more of this batch: same write, same order
+            batched += frames
+            return True
         writer = self._writer
         if self._draining:
             return False
@@ -283,9 +292,23 @@ class BrokerChannel:
             transport = writer.transport
             if transport.is_closing() or transport.get_write_buffer_size():
                 return False
+        end = self._batch
+        if end is None:
+            end = self._batch = for_loop(asyncio.get_running_loop())
+        if end.deferring:
+            self._batched = list(frames)
+            end.defer(self._write_batched)
+            return True
         writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
         self._dispatcher.wrote_to_broker(len(frames))
         return True
+
+    def _write_batched(self) -> None:
+        """The end of the loop's batch: its frames in one write."""
+        frames, self._batched = self._batched, None
+        if frames:
+            self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
+            self._dispatcher.wrote_to_broker(len(frames))
 
     async def write_forever(self) -> None:
         """Write queued frames to the broker in order, one syscall per burst."""
@@ -295,6 +318,7 @@ class BrokerChannel:
 
     async def flush(self) -> None:
         """Write whatever is still queued (used at shutdown)."""
+        self._write_batched()
         frames = self._queue.drain_nowait()
         if frames:
             await self._write(frames)

@@ -16,6 +16,12 @@ pinned at handshake time take the other slots, so idle strangers cannot lock pee
 Protocol choice by ALPN: ``h2`` → HTTP/2, ``http/1.1`` → HTTP/1.1, none → HTTP/2 if the client
 opens with the HTTP/2 preface (prior knowledge), else HTTP/1.1.
 
+Batching (:mod:`nvpair_wm.io.batch`): while one ``epoll_wait``'s batch of ready connections is
+handled, the broker channel defers its pipe writes to the batch's end, and a connection whose
+answer would otherwise overtake such a write defers its socket write behind it (broker first,
+then the answers, as when each request was written on its own). A lone request still goes out
+in the iteration that read it.
+
 Backpressure: while the transport's write buffer is over its high-water mark, reading pauses
 (``pause_reading``); a peer that does not read for ``write_timeout`` is aborted. The broker
 queue answers 503 when full (the endpoint's job).
@@ -41,6 +47,7 @@ from nvpair_wm_schema.contract import DEFAULT_PORT
 from nvpair_wm import allocator
 from nvpair_wm.errors import TLSError
 from nvpair_wm.http.core import Handler, Limits
+from nvpair_wm.io.batch import EndOfBatch, for_loop
 from nvpair_wm.pins import IdentitySource
 from nvpair_wm.proto.h1 import H1Session
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
@@ -182,6 +189,8 @@ class ServerConnection(asyncio.BufferedProtocol):
         self._linger_until: float | None = None
         self._shutdown = False
         self._peer_eof = False
+        self._batch = server.batch
+        self._deferred: list[bytes] | None = None  # socket writes waiting for the batch's end
 
     # -- asyncio callbacks --------------------------------------------------------------------
 
@@ -210,6 +219,15 @@ class ServerConnection(asyncio.BufferedProtocol):
         """Feed what the peer sent (TLS records, or plaintext without TLS)."""
         if self.closed or self._linger_until is not None:
             return  # closing: the peer's leftovers are dropped
+        end = self._batch
+        end.active = True
+        try:
+            self._received(data)
+        finally:  # what was deferred goes out even if a bug of ours raised
+            end.active = False
+            end.callback_done()
+
+    def _received(self, data: bytes | memoryview) -> None:
         now = self.loop.time()
         tls = self.tls
         if tls is None:
@@ -242,6 +260,7 @@ class ServerConnection(asyncio.BufferedProtocol):
             return None
         self._feed(b"", now)
         self._flush(now)
+        self._batch.callback_done()
         return True  # half-close: keep our side open to answer
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -337,8 +356,28 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def _write(self, data: bytes) -> None:
         transport = self.transport
-        if transport is not None and not transport.is_closing():
+        if transport is None or transport.is_closing():
+            return
+        deferred = self._deferred
+        if deferred is not None:
+            deferred.append(data)
+        elif self._batch.pending:  # a broker write of this batch goes first
+            self._deferred = [data]
+            self._batch.defer(self._write_deferred)
+        else:
             transport.write(data)
+
+    def _write_deferred(self) -> None:
+        deferred, self._deferred = self._deferred, None
+        transport = self.transport
+        if deferred and transport is not None and not transport.is_closing():
+            transport.write(deferred[0] if len(deferred) == 1 else b"".join(deferred))
+
+    def _run_deferred(self) -> None:
+        """Before closing: what this connection deferred goes out now (the batch's broker
+        writes first)."""
+        if self._deferred is not None:
+            self._batch.run()
 
     # -- the one timer --------------------------------------------------------------------------
 
@@ -399,6 +438,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         else:
             session.handle_timeout(now)
         self._flush(now)
+        self._batch.callback_done()
 
     # -- closing ------------------------------------------------------------------------------
 
@@ -416,6 +456,7 @@ class ServerConnection(asyncio.BufferedProtocol):
             return
         self._start_shutdown(now)
         self._flush(now)
+        self._batch.callback_done()
 
     def _start_shutdown(self, now: float) -> None:
         session = self.session
@@ -432,6 +473,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         if self.tls is not None:
             self.tls.close()
             self._write_tls()
+        self._run_deferred()
         if transport.is_closing() or not transport.can_write_eof():
             self._close_now()
             return
@@ -451,6 +493,7 @@ class ServerConnection(asyncio.BufferedProtocol):
     def _close_now(self) -> None:
         if self.closed:
             return
+        self._run_deferred()
         self.closed = True
         if self.transport is not None:
             self.transport.close()
@@ -513,6 +556,7 @@ class InterNodeServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.port: int = 0  # the bound port, once started
         self._high_water = 0  # most connections open since the last trim
+        self._batch: EndOfBatch | None = None
         #: Every connection reads into this one buffer (see ``ServerConnection.get_buffer``).
         self.receive_buffer = memoryview(bytearray(RECEIVE_BUFFER_BYTES))
         self._trim: asyncio.Handle | None = None
@@ -521,6 +565,13 @@ class InterNodeServer:
     def loop(self) -> asyncio.AbstractEventLoop:
         assert self._loop is not None, "InterNodeServer.start() first"
         return self._loop
+
+    @property
+    def batch(self) -> EndOfBatch:
+        """The loop's :class:`~nvpair_wm.io.batch.EndOfBatch` (shared with the broker channel)."""
+        if self._batch is None:
+            self._batch = for_loop(self.loop)
+        return self._batch
 
     @property
     def refused_over_cap(self) -> int:

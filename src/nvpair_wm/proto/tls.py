@@ -4,11 +4,19 @@ The caller feeds what the socket delivered (:meth:`TLSMachine.receive`), gets th
 carried, and sends :meth:`TLSMachine.data_to_send` (handshake messages, records, alerts,
 close_notify). The handshake runs inside ``receive``; once it is done :attr:`peer_fingerprint`
 and :attr:`alpn` say who the peer is and what it speaks. No socket, no clock, no asyncio.
+
+Once the handshake is done, records go through OpenSSL's ``SSL_read`` / ``SSL_write`` /
+``BIO_read`` directly (the cffi binding pyOpenSSL itself uses): pyOpenSSL's wrappers check
+three callback helpers and raise ``WantReadError`` on every call that finds nothing more, which
+cost a quarter of the TLS time per request. Errors still go through pyOpenSSL's own mapping
+(``_raise_ssl_error``), so they raise exactly what they did before. Without those internals (a
+pyOpenSSL that renamed them) the public methods are used.
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from OpenSSL import SSL
@@ -19,6 +27,18 @@ from nvpair_wm.pins import fingerprint_der
 __all__ = ["TLSMachine", "describe_ssl_error"]
 
 _CHUNK = 64 * 1024
+#: The most plaintext one TLS record carries: one ``SSL_read`` returns at most one record.
+_RECORD = 16 * 1024
+
+try:  # the cffi binding pyOpenSSL calls OpenSSL through (see the module docstring)
+    from OpenSSL._util import ffi as _ffi
+    from OpenSSL._util import lib as _lib
+
+    _WANT_READ: int = _lib.SSL_ERROR_WANT_READ
+    _alloc: Any = _ffi.new_allocator(should_clear_after_alloc=False)
+    _NULL: Any = _ffi.NULL
+except (ImportError, AttributeError):  # pragma: no cover - another pyOpenSSL
+    _lib = None
 
 
 def describe_ssl_error(exc: SSL.Error) -> str:
@@ -31,10 +51,27 @@ def describe_ssl_error(exc: SSL.Error) -> str:
 class TLSMachine:
     """One TLS connection (either side) over memory BIOs; ``conn`` is in accept or connect state."""
 
-    __slots__ = ("_ssl", "alpn", "handshake_done", "peer_closed", "peer_fingerprint", "sent_close")
+    __slots__ = (
+        "_bio_in",
+        "_bio_out",
+        "_raw",
+        "_ssl",
+        "alpn",
+        "handshake_done",
+        "peer_closed",
+        "peer_fingerprint",
+        "sent_close",
+    )
 
     def __init__(self, conn: SSL.Connection) -> None:
         self._ssl = conn
+        # OpenSSL's SSL* and memory BIOs, for the direct record path (None: public methods).
+        raw = getattr(conn, "_ssl", None)
+        self._raw: Any = raw if _lib is not None else None
+        self._bio_in: Any = getattr(conn, "_into_ssl", None)
+        self._bio_out: Any = getattr(conn, "_from_ssl", None)
+        if self._bio_in is None or self._bio_out is None:
+            self._raw = None
         self.handshake_done = False
         self.peer_closed = False  # close_notify or an unclean EOF seen
         self.sent_close = False
@@ -52,7 +89,9 @@ class TLSMachine:
         then in :meth:`data_to_send`).
         """
         if data:
-            self._ssl.bio_write(data)
+            bio = self._bio_in if self._raw is not None else None
+            if bio is None or _lib.BIO_write(bio, _ffi.from_buffer(data), len(data)) != len(data):
+                self._ssl.bio_write(data)  # the public path (raises what went wrong)
         if not self.handshake_done and not self._handshake():
             return b""
         return self._read_plaintext()
@@ -61,10 +100,19 @@ class TLSMachine:
         """The transport delivered EOF."""
         self.peer_closed = True
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes | memoryview) -> None:
         """Encrypt ``data`` (read the records with :meth:`data_to_send`)."""
         if not data or self.sent_close:
             return
+        raw = self._raw
+        if raw is not None and self.handshake_done:
+            n = _lib.SSL_write(raw, _ffi.from_buffer(data), len(data))
+            if n == len(data):  # a memory BIO takes everything: the usual case
+                return
+            if n <= 0:
+                self._write_error(n)
+            else:
+                data = memoryview(data)[n:]
         try:
             view = memoryview(data)
             while view:
@@ -83,6 +131,18 @@ class TLSMachine:
 
     def data_to_send(self) -> bytes:
         """Ciphertext OpenSSL produced since the last call."""
+        if self._raw is not None:
+            bio = self._bio_out
+            size = _lib.BIO_get_mem_data(bio, _NULL)  # what the memory BIO holds
+            if size <= 0:
+                return b""
+            buf = _alloc("char[]", size)
+            n = _lib.BIO_read(bio, buf, size)
+            out: bytes = _ffi.buffer(buf, n)[:] if n > 0 else b""
+            return out if n == size else out + self._drain_bio()
+        return self._drain_bio()
+
+    def _drain_bio(self) -> bytes:
         chunks = []
         bio_read = self._ssl.bio_read
         while True:
@@ -113,6 +173,47 @@ class TLSMachine:
         return True
 
     def _read_plaintext(self) -> bytes:
+        raw = self._raw
+        if raw is None:
+            return self._recv_plaintext()
+        chunks = []
+        read = _lib.SSL_read
+        bio = self._bio_in
+        while not self.peer_closed:
+            buf = _alloc("char[]", _RECORD)
+            n = read(raw, buf, _RECORD)
+            if n > 0:
+                chunks.append(_ffi.buffer(buf, n)[:])
+                # Nothing decrypted left and no input: another SSL_read could only say so.
+                if not _lib.SSL_pending(raw) and _lib.BIO_get_mem_data(bio, _NULL) <= 0:
+                    break
+                continue
+            if _lib.SSL_get_error(raw, n) != _WANT_READ:
+                self._read_error(n)  # raises, or marks the peer closed
+            break  # else the rest of the input is an unfinished record, or nothing
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _read_error(self, result: int) -> None:
+        """An ``SSL_read`` failed: pyOpenSSL's mapping says how (close_notify, EOF, error)."""
+        try:
+            self._ssl._raise_ssl_error(self._raw, result)
+        except (SSL.ZeroReturnError, SSL.SysCallError):
+            self.peer_closed = True  # close_notify, or EOF without one: the same to us
+        except SSL.WantReadError:
+            pass
+        except SSL.Error as exc:
+            raise TLSError(f"TLS error: {describe_ssl_error(exc)}") from exc
+        else:
+            raise TLSError(f"TLS error: SSL_read returned {result}")
+
+    def _write_error(self, result: int) -> None:
+        """An ``SSL_write`` failed: raise what pyOpenSSL's mapping makes of it, as TLSError."""
+        try:
+            self._ssl._raise_ssl_error(self._raw, result)
+        except SSL.Error as exc:
+            raise TLSError(f"TLS write failed: {describe_ssl_error(exc)}") from exc
+
+    def _recv_plaintext(self) -> bytes:
         chunks = []
         recv = self._ssl.recv
         while not self.peer_closed:
