@@ -40,6 +40,7 @@ from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm import codec
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.io.batch import EndOfBatch, for_loop
+from nvpair_wm.io.readsize import cap_reads
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +347,10 @@ async def open_stdio() -> tuple[asyncio.StreamReader, Writer]:
     reader = BrokerReader()
     stdin = io.FileIO(os.dup(sys.stdin.fileno()), "rb")
     if _pollable(stdin.fileno()):
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), stdin
+        )
+        cap_reads(transport)
     else:
         _feed_from_thread(loop, reader, stdin)
     stdout = io.FileIO(os.dup(sys.stdout.fileno()), "wb")
@@ -389,6 +393,7 @@ async def open_ipc(path: str) -> tuple[asyncio.StreamReader, Writer]:
         transport, _ = await loop.create_pipe_connection(lambda: proto, path)  # type: ignore[attr-defined]
     else:  # as asyncio.open_unix_connection, with our reader
         transport, _ = await loop.create_unix_connection(lambda: proto, path)
+    cap_reads(transport)
     return reader, asyncio.StreamWriter(transport, proto, reader, loop)
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from OpenSSL import SSL
 
 from nvpair_wm.errors import ClientError, ConnectFailed, ConnectionLost, PinRefused, TLSError
+from nvpair_wm.io.readsize import cap_reads
 from nvpair_wm.pins import NodeIdentity
 from nvpair_wm.proto.exchanges import (
     ClientEvent,
@@ -193,6 +194,7 @@ class PeerConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        cap_reads(transport)
         sock = transport.get_extra_info("socket")
         if sock is not None and self._keepalive > 0:
             _set_keepalive(sock, self._keepalive)
