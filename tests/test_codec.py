@@ -136,6 +136,17 @@ class TestLineBuffer:
         lb.feed(b"ABCDEFGH")
         assert lb.end() == [b"ABCDEFGH"]
 
+    def test_single_whole_line_reads(self) -> None:
+        """The one-line fast path keeps the rules: oversize, CRLF, blank, empty read."""
+        lb = LineBuffer(max_frame=8)
+        assert lb.feed(b"123456789\n") == [codec.TOO_LARGE]
+        assert lb.feed(b"ok\r\n") == [b"ok"]
+        assert lb.feed(b"  \n") == []
+        assert lb.feed(b"\n") == []
+        assert lb.feed(b"") == []
+        assert lb.feed(b"12345678\n") == [b"12345678"]
+        assert lb.end() == []
+
     def test_oversize_in_one_chunk_then_resync(self) -> None:
         lb = LineBuffer(max_frame=8)
         assert lb.feed(b"ok\n123456789\nnext\n") == [b"ok", TOO_LARGE, b"next"]

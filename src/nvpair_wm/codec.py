@@ -140,6 +140,12 @@ class LineBuffer:
 
     def feed(self, data: bytes) -> list[bytes | TooLarge]:
         out: list[bytes | TooLarge] = []
+        if not self._buf and not self._discarding and data.find(b"\n") == len(data) - 1:
+            # One whole line and nothing held (the usual read at a low rate): no buffer copy,
+            # no split. An empty ``data`` finds -1 == -1 and emits nothing.
+            if data:
+                self._emit(data[:-1], out)
+            return out
         if self._discarding:
             nl = data.find(b"\n")
             if nl < 0:
