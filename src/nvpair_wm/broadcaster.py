@@ -109,7 +109,7 @@ class _PerTick:
     batch started after it. Outside a running loop nothing is cached.
     """
 
-    __slots__ = ("_ident", "_identity", "_pinned", "_pins", "_stale")
+    __slots__ = ("_ident", "_identity", "_loop", "_pinned", "_pins", "_stale")
 
     def __init__(self, identity: IdentitySource, pins: PinSource) -> None:
         self._identity = identity
