@@ -117,14 +117,19 @@ class _PerTick:
         self._ident: NodeIdentity | None = None
         self._pinned: frozenset[str] = frozenset()
         self._stale = True
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _refresh(self) -> None:
         self._ident = self._identity.current()
         self._pinned = self._pins.current()
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            # Looked up once per loop: on Python 3.11 each asyncio.get_running_loop() is a
+            # getpid syscall, and a refresh comes before every send at a low event rate.
+            try:
+                loop = self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
         self._stale = False
         loop.call_soon(self._expire)
 
@@ -452,6 +457,7 @@ class _Link:
                     batch.body,
                     response_timeout=lim.response_timeout,
                     done=functools.partial(self._done, batch),
+                    caller_flushes=True,  # below, once for all
                 )
             except ClientError as exc:  # the connection cannot take it after all
                 outbox.failed(batch, str(exc))

@@ -114,11 +114,19 @@ class PeerConnection(asyncio.Protocol):
         return 1 if self._session is None else self._session.capacity(cap)
 
     def request(
-        self, path: str, body: bytes, *, response_timeout: float, done: Callable[[Outcome], None]
+        self,
+        path: str,
+        body: bytes,
+        *,
+        response_timeout: float,
+        done: Callable[[Outcome], None],
+        caller_flushes: bool = False,
     ) -> None:
         """Start ``POST path`` with ``body`` (application/json); ``done`` gets the response, or
         the :class:`ClientError` that says why there is none, on the event loop. No task, no
-        future: the bytes go out at :meth:`flush` or at the end of this event-loop tick.
+        future: the bytes go out at :meth:`flush` or at the end of this event-loop tick
+        (``caller_flushes``: the caller calls :meth:`flush` before it returns to the loop, so
+        no end-of-tick write is planned, only to be called off).
 
         The timeout is a parameter, not the caller's ``asyncio.timeout``, because a request that
         times out leaves the connection in an unknown state: the connection closes itself.
@@ -130,7 +138,8 @@ class PeerConnection(asyncio.Protocol):
         now = self._loop.time()
         self._requests[session.start_request(path, body, now, response_timeout)] = done
         self.last_activity = now
-        self._flush_soon()
+        if not caller_flushes:
+            self._flush_soon()
 
     def flush(self) -> None:
         """Write what the requests started so far produced, now (one TLS write for all); the
