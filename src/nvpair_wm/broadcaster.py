@@ -204,6 +204,7 @@ class _Link:
         self._conn_identity: str | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self._sending = 0  # requests in progress on ``conn``
         self._keepalive_armed = False  # the task's sleep ends in time for the next PING
         self._pump_pending = False
@@ -216,9 +217,8 @@ class _Link:
     # -- control --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(
-            self._run(), name=f"peer-{self.peer.node_id}"
-        )
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._run(), name=f"peer-{self.peer.node_id}")
         self._task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
@@ -246,7 +246,9 @@ class _Link:
         """Start batches at the end of this event-loop tick, without waking the task."""
         if not self._pump_pending:
             self._pump_pending = True
-            asyncio.get_running_loop().call_soon(self._pump)
+            # The link's loop, kept: on Python 3.11 asyncio.get_running_loop() is a getpid
+            # syscall, and this runs after every response.
+            (self._loop or asyncio.get_running_loop()).call_soon(self._pump)
 
     def retarget(self, peer: Peer) -> None:
         """The record moved (address or port): reconnect there; the queue stays."""
