@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final, Protocol, SupportsIndex, cast
+from typing import Final, Protocol, SupportsIndex
 
 from nvpair_wm_schema.node_record_schema import NodeRecord
 
@@ -158,7 +158,7 @@ class BrokerReader(asyncio.StreamReader):
             super().feed_data(data)
             return
         try:
-            consumer(cast(bytes, data))  # transports feed bytes
+            consumer(data)  # type: ignore[arg-type]  # transports feed bytes
         except Exception as exc:  # our bug, not the broker's: the reading task fails with it
             self.consumer = None
             self.set_exception(exc)

@@ -184,7 +184,10 @@ class Batch:
     @property
     def body(self) -> bytes:
         """A JSON-RPC batch: the frames' own bytes, joined."""
-        return b"[" + b",".join(o.body for o in self.items) + b"]"
+        snapshot, queued = self.snapshot, self.queued
+        if not snapshot and len(queued) == 1:  # one event: the usual batch at a low rate
+            return b"[" + queued[0].body + b"]"
+        return b"[" + b",".join([o.body for o in snapshot + queued]) + b"]"
 
     def room(self, item: Outbound, max_frames: int, max_bytes: int) -> bool:
         """Whether ``item`` fits (the first frame always does: it is sent alone if it must)."""
@@ -364,6 +367,8 @@ class PeerOutbox:
 
     def next_batch(self) -> Batch | None:
         """The next request's frames, or None (nothing to send, or backing off)."""
+        if not self._queue and self.snapshot is None and not self._sync_pending():
+            return None  # nothing at all (the usual answer to a fill's second ask)
         if self._clock() < self.retry.retry_at:
             return None
         if self._sync_pending():
