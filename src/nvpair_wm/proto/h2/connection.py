@@ -105,6 +105,8 @@ _CLOSED_MEMORY = 1024  # closed stream ids remembered for the §5.1 rules
 # How a remembered stream closed.
 _ENDED, _RESET_SENT, _RESET_RECEIVED = 0, 1, 2
 _SETTINGS_ACK = frame(SETTINGS, ACK, 0)
+#: status → (the HEADERS frame header up to its stream id, the block) of a bare response.
+_BARE_HEADERS: dict[int, tuple[bytes, bytes]] = {}
 
 
 def _unpad(payload: bytes, start: int = 0) -> tuple[int, int]:
@@ -226,7 +228,10 @@ class H2ServerSession:
             log.debug("HTTP/2 peer closed the connection")
             self.done = True
             return
-        self._guarded(self._receive, data, now)
+        try:  # what _guarded does, without its call: this is every request's path
+            self._receive(data, now)
+        except H2ConnectionError as abort:
+            self._abort(abort)
 
     def goaway(self, now: float) -> None:
         """Begin a graceful shutdown: GOAWAY NO_ERROR, finish in-flight streams, then done."""
@@ -269,9 +274,12 @@ class H2ServerSession:
         try:
             step(*args)
         except H2ConnectionError as abort:
-            log.info("HTTP/2 GOAWAY %s: %s", ErrorCodes(abort.code).name, abort.reason)
-            self._close(abort.code, abort.reason.encode())
-            self.done = True
+            self._abort(abort)
+
+    def _abort(self, abort: H2ConnectionError) -> None:
+        log.info("HTTP/2 GOAWAY %s: %s", ErrorCodes(abort.code).name, abort.reason)
+        self._close(abort.code, abort.reason.encode())
+        self.done = True
 
     def _stream_error(self, sid: int, code: int, now: float) -> None:
         """RST_STREAM for a stream error the peer caused; such resets share the reset budget."""
@@ -370,15 +378,15 @@ class H2ServerSession:
         return not self._preface_left
 
     def _frame(self, ftype: int, flags: int, sid: int, payload: bytes, now: float) -> None:
-        streams = self._streams
+        stream_frame = ftype in (DATA, HEADERS)
         self._budgets.account(
             ftype,
             flags,
             sid,
             len(payload),
             now,
-            tracked=sid in streams,
-            ended=self._closed.get(sid) == _ENDED,
+            tracked=ftype == DATA and sid in self._streams,
+            ended=stream_frame and sid <= self._highest and self._closed.get(sid) == _ENDED,
             waiting_for_window=ftype == WINDOW_UPDATE and self._waiting_for_window(sid),
         )
         if self._block_sid and ftype != CONTINUATION:
@@ -703,15 +711,32 @@ class H2ServerSession:
             log.error("HTTP/2 handler returned invalid header fields: %r", response.headers)
             response = error_response(500, "internal error")
         head_request = st.request is not None and st.request.method == "HEAD"
-        headers, body = response_fields(response, head_request)
-        st.out = body
         st.out_off = 0
         st.reset_after_send = reset_after
+        if not response.headers and not response.body:
+            # A bare answer (every 202): its whole HEADERS frame after the stream id is cached.
+            st.out = b""
+            self._send_bare(st.sid, response.status)
+            self._response_sent(st)
+            return
+        headers, body = response_fields(response, head_request)
+        st.out = body
         self._send_headers(st.sid, encode_fields(tuple(headers)), not body)
         if not body:
             self._response_sent(st)
         else:
             self._pump(st)
+
+    def _send_bare(self, sid: int, status: int) -> None:
+        """HEADERS with END_STREAM for a response without fields or body, from a cache."""
+        cached = _BARE_HEADERS.get(status)
+        if cached is None:
+            headers, _ = response_fields(Response(status, []), False)
+            block = encode_fields(tuple(headers))
+            head = frame_header(len(block), HEADERS, END_STREAM | END_HEADERS, 0)
+            cached = _BARE_HEADERS[status] = (head[:5], block)
+        prefix, block = cached
+        self._out.append(prefix + sid.to_bytes(4, "big") + block)
 
     def _send_headers(self, sid: int, block: bytes, end_stream: bool) -> None:
         """HEADERS (+ CONTINUATION frames if the block is over the peer's frame size)."""
