@@ -190,6 +190,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self._shutdown = False
         self._peer_eof = False
         self._batch = server.batch
+        self._receive_buffer = server.receive_buffer
         self._deferred: list[bytes] | None = None  # socket writes waiting for the batch's end
 
     # -- asyncio callbacks --------------------------------------------------------------------
@@ -211,9 +212,18 @@ class ServerConnection(asyncio.BufferedProtocol):
         return self.server.receive_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        data = self.server.receive_buffer[:nbytes]
-        # TLS copies ciphertext into its BIO; plaintext sessions may keep what they are given.
-        self.data_received(data if self.tls is not None else bytes(data))
+        # data_received, inlined: this is every request's first call.
+        if self.closed or self._linger_until is not None:
+            return  # closing: the peer's leftovers are dropped
+        data = self._receive_buffer[:nbytes]
+        end = self._batch
+        end.active = True
+        try:
+            # TLS copies ciphertext into its BIO; plaintext sessions may keep what they get.
+            self._received(data if self.tls is not None else bytes(data))
+        finally:  # what was deferred goes out even if a bug of ours raised
+            end.active = False
+            end.callback_done()
 
     def data_received(self, data: bytes | memoryview) -> None:
         """Feed what the peer sent (TLS records, or plaintext without TLS)."""
@@ -245,7 +255,11 @@ class ServerConnection(asyncio.BufferedProtocol):
             if not was_done and tls.handshake_done:
                 self._handshake_done(now)
         if plain:
-            self._feed(plain, now)
+            session = self.session
+            if session is not None:  # _feed's usual case, without its call
+                session.receive_data(plain, now)
+            else:
+                self._feed(plain, now)
         if tls is not None and tls.peer_closed and not self.closed:
             self._feed(b"", now)
         self._flush(now)
