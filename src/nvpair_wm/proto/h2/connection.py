@@ -378,17 +378,28 @@ class H2ServerSession:
         return not self._preface_left
 
     def _frame(self, ftype: int, flags: int, sid: int, payload: bytes, now: float) -> None:
-        stream_frame = ftype in (DATA, HEADERS)
-        self._budgets.account(
-            ftype,
-            flags,
-            sid,
-            len(payload),
-            now,
-            tracked=ftype == DATA and sid in self._streams,
-            ended=stream_frame and sid <= self._highest and self._closed.get(sid) == _ENDED,
-            waiting_for_window=ftype == WINDOW_UPDATE and self._waiting_for_window(sid),
-        )
+        budgets = self._budgets
+        # A request's own frames (HEADERS opening a new stream; DATA that moves bytes or ends
+        # an open stream) count in no budget and cannot be on an ended stream (open streams
+        # are never among the remembered closed ones): no call to the budgets for them.
+        if not (
+            budgets.settings_seen
+            and (
+                (ftype == HEADERS and sid > self._highest)
+                or (ftype == DATA and (payload or flags & END_STREAM) and sid in self._streams)
+            )
+        ):
+            stream_frame = ftype in (DATA, HEADERS)
+            budgets.account(
+                ftype,
+                flags,
+                sid,
+                len(payload),
+                now,
+                tracked=ftype == DATA and sid in self._streams,
+                ended=stream_frame and sid <= self._highest and self._closed.get(sid) == _ENDED,
+                waiting_for_window=ftype == WINDOW_UPDATE and self._waiting_for_window(sid),
+            )
         if self._block_sid and ftype != CONTINUATION:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "frame inside a header block")
         if ftype == DATA:
@@ -662,7 +673,8 @@ class H2ServerSession:
         if data:
             st.body += data
             self._windows.buffered += len(data)
-        if st.owed:
+        if st.owed >= self._windows.half_stream or len(self._streams) > 1:
+            # (A lone stream's window is due only once half of it is owed: settle's rule.)
             self._windows.settle(self._streams.values())
 
     def _on_end(self, st: Stream) -> None:
