@@ -244,6 +244,13 @@ class H2ServerSession:
 
     def next_deadline(self) -> float | None:
         limits = self._limits
+        if (
+            not self._streams
+            and self._block_started is None
+            and self._drain_deadline is None
+            and self._budgets.settings_seen
+        ):  # an idle connection between requests: only the idle timeout is left
+            return self._idle_since + limits.idle_timeout
         best: float | None = None
         if not self._budgets.settings_seen:
             best = self._started + limits.header_timeout
@@ -647,7 +654,11 @@ class H2ServerSession:
             self._answer_early(st, parsed)
             return
         st.request = parsed
-        early = self._call_head(parsed)
+        try:  # a handler crash is OUR bug, answered 500 (never blamed on the peer)
+            early = self._handler.head(parsed)
+        except Exception:  # any handler bug: logged as ours, answered 500
+            log.exception("HTTP/2 handler failed")
+            early = error_response(500, "internal error")
         if early is None and (parsed.content_length or 0) > self._max_body:
             early = too_large(self._max_body)
         if early is not None:
@@ -687,30 +698,20 @@ class H2ServerSession:
         if st.mode == "body" and st.out is None and request is not None:
             body = bytes(st.body)
             self._release_body(st)
-            self._respond(st, self._call_complete(request, body))
-        self._forget_if_done(st)
+            try:  # a handler crash is OUR bug, answered 500 (never blamed on the peer)
+                response = self._handler.complete(request, body)
+            except Exception:  # any handler bug: logged as ours, answered 500
+                log.exception("HTTP/2 handler failed")
+                response = error_response(500, "internal error")
+            self._respond(st, response)
+        if st.response_done:  # _forget_if_done (the remote side is done here)
+            self._drop(st, _ENDED)
 
     def _release_body(self, st: Stream) -> None:
         if st.body:
             self._windows.buffered -= len(st.body)
             st.body = bytearray()
         self._windows.settle(self._streams.values())
-
-    # -- the handler: a crash is OUR bug, answered 500 (never blamed on the peer) -------------
-
-    def _call_head(self, request: Request) -> Response | None:
-        try:
-            return self._handler.head(request)
-        except Exception:  # any handler bug: logged as ours, answered 500
-            log.exception("HTTP/2 handler failed")
-            return error_response(500, "internal error")
-
-    def _call_complete(self, request: Request, body: bytes) -> Response:
-        try:
-            return self._handler.complete(request, body)
-        except Exception:  # any handler bug: logged as ours, answered 500
-            log.exception("HTTP/2 handler failed")
-            return error_response(500, "internal error")
 
     # -- sending ------------------------------------------------------------------------------
 
