@@ -51,7 +51,7 @@ from nvpair_wm.io.batch import EndOfBatch, for_loop
 from nvpair_wm.pins import IdentitySource
 from nvpair_wm.proto.h1 import H1Session
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
-from nvpair_wm.proto.tls import TLSMachine
+from nvpair_wm.proto.tls import TLSMachine, pointer_to
 from nvpair_wm.tls import ServerTLS
 
 __all__ = ["DEFAULT_PORT", "H2_PREFACE", "InterNodeServer", "ServerConnection", "bind_sockets"]
@@ -215,12 +215,13 @@ class ServerConnection(asyncio.BufferedProtocol):
         # data_received, inlined: this is every request's first call.
         if self.closed or self._linger_until is not None:
             return  # closing: the peer's leftovers are dropped
-        data = self._receive_buffer[:nbytes]
         end = self._batch
         end.active = True
         try:
-            # TLS copies ciphertext into its BIO; plaintext sessions may keep what they get.
-            self._received(data if self.tls is not None else bytes(data))
+            if self.tls is not None:  # TLS copies the ciphertext into its BIO straight away
+                self._received(None, nbytes)
+            else:  # plaintext sessions may keep what they are given
+                self._received(bytes(self._receive_buffer[:nbytes]))
         finally:  # what was deferred goes out even if a bug of ours raised
             end.active = False
             end.callback_done()
@@ -237,15 +238,20 @@ class ServerConnection(asyncio.BufferedProtocol):
             end.active = False
             end.callback_done()
 
-    def _received(self, data: bytes | memoryview) -> None:
+    def _received(self, data: bytes | memoryview | None, nbytes: int = 0) -> None:
+        """Feed ``data``, or (``None``) the first ``nbytes`` of the server's receive buffer."""
         now = self.loop.time()
         tls = self.tls
         if tls is None:
-            plain = bytes(data)
+            plain = bytes(data or b"")
         else:
             was_done = tls.handshake_done
             try:
-                plain = tls.receive(data)
+                if data is None:
+                    server = self.server
+                    plain = tls.receive_from(server.receive_buffer, server.receive_pointer, nbytes)
+                else:
+                    plain = tls.receive(data)
             except TLSError as exc:
                 what = "TLS with" if tls.handshake_done else "TLS handshake with"
                 log.debug("%s %s failed: %s", what, self.peername, exc)
@@ -573,6 +579,7 @@ class InterNodeServer:
         self._batch: EndOfBatch | None = None
         #: Every connection reads into this one buffer (see ``ServerConnection.get_buffer``).
         self.receive_buffer = memoryview(bytearray(RECEIVE_BUFFER_BYTES))
+        self.receive_pointer = pointer_to(self.receive_buffer)  # for TLSMachine.receive_from
         self._trim: asyncio.Handle | None = None
 
     @property
