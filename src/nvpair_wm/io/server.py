@@ -365,7 +365,11 @@ class ServerConnection(asyncio.BufferedProtocol):
             if finished and self._linger_until is None:
                 self._begin_close(now)
                 return
-        self._write_tls()
+        tls = self.tls
+        if tls is not None:  # _write_tls, inline (every answer's path)
+            records = tls.data_to_send()
+            if records:
+                self._write(records)
         self._rearm()
 
     def _write_tls(self) -> None:
