@@ -582,8 +582,12 @@ class InterNodeServer:
         self._high_water = 0  # most connections open since the last trim
         self._batch: EndOfBatch | None = None
         #: Every connection reads into this one buffer (see ``ServerConnection.get_buffer``).
-        self.receive_buffer = memoryview(bytearray(RECEIVE_BUFFER_BYTES))
-        self.receive_pointer = pointer_to(self.receive_buffer)  # for TLSMachine.receive_from
+        receive_bytes = bytearray(RECEIVE_BUFFER_BYTES)
+        self.receive_buffer = memoryview(receive_bytes)
+        # For TLSMachine.receive_from. Taken from the bytearray, not the memoryview: a
+        # memoryview cleared by the garbage collector while the pointer still holds its
+        # export would free the buffer under it (a bytearray is never cleared so).
+        self.receive_pointer = pointer_to(receive_bytes)
         self._trim: asyncio.Handle | None = None
 
     @property

@@ -41,9 +41,10 @@ except (ImportError, AttributeError):  # pragma: no cover - another pyOpenSSL
     _lib = None
 
 
-def pointer_to(buffer: memoryview) -> Any:
-    """A cffi pointer to a long-lived writable buffer for :meth:`TLSMachine.receive_from`
-    (None without the direct path: then it takes the public one)."""
+def pointer_to(buffer: bytearray) -> Any:
+    """A cffi pointer to a long-lived buffer for :meth:`TLSMachine.receive_from` (None
+    without the direct path: then it takes the public one). It keeps ``buffer`` alive; give
+    it the bytearray itself, never a memoryview (see ``InterNodeServer``)."""
     return _ffi.from_buffer(buffer) if _lib is not None else None
 
 
