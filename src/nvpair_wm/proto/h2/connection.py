@@ -711,7 +711,11 @@ class H2ServerSession:
         if st.body:
             self._windows.buffered -= len(st.body)
             st.body = bytearray()
-        self._windows.settle(self._streams.values())
+        streams = self._streams
+        # Nothing to settle when the one stream left is this one, done receiving (every
+        # lone request's end): settle only reopens windows of streams still receiving.
+        if len(streams) > 1 or (streams and not (st.remote_done and st.sid in streams)):
+            self._windows.settle(streams.values())
 
     # -- sending ------------------------------------------------------------------------------
 
