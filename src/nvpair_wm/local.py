@@ -307,7 +307,9 @@ class BrokerChannel:
         """The end of the loop's batch: its frames in one write."""
         frames, self._batched = self._batched, None
         if frames:
-            self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
+            # The pipe's transport itself when there is one (StreamWriter.write only calls it).
+            target = self._writer if self._transport is None else self._transport
+            target.write(frames[0] if len(frames) == 1 else b"".join(frames))
             self._dispatcher.wrote_to_broker(len(frames))
 
     async def write_forever(self) -> None:
