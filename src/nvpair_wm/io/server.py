@@ -191,6 +191,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self._peer_eof = False
         self._batch = server.batch
         self._receive_buffer = server.receive_buffer
+        self._receive_pointer = server.receive_pointer
         self._deferred: list[bytes] | None = None  # socket writes waiting for the batch's end
 
     # -- asyncio callbacks --------------------------------------------------------------------
@@ -209,7 +210,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self._rearm()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self.server.receive_buffer
+        return self._receive_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
         # data_received, inlined: this is every request's first call.
@@ -248,8 +249,7 @@ class ServerConnection(asyncio.BufferedProtocol):
             was_done = tls.handshake_done
             try:
                 if data is None:
-                    server = self.server
-                    plain = tls.receive_from(server.receive_buffer, server.receive_pointer, nbytes)
+                    plain = tls.receive_from(self._receive_buffer, self._receive_pointer, nbytes)
                 else:
                     plain = tls.receive(data)
             except TLSError as exc:
