@@ -213,6 +213,8 @@ class BrokerChannel:
         self._draining = False  # the writer task waits for the broker to read
         self._batch: EndOfBatch | None = None
         self._batched: list[bytes] | None = None  # frames for the end of the loop's batch
+        #: The pipe's transport, asked before a direct write (a plain file has none).
+        self._transport = writer.transport if isinstance(writer, asyncio.StreamWriter) else None
         queue.direct = self._write_now
 
     async def read_until_eof(self) -> None:
@@ -286,13 +288,11 @@ class BrokerChannel:
         if batched is not None:  # more of this batch: same write, same order
             batched += frames
             return True
-        writer = self._writer
         if self._draining:
             return False
-        if isinstance(writer, asyncio.StreamWriter):
-            transport = writer.transport
-            if transport.is_closing() or transport.get_write_buffer_size():
-                return False
+        transport = self._transport
+        if transport is not None and (transport.is_closing() or transport.get_write_buffer_size()):
+            return False
         end = self._batch
         if end is None:
             end = self._batch = for_loop(asyncio.get_running_loop())
@@ -300,7 +300,7 @@ class BrokerChannel:
             self._batched = list(frames)
             end.defer(self._write_batched)
             return True
-        writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
         self._dispatcher.wrote_to_broker(len(frames))
         return True
 
@@ -308,7 +308,9 @@ class BrokerChannel:
         """The end of the loop's batch: its frames in one write."""
         frames, self._batched = self._batched, None
         if frames:
-            self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
+            # The pipe's transport itself when there is one (StreamWriter.write only calls it).
+            target = self._writer if self._transport is None else self._transport
+            target.write(frames[0] if len(frames) == 1 else b"".join(frames))
             self._dispatcher.wrote_to_broker(len(frames))
 
     async def write_forever(self) -> None:

@@ -51,7 +51,7 @@ from nvpair_wm.io.batch import EndOfBatch, for_loop
 from nvpair_wm.pins import IdentitySource
 from nvpair_wm.proto.h1 import H1Session
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
-from nvpair_wm.proto.tls import TLSMachine
+from nvpair_wm.proto.tls import TLSMachine, pointer_to
 from nvpair_wm.tls import ServerTLS
 
 __all__ = ["DEFAULT_PORT", "H2_PREFACE", "InterNodeServer", "ServerConnection", "bind_sockets"]
@@ -190,6 +190,8 @@ class ServerConnection(asyncio.BufferedProtocol):
         self._shutdown = False
         self._peer_eof = False
         self._batch = server.batch
+        self._receive_buffer = server.receive_buffer
+        self._receive_pointer = server.receive_pointer
         self._deferred: list[bytes] | None = None  # socket writes waiting for the batch's end
 
     # -- asyncio callbacks --------------------------------------------------------------------
@@ -208,12 +210,22 @@ class ServerConnection(asyncio.BufferedProtocol):
         self._rearm()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self.server.receive_buffer
+        return self._receive_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        data = self.server.receive_buffer[:nbytes]
-        # TLS copies ciphertext into its BIO; plaintext sessions may keep what they are given.
-        self.data_received(data if self.tls is not None else bytes(data))
+        # data_received, inlined: this is every request's first call.
+        if self.closed or self._linger_until is not None:
+            return  # closing: the peer's leftovers are dropped
+        end = self._batch
+        end.active = True
+        try:
+            if self.tls is not None:  # TLS copies the ciphertext into its BIO straight away
+                self._received(None, nbytes)
+            else:  # plaintext sessions may keep what they are given
+                self._received(bytes(self._receive_buffer[:nbytes]))
+        finally:  # what was deferred goes out even if a bug of ours raised
+            end.active = False
+            end.callback_done()
 
     def data_received(self, data: bytes | memoryview) -> None:
         """Feed what the peer sent (TLS records, or plaintext without TLS)."""
@@ -227,15 +239,19 @@ class ServerConnection(asyncio.BufferedProtocol):
             end.active = False
             end.callback_done()
 
-    def _received(self, data: bytes | memoryview) -> None:
+    def _received(self, data: bytes | memoryview | None, nbytes: int = 0) -> None:
+        """Feed ``data``, or (``None``) the first ``nbytes`` of the server's receive buffer."""
         now = self.loop.time()
         tls = self.tls
         if tls is None:
-            plain = bytes(data)
+            plain = bytes(data or b"")
         else:
             was_done = tls.handshake_done
             try:
-                plain = tls.receive(data)
+                if data is None:
+                    plain = tls.receive_from(self._receive_buffer, self._receive_pointer, nbytes)
+                else:
+                    plain = tls.receive(data)
             except TLSError as exc:
                 what = "TLS with" if tls.handshake_done else "TLS handshake with"
                 log.debug("%s %s failed: %s", what, self.peername, exc)
@@ -245,7 +261,11 @@ class ServerConnection(asyncio.BufferedProtocol):
             if not was_done and tls.handshake_done:
                 self._handshake_done(now)
         if plain:
-            self._feed(plain, now)
+            session = self.session
+            if session is not None:  # _feed's usual case, without its call
+                session.receive_data(plain, now)
+            else:
+                self._feed(plain, now)
         if tls is not None and tls.peer_closed and not self.closed:
             self._feed(b"", now)
         self._flush(now)
@@ -345,7 +365,11 @@ class ServerConnection(asyncio.BufferedProtocol):
             if finished and self._linger_until is None:
                 self._begin_close(now)
                 return
-        self._write_tls()
+        tls = self.tls
+        if tls is not None:  # _write_tls, inline (every answer's path)
+            records = tls.data_to_send()
+            if records:
+                self._write(records)
         self._rearm()
 
     def _write_tls(self) -> None:
@@ -558,7 +582,12 @@ class InterNodeServer:
         self._high_water = 0  # most connections open since the last trim
         self._batch: EndOfBatch | None = None
         #: Every connection reads into this one buffer (see ``ServerConnection.get_buffer``).
-        self.receive_buffer = memoryview(bytearray(RECEIVE_BUFFER_BYTES))
+        receive_bytes = bytearray(RECEIVE_BUFFER_BYTES)
+        self.receive_buffer = memoryview(receive_bytes)
+        # For TLSMachine.receive_from. Taken from the bytearray, not the memoryview: a
+        # memoryview cleared by the garbage collector while the pointer still holds its
+        # export would free the buffer under it (a bytearray is never cleared so).
+        self.receive_pointer = pointer_to(receive_bytes)
         self._trim: asyncio.Handle | None = None
 
     @property

@@ -24,7 +24,7 @@ from OpenSSL import SSL
 from nvpair_wm.errors import TLSError
 from nvpair_wm.pins import fingerprint_der
 
-__all__ = ["TLSMachine", "describe_ssl_error"]
+__all__ = ["TLSMachine", "describe_ssl_error", "pointer_to"]
 
 _CHUNK = 64 * 1024
 #: The most plaintext one TLS record carries: one ``SSL_read`` returns at most one record.
@@ -39,6 +39,13 @@ try:  # the cffi binding pyOpenSSL calls OpenSSL through (see the module docstri
     _NULL: Any = _ffi.NULL
 except (ImportError, AttributeError):  # pragma: no cover - another pyOpenSSL
     _lib = None
+
+
+def pointer_to(buffer: bytearray) -> Any:
+    """A cffi pointer to a long-lived buffer for :meth:`TLSMachine.receive_from` (None
+    without the direct path: then it takes the public one). It keeps ``buffer`` alive; give
+    it the bytearray itself, never a memoryview (see ``InterNodeServer``)."""
+    return _ffi.from_buffer(buffer) if _lib is not None else None
 
 
 def describe_ssl_error(exc: SSL.Error) -> str:
@@ -92,6 +99,17 @@ class TLSMachine:
             bio = self._bio_in if self._raw is not None else None
             if bio is None or _lib.BIO_write(bio, _ffi.from_buffer(data), len(data)) != len(data):
                 self._ssl.bio_write(data)  # the public path (raises what went wrong)
+        if not self.handshake_done and not self._handshake():
+            return b""
+        return self._read_plaintext()
+
+    def receive_from(self, buffer: Any, pointer: Any, nbytes: int) -> bytes:
+        """:meth:`receive` of ``buffer[:nbytes]``, where ``pointer`` is :func:`pointer_to`
+        ``buffer`` (the server's one receive buffer: no view or cffi object per read)."""
+        if pointer is None or self._raw is None:
+            return self.receive(buffer[:nbytes])
+        if nbytes and _lib.BIO_write(self._bio_in, pointer, nbytes) != nbytes:
+            self._ssl.bio_write(bytes(buffer[:nbytes]))  # the public path (raises what failed)
         if not self.handshake_done and not self._handshake():
             return b""
         return self._read_plaintext()

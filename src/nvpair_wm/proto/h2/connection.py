@@ -105,6 +105,8 @@ _CLOSED_MEMORY = 1024  # closed stream ids remembered for the §5.1 rules
 # How a remembered stream closed.
 _ENDED, _RESET_SENT, _RESET_RECEIVED = 0, 1, 2
 _SETTINGS_ACK = frame(SETTINGS, ACK, 0)
+#: status → (the HEADERS frame header up to its stream id, the block) of a bare response.
+_BARE_HEADERS: dict[int, tuple[bytes, bytes]] = {}
 
 
 def _unpad(payload: bytes, start: int = 0) -> tuple[int, int]:
@@ -226,7 +228,10 @@ class H2ServerSession:
             log.debug("HTTP/2 peer closed the connection")
             self.done = True
             return
-        self._guarded(self._receive, data, now)
+        try:  # what _guarded does, without its call: this is every request's path
+            self._receive(data, now)
+        except H2ConnectionError as abort:
+            self._abort(abort)
 
     def goaway(self, now: float) -> None:
         """Begin a graceful shutdown: GOAWAY NO_ERROR, finish in-flight streams, then done."""
@@ -239,6 +244,13 @@ class H2ServerSession:
 
     def next_deadline(self) -> float | None:
         limits = self._limits
+        if (
+            not self._streams
+            and self._block_started is None
+            and self._drain_deadline is None
+            and self._budgets.settings_seen
+        ):  # an idle connection between requests: only the idle timeout is left
+            return self._idle_since + limits.idle_timeout
         best: float | None = None
         if not self._budgets.settings_seen:
             best = self._started + limits.header_timeout
@@ -269,9 +281,12 @@ class H2ServerSession:
         try:
             step(*args)
         except H2ConnectionError as abort:
-            log.info("HTTP/2 GOAWAY %s: %s", ErrorCodes(abort.code).name, abort.reason)
-            self._close(abort.code, abort.reason.encode())
-            self.done = True
+            self._abort(abort)
+
+    def _abort(self, abort: H2ConnectionError) -> None:
+        log.info("HTTP/2 GOAWAY %s: %s", ErrorCodes(abort.code).name, abort.reason)
+        self._close(abort.code, abort.reason.encode())
+        self.done = True
 
     def _stream_error(self, sid: int, code: int, now: float) -> None:
         """RST_STREAM for a stream error the peer caused; such resets share the reset budget."""
@@ -370,17 +385,28 @@ class H2ServerSession:
         return not self._preface_left
 
     def _frame(self, ftype: int, flags: int, sid: int, payload: bytes, now: float) -> None:
-        streams = self._streams
-        self._budgets.account(
-            ftype,
-            flags,
-            sid,
-            len(payload),
-            now,
-            tracked=sid in streams,
-            ended=self._closed.get(sid) == _ENDED,
-            waiting_for_window=ftype == WINDOW_UPDATE and self._waiting_for_window(sid),
-        )
+        budgets = self._budgets
+        # A request's own frames (HEADERS opening a new stream; DATA that moves bytes or ends
+        # an open stream) count in no budget and cannot be on an ended stream (open streams
+        # are never among the remembered closed ones): no call to the budgets for them.
+        if not (
+            budgets.settings_seen
+            and (
+                (ftype == HEADERS and sid > self._highest)
+                or (ftype == DATA and (payload or flags & END_STREAM) and sid in self._streams)
+            )
+        ):
+            stream_frame = ftype in (DATA, HEADERS)
+            budgets.account(
+                ftype,
+                flags,
+                sid,
+                len(payload),
+                now,
+                tracked=ftype == DATA and sid in self._streams,
+                ended=stream_frame and sid <= self._highest and self._closed.get(sid) == _ENDED,
+                waiting_for_window=ftype == WINDOW_UPDATE and self._waiting_for_window(sid),
+            )
         if self._block_sid and ftype != CONTINUATION:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "frame inside a header block")
         if ftype == DATA:
@@ -628,7 +654,11 @@ class H2ServerSession:
             self._answer_early(st, parsed)
             return
         st.request = parsed
-        early = self._call_head(parsed)
+        try:  # a handler crash is OUR bug, answered 500 (never blamed on the peer)
+            early = self._handler.head(parsed)
+        except Exception:  # any handler bug: logged as ours, answered 500
+            log.exception("HTTP/2 handler failed")
+            early = error_response(500, "internal error")
         if early is None and (parsed.content_length or 0) > self._max_body:
             early = too_large(self._max_body)
         if early is not None:
@@ -654,7 +684,8 @@ class H2ServerSession:
         if data:
             st.body += data
             self._windows.buffered += len(data)
-        if st.owed:
+        if st.owed >= self._windows.half_stream or len(self._streams) > 1:
+            # (A lone stream's window is due only once half of it is owed: settle's rule.)
             self._windows.settle(self._streams.values())
 
     def _on_end(self, st: Stream) -> None:
@@ -667,30 +698,24 @@ class H2ServerSession:
         if st.mode == "body" and st.out is None and request is not None:
             body = bytes(st.body)
             self._release_body(st)
-            self._respond(st, self._call_complete(request, body))
-        self._forget_if_done(st)
+            try:  # a handler crash is OUR bug, answered 500 (never blamed on the peer)
+                response = self._handler.complete(request, body)
+            except Exception:  # any handler bug: logged as ours, answered 500
+                log.exception("HTTP/2 handler failed")
+                response = error_response(500, "internal error")
+            self._respond(st, response)
+        if st.response_done:  # _forget_if_done (the remote side is done here)
+            self._drop(st, _ENDED)
 
     def _release_body(self, st: Stream) -> None:
         if st.body:
             self._windows.buffered -= len(st.body)
             st.body = bytearray()
-        self._windows.settle(self._streams.values())
-
-    # -- the handler: a crash is OUR bug, answered 500 (never blamed on the peer) -------------
-
-    def _call_head(self, request: Request) -> Response | None:
-        try:
-            return self._handler.head(request)
-        except Exception:  # any handler bug: logged as ours, answered 500
-            log.exception("HTTP/2 handler failed")
-            return error_response(500, "internal error")
-
-    def _call_complete(self, request: Request, body: bytes) -> Response:
-        try:
-            return self._handler.complete(request, body)
-        except Exception:  # any handler bug: logged as ours, answered 500
-            log.exception("HTTP/2 handler failed")
-            return error_response(500, "internal error")
+        streams = self._streams
+        # Nothing to settle when the one stream left is this one, done receiving (every
+        # lone request's end): settle only reopens windows of streams still receiving.
+        if len(streams) > 1 or (streams and not (st.remote_done and st.sid in streams)):
+            self._windows.settle(streams.values())
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -703,15 +728,32 @@ class H2ServerSession:
             log.error("HTTP/2 handler returned invalid header fields: %r", response.headers)
             response = error_response(500, "internal error")
         head_request = st.request is not None and st.request.method == "HEAD"
-        headers, body = response_fields(response, head_request)
-        st.out = body
         st.out_off = 0
         st.reset_after_send = reset_after
+        if not response.headers and not response.body:
+            # A bare answer (every 202): its whole HEADERS frame after the stream id is cached.
+            st.out = b""
+            self._send_bare(st.sid, response.status)
+            self._response_sent(st)
+            return
+        headers, body = response_fields(response, head_request)
+        st.out = body
         self._send_headers(st.sid, encode_fields(tuple(headers)), not body)
         if not body:
             self._response_sent(st)
         else:
             self._pump(st)
+
+    def _send_bare(self, sid: int, status: int) -> None:
+        """HEADERS with END_STREAM for a response without fields or body, from a cache."""
+        cached = _BARE_HEADERS.get(status)
+        if cached is None:
+            headers, _ = response_fields(Response(status, []), False)
+            block = encode_fields(tuple(headers))
+            head = frame_header(len(block), HEADERS, END_STREAM | END_HEADERS, 0)
+            cached = _BARE_HEADERS[status] = (head[:5], block)
+        prefix, block = cached
+        self._out.append(prefix + sid.to_bytes(4, "big") + block)
 
     def _send_headers(self, sid: int, block: bytes, end_stream: bool) -> None:
         """HEADERS (+ CONTINUATION frames if the block is over the peer's frame size)."""

@@ -69,7 +69,13 @@ class Decoder:
                 pos += 1
                 if index == 0x7F:
                     index, pos = _integer(block, pos, 0x7F)
-                field = self._get(index)
+                # _get, inlined for the two usual cases (a request repeats indexed fields).
+                if 0 < index <= _STATIC_LEN:
+                    field = _STATIC[index - 1]
+                elif _STATIC_LEN < index <= _STATIC_LEN + len(self._table):
+                    field = self._table[index - _STATIC_LEN - 1]
+                else:
+                    field = self._get(index)  # raises
             elif b & 0x40:  # literal with incremental indexing (§6.2.1)
                 field, pos = self._literal(block, pos, 0x3F)
                 self._add(field)

@@ -164,7 +164,7 @@ def parse_request(
     fields: list[tuple[bytes, bytes]] = []
     for name, value in headers:
         size += len(name) + len(value) + 32
-        if value and (problem := _value_problem(name, value)) is not None:
+        if value and value not in _good_values and (problem := _value_problem(name, value)):
             return problem
         if name[:1] == b":":
             if fields:

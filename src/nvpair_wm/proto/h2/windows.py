@@ -31,10 +31,10 @@ class ReceiveWindows:
         "_conn_available",
         "_conn_owed",
         "_conn_window",
-        "_half_stream",
         "_limits",
         "_out",
         "buffered",
+        "half_stream",
     )
 
     def __init__(self, out: list[bytes], limits: Limits) -> None:
@@ -43,7 +43,8 @@ class ReceiveWindows:
         self._conn_window = max(DEFAULT_WINDOW, limits.h2_connection_window)
         self._conn_available = DEFAULT_WINDOW  # what the peer may still send on the connection
         self._conn_owed = 0  # DATA bytes whose connection window is not yet reopened
-        self._half_stream = max(1, limits.h2_initial_window_size // 2)
+        #: A stream window is reopened once this much of it is owed.
+        self.half_stream = max(1, limits.h2_initial_window_size // 2)
         self.buffered = 0  # request-body bytes held across streams
 
     def open_connection_window(self) -> None:
@@ -66,7 +67,7 @@ class ReceiveWindows:
 
     def settle(self, streams: Iterable[Stream]) -> None:
         """Reopen the stream windows that may be reopened now (see the module docstring)."""
-        half = self._half_stream
+        half = self.half_stream
         under_budget = self.buffered <= self._limits.h2_body_buffer_budget
         oldest = True
         for st in streams:
