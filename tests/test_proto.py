@@ -20,9 +20,10 @@ from nvpair_wm.clusterdir import cert_fingerprint
 from nvpair_wm.errors import TLSError
 from nvpair_wm.http.core import Limits, Request, Response, empty_response
 from nvpair_wm.pins import Identity, PinSet
+from nvpair_wm.proto import tls as tls_module
 from nvpair_wm.proto.h1 import H1Session
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
-from nvpair_wm.proto.tls import TLSMachine
+from nvpair_wm.proto.tls import TLSMachine, pointer_to
 from nvpair_wm.tls import ServerTLS, client_context
 from tests.conftest import TLSCluster
 
@@ -277,7 +278,18 @@ def test_h2_preface_pieces_and_sniffed_start() -> None:
 # -- TLS ------------------------------------------------------------------------------------------
 
 
-def test_tls_machines_handshake_and_exchange_in_memory(tls_cluster: TLSCluster) -> None:
+@pytest.fixture(params=["direct", "public"])
+def record_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each TLS test twice: records through OpenSSL's calls directly (the usual path), and
+    through pyOpenSSL's public methods, the path taken when its internals are missing."""
+    if request.param == "public":
+        monkeypatch.setattr(tls_module, "_lib", None)
+    return str(request.param)
+
+
+def test_tls_machines_handshake_and_exchange_in_memory(
+    tls_cluster: TLSCluster, record_path: str
+) -> None:
     server = TLSMachine(ServerTLS(Identity(tls_cluster.server_dir)).new_connection())
     b = tls_cluster.pair("b")
     ident = Identity(tls_cluster.dirs["b"]).current()
@@ -319,7 +331,7 @@ def _handshaken(tls_cluster: TLSCluster) -> tuple[TLSMachine, TLSMachine]:
 
 
 def test_tls_records_split_anywhere_or_packed_together_come_out_whole(
-    tls_cluster: TLSCluster,
+    tls_cluster: TLSCluster, record_path: str
 ) -> None:
     """The record path reads every complete record a feed completes and no further: records
     split at odd offsets, several records in one feed, plaintext over one record's 16 KiB,
@@ -334,6 +346,19 @@ def test_tls_records_split_anywhere_or_packed_together_come_out_whole(
     for i in range(0, len(wire), 97):  # splits inside headers and bodies of records
         got += server.receive(wire[i : i + 97])
     assert got == b"".join(messages)
+    # The same through the server's one receive buffer and its pointer (receive_from).
+    buffer = bytearray(4096)
+    pointer = pointer_to(buffer)
+    assert (pointer is None) == (record_path == "public")
+    got = b""
+    for m in messages:
+        client.send(m)
+    wire = client.data_to_send()
+    for i in range(0, len(wire), 1000):
+        piece = wire[i : i + 1000]
+        buffer[: len(piece)] = piece
+        got += server.receive_from(memoryview(buffer), pointer, len(piece))
+    assert got == b"".join(messages)
     for m in messages:
         client.send(m)
     assert server.receive(client.data_to_send()) == b"".join(messages)  # one feed, 5 records
@@ -344,7 +369,9 @@ def test_tls_records_split_anywhere_or_packed_together_come_out_whole(
     assert server.data_to_send() == b""
 
 
-def test_tls_a_forged_record_after_the_handshake_is_a_tls_error(tls_cluster: TLSCluster) -> None:
+def test_tls_a_forged_record_after_the_handshake_is_a_tls_error(
+    tls_cluster: TLSCluster, record_path: str
+) -> None:
     server, client = _handshaken(tls_cluster)
     client.send(b"fine")
     assert server.receive(client.data_to_send()) == b"fine"
@@ -356,7 +383,7 @@ def test_tls_a_forged_record_after_the_handshake_is_a_tls_error(tls_cluster: TLS
     assert server.data_to_send()  # the alert to send
 
 
-def test_tls_garbage_is_the_peers_tls_error(tls_cluster: TLSCluster) -> None:
+def test_tls_garbage_is_the_peers_tls_error(tls_cluster: TLSCluster, record_path: str) -> None:
     server = TLSMachine(ServerTLS(Identity(tls_cluster.server_dir)).new_connection())
     with pytest.raises(TLSError, match="handshake failed"):
         server.receive(b"GET / HTTP/1.1\r\n\r\n")
