@@ -14,6 +14,7 @@ from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm import codec
 from nvpair_wm.dedup import TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, LocalResult, PeerResult
+from nvpair_wm.events import LIFECYCLE_TYPES, lifecycle_frame, translate
 from tests.frames import (
     ABSENT,
     LIFECYCLE,
@@ -506,3 +507,31 @@ class TestPeer:
         clock.now += disp.table.limits.terminal_ttl
         disp.table.expire(clock.now)
         assert len(broker_frames(disp.peer(event("workload:completed")))) == 1
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(
+    "case", ["notification", "request", "other-state", "spaced", "reordered", "unknown-member"]
+)
+def test_relayed_body_is_the_translated_frame_encoded(
+    disp: Dispatcher, method: str, case: str
+) -> None:
+    """Whether the body reuses the decoder's encoding (a compact notification in its method's
+    state) or is encoded anew, it is byte for byte the translated lifecycle frame, without id."""
+    state = LIFECYCLE[method]
+    wi = workload(id=f"w-{case}", state="running" if case == "other-state" else state)
+    rid: Any = 7 if case == "request" else ABSENT
+    raw = event(method, wi, id=rid)
+    if case == "spaced":
+        raw = json.dumps(event_frame(method, wi)).encode()
+    elif case == "reordered":
+        raw = dumps({"params": {"workloadInfo": dict(reversed(wi.items()))}, **frame(method)})
+    elif case == "unknown-member":
+        raw = dumps(event_frame(method, {**wi, "x-extra": [1, 2]}))
+    item = codec.decode(raw).items[0]
+    assert isinstance(item, LIFECYCLE_TYPES)
+    expected = codec.encode(lifecycle_frame(translate(item)))
+    out = disp.local(raw).outbound
+    assert [o.body for o in out] == [expected]
+    assert json.loads(expected)["params"]["workloadInfo"]["state"] == state
+    assert b'"id":7' not in expected

@@ -229,6 +229,9 @@ class Decoded:
     items: list[Item]
     batch: bool
     too_many: bool = False  # a batch over the element bound, refused as a whole (items: its error)
+    # A single frame that the strict pass read whole: its compact encoding, which that check
+    # computed anyway, so that a caller relaying the frame unchanged need not encode it again.
+    encoded: bytes | None = None
 
 
 def _split_validation_error(message: str) -> tuple[str, str | None]:
@@ -555,9 +558,10 @@ _COUNTABLE: Final = frozenset(
 )
 
 
-def _fully_read(raw: bytes, frame: Any) -> bool:
-    """True when the strict typed decode read every member of ``raw``, so that its result may
-    stand without the generic re-read (which checks members the types skip).
+def _fully_read(raw: bytes, frame: Any) -> bytes | None:
+    """The compact encoding of ``frame`` when the strict typed decode read every member of
+    ``raw``, so that its result may stand without the generic re-read (which checks members the
+    types skip); else None.
 
     Why this is sound: msgspec validates every member it reads (UTF-8, surrogates, bounded
     integers, the schema's shallow nesting) but skips unknown ones unchecked. Re-encoding the
@@ -575,14 +579,14 @@ def _fully_read(raw: bytes, frame: Any) -> bool:
     path; the I-JSON scan runs only for frames that carry unknown members.
     """
     if type(frame) not in _COUNTABLE:
-        return False
+        return None
     canonical = _encoder.encode(frame)
     if len(canonical) == len(raw):
-        return True
+        return canonical
     quotes = raw.count(b'"')
     if b"\\" in raw:
         quotes += raw.count(b"\\u0022")
-    return canonical.count(b'"') == quotes
+    return canonical if canonical.count(b'"') == quotes else None
 
 
 def _decode_one(raw: bytes) -> Item:
@@ -595,8 +599,29 @@ def _decode_one(raw: bytes) -> Item:
     except (msgspec.DecodeError, RecursionError):
         pass
     else:
-        if _fully_read(raw, frame):
+        if _fully_read(raw, frame) is not None:
             return frame  # type: ignore[no-any-return]
+    return _reread(raw, frame)
+
+
+def _decode_single(raw: bytes) -> Decoded:
+    """:func:`_decode_one` for a payload that is one frame, keeping the encoding that
+    :func:`_fully_read` made (:attr:`Decoded.encoded`)."""
+    frame: Any = None
+    try:
+        frame = _frame_decoder.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        pass
+    else:
+        encoded = _fully_read(raw, frame)
+        if encoded is not None:
+            return Decoded([frame], False, False, encoded)
+    return Decoded([_reread(raw, frame)], batch=False)
+
+
+def _reread(raw: bytes, frame: Any) -> Item:
+    """The generic re-read of a frame the strict pass refused (``frame`` None) or did not read
+    whole: the contract applied to every member, and errors explained."""
     obj = _parse(raw)
     if isinstance(obj, _Unparseable):
         return RpcError(PARSE_ERROR, obj.reason)
@@ -664,7 +689,7 @@ def decode(payload: bytes, max_batch: int = MAX_BATCH_FRAMES) -> Decoded:
     if head.isspace():
         head = payload.lstrip()[:1]
     if head != b"[":
-        return Decoded([_decode_one(payload)], batch=False)
+        return _decode_single(payload)
     try:
         # Splitting makes one Raw view per element, in C; nothing is decoded or copied yet.
         views = _batch_decoder.decode(payload)
