@@ -535,3 +535,39 @@ def test_relayed_body_is_the_translated_frame_encoded(
     assert [o.body for o in out] == [expected]
     assert json.loads(expected)["params"]["workloadInfo"]["state"] == state
     assert b'"id":7' not in expected
+
+
+def test_local_lines_is_local_per_line(clock: Clock) -> None:
+    """The lines of one read in one call: the same replies, bodies, outcomes and counters as
+    each line through local(), whatever mix of the inline path and the general one."""
+    wi = workload(id="9", state="queued")
+    lines = [
+        event("workload:submitted", workload(id="1")),  # inline, applied
+        event("workload:submitted", workload(id="1")),  # inline, duplicate
+        event("workload:started", workload(id="2", state="queued", seq=2)),  # inline, translated
+        event("workload:submitted", workload(id="2", seq=1)),  # inline, stale
+        event("workload:started", wi, id=5),  # a request: general path, answered
+        json.dumps(event_frame("workload:completed", workload(id="3"))).encode(),  # spaced
+        dumps(event_frame("workload:submitted", {**workload(id="4"), "extra": 1})),  # re-read
+        remove("1", id="r1"),
+        event("workload:started", workload(id="1", seq=3)),  # inline, suppressed (removed)
+        b'{"jsonrpc":"2.0","method":"nope"}',
+        b"not json",
+        batch(event_frame("workload:submitted", workload(id="6")), remove_frame("6")),
+    ]
+
+    def fresh() -> Dispatcher:
+        return Dispatcher(WorkloadTable(TableLimits()), status_result, clock=clock)
+
+    one, each = fresh(), fresh()
+    together = one.local_lines(lines)
+    separate = [each.local(line) for line in lines]
+    assert together.replies == [r for res in separate for r in res.replies]
+    assert [o.body for o in together.outbound] == [o.body for res in separate for o in res.outbound]
+    assert together.nodes is None
+    assert msgspec.to_builtins(one.counters) == msgspec.to_builtins(each.counters)
+    counters = msgspec.to_builtins(one.counters)["byChannel"]
+    assert counters["broker"]["duplicate"] == 1 and counters["broker"]["stale"] == 1
+    assert counters["broker"]["suppressed"] == 1 and counters["broker"]["invalid"] == 2
+    assert len(together.outbound) == 8
+    assert one.table.originated()[0] == each.table.originated()[0]

@@ -210,6 +210,49 @@ class Dispatcher:
         self.peer_counters.framesOut += len(result.outbound)  # relayed toward the peers
         return result
 
+    def local_lines(self, lines: list[bytes]) -> LocalResult:
+        """Several lines from one read, each as :meth:`local` would take it, in order, into one
+        result. None may read or change the set of peers (``manager:status``,
+        ``nodes:update``): the caller hands those to :meth:`local` after publishing what came
+        before. The usual line, one lifecycle notification, is handled inline and its counters
+        are added once per call; any other line goes through :meth:`local`."""
+        result = LocalResult()
+        replies, outbound = result.replies, result.outbound
+        now = self._clock()
+        decode, max_batch, observe = codec.decode, self.max_batch, self.table.observe
+        ch = self.broker_counters
+        inline = applied = 0
+        for line in lines:
+            decoded = decode(line, max_batch)
+            encoded = decoded.encoded
+            item = decoded.items[0]
+            if encoded is None or not isinstance(item, LIFECYCLE_TYPES) or item.id is not UNSET:
+                one = self.local(line)  # decoded again: not the usual line
+                if one.nodes is not None:  # the caller's to avoid; kept if it happens
+                    result.nodes = one.nodes
+                replies += one.replies
+                outbound += one.outbound
+                continue
+            inline += 1
+            info = item.params.workloadInfo
+            if info.state == STATE_OF[type(item)]:
+                out = _outbound(info, encoded)  # relayed as received: see local()
+            else:
+                info = translate(item)
+                out = _outbound(info, codec.encode(lifecycle_frame(info)))
+            outcome = observe(info, now, replay=out)
+            if outcome == "applied":
+                outbound.append(out)
+                applied += 1
+            else:
+                self._count(ch, outcome)
+        if inline:
+            self.counters.framesIn += inline
+            ch.framesIn += inline
+            ch.applied += applied
+            self.peer_counters.framesOut += applied  # relayed toward the peers
+        return result
+
     def oversize(self, limit: int = codec.MAX_FRAME_BYTES) -> bytes:
         """The reply to a line over the frame limit (its id is unknowable: null)."""
         self.counters.framesIn += 1
