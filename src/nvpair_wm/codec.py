@@ -80,6 +80,7 @@ __all__ = [
     "TooLarge",
     "batch_too_long",
     "decode",
+    "decode_whole",
     "encode",
     "encode_line",
     "event_response",
@@ -153,11 +154,19 @@ class LineBuffer:
             data = data[nl + 1 :]
             self._discarding = False
         if b"\n" in data:
-            self._buf += data
-            *lines, rest = self._buf.split(b"\n")
-            self._buf = bytearray(rest)
+            # Split as bytes (what the lines are handed out as: no copy per line), and _emit
+            # inlined: this loop runs once per line.
+            lines = (bytes(self._buf) + data if self._buf else data).split(b"\n")
+            self._buf = bytearray(lines.pop())
+            max_frame = self.max_frame
             for line in lines:
-                self._emit(bytes(line), out)
+                if len(line) > max_frame:
+                    out.append(TOO_LARGE)
+                    continue
+                if line.endswith(b"\r"):
+                    line = line[:-1]  # noqa: PLW2901
+                if line and not line.isspace():
+                    out.append(line)
         else:
             self._buf += data
         if len(self._buf) > self.max_frame:
@@ -617,6 +626,18 @@ def _decode_single(raw: bytes) -> Decoded:
         if encoded is not None:
             return Decoded([frame], False, False, encoded)
     return Decoded([_reread(raw, frame)], batch=False)
+
+
+def decode_whole(raw: bytes) -> tuple[Any, bytes] | None:
+    """One frame that the strict pass reads whole, with its compact encoding: the common case
+    of :func:`decode` for a payload that is one frame, without its envelope. None for anything
+    else (a batch, an error, a frame with members the types skip): :func:`decode` then."""
+    try:
+        frame = _frame_decoder.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    encoded = _fully_read(raw, frame)
+    return None if encoded is None else (frame, encoded)
 
 
 def _reread(raw: bytes, frame: Any) -> Item:

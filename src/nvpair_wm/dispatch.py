@@ -219,14 +219,14 @@ class Dispatcher:
         result = LocalResult()
         replies, outbound = result.replies, result.outbound
         now = self._clock()
-        decode, max_batch, observe = codec.decode, self.max_batch, self.table.observe
+        decode, observe = codec.decode_whole, self.table.observe
         ch = self.broker_counters
         inline = applied = 0
         for line in lines:
-            decoded = decode(line, max_batch)
-            encoded = decoded.encoded
-            item = decoded.items[0]
-            if encoded is None or not isinstance(item, LIFECYCLE_TYPES) or item.id is not UNSET:
+            whole = decode(line)
+            if whole is not None:
+                item, encoded = whole
+            if whole is None or not isinstance(item, LIFECYCLE_TYPES) or item.id is not UNSET:
                 one = self.local(line)  # decoded again: not the usual line
                 if one.nodes is not None:  # the caller's to avoid; kept if it happens
                     result.nodes = one.nodes
