@@ -18,7 +18,7 @@ from nvpair_wm_schema.manager_status_schema import StatusResult
 from nvpair_wm.dedup import TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.local import BrokerChannel, BrokerQueue, BrokerReader, FileWriter
-from tests.frames import event_frame, frame, line, status_result, workload
+from tests.frames import event_frame, frame, line, node, status_result, workload
 
 
 def test_one_read_is_published_once_and_its_replies_follow_in_order() -> None:
@@ -73,3 +73,39 @@ def test_one_read_is_published_once_and_its_replies_follow_in_order() -> None:
     assert [r["id"] for r in replies] == [7, "s"]
     assert replies[0]["result"] == {"outcome": "applied"}
     assert [o.key[1] for batch in published for o in batch] == ["w0", "w1", "w2", "w3", "w4"]
+
+
+def test_nodes_update_spelled_with_an_escape_still_sees_the_events_before_it() -> None:
+    """Lines of one read are dispatched together unless one may change the set of peers: a
+    ``nodes:update`` whose method is written with a JSON escape (no literal bytes to spot) is
+    still applied after the events before it were published, and before those after it."""
+    order: list[str] = []
+
+    def publish(items: list[Outbound]) -> None:
+        order.append("publish " + ",".join(o.key[1] for o in items))
+
+    def nodes(records: list[Any]) -> None:
+        order.append(f"nodes {len(records)}")
+
+    async def main() -> None:
+        disp = Dispatcher(WorkloadTable(TableLimits()), lambda: status_result(None))
+        r, w = os.pipe()
+        writer = FileWriter(io.FileIO(w, "wb"))
+        reader = BrokerReader()
+        channel = BrokerChannel(
+            reader, writer, disp, BrokerQueue(), on_outbound=publish, on_nodes=nodes
+        )
+        reading = asyncio.create_task(channel.read_until_eof())
+        await asyncio.sleep(0)
+        update = line(frame("nodes:update", {"nodes": [node()]}))
+        escaped = update.replace(b'"nodes:update"', b'"nodes\\u003aupdate"')
+        assert escaped != update
+        events = [line(event_frame("workload:submitted", workload(id=f"w{i}"))) for i in range(4)]
+        reader.feed_data(b"".join([*events[:2], escaped, *events[2:]]))
+        reader.feed_eof()
+        await reading
+        writer.close()
+        os.close(r)
+
+    asyncio.run(main())
+    assert order == ["publish w0,w1", "nodes 1", "publish w2,w3"]

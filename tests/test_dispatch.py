@@ -14,6 +14,7 @@ from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm import codec
 from nvpair_wm.dedup import TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, LocalResult, PeerResult
+from nvpair_wm.events import LIFECYCLE_TYPES, lifecycle_frame, translate
 from tests.frames import (
     ABSENT,
     LIFECYCLE,
@@ -506,3 +507,67 @@ class TestPeer:
         clock.now += disp.table.limits.terminal_ttl
         disp.table.expire(clock.now)
         assert len(broker_frames(disp.peer(event("workload:completed")))) == 1
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(
+    "case", ["notification", "request", "other-state", "spaced", "reordered", "unknown-member"]
+)
+def test_relayed_body_is_the_translated_frame_encoded(
+    disp: Dispatcher, method: str, case: str
+) -> None:
+    """Whether the body reuses the decoder's encoding (a compact notification in its method's
+    state) or is encoded anew, it is byte for byte the translated lifecycle frame, without id."""
+    state = LIFECYCLE[method]
+    wi = workload(id=f"w-{case}", state="running" if case == "other-state" else state)
+    rid: Any = 7 if case == "request" else ABSENT
+    raw = event(method, wi, id=rid)
+    if case == "spaced":
+        raw = json.dumps(event_frame(method, wi)).encode()
+    elif case == "reordered":
+        raw = dumps({"params": {"workloadInfo": dict(reversed(wi.items()))}, **frame(method)})
+    elif case == "unknown-member":
+        raw = dumps(event_frame(method, {**wi, "x-extra": [1, 2]}))
+    item = codec.decode(raw).items[0]
+    assert isinstance(item, LIFECYCLE_TYPES)
+    expected = codec.encode(lifecycle_frame(translate(item)))
+    out = disp.local(raw).outbound
+    assert [o.body for o in out] == [expected]
+    assert json.loads(expected)["params"]["workloadInfo"]["state"] == state
+    assert b'"id":7' not in expected
+
+
+def test_local_lines_is_local_per_line(clock: Clock) -> None:
+    """The lines of one read in one call: the same replies, bodies, outcomes and counters as
+    each line through local(), whatever mix of the inline path and the general one."""
+    wi = workload(id="9", state="queued")
+    lines = [
+        event("workload:submitted", workload(id="1")),  # inline, applied
+        event("workload:submitted", workload(id="1")),  # inline, duplicate
+        event("workload:started", workload(id="2", state="queued", seq=2)),  # inline, translated
+        event("workload:submitted", workload(id="2", seq=1)),  # inline, stale
+        event("workload:started", wi, id=5),  # a request: general path, answered
+        json.dumps(event_frame("workload:completed", workload(id="3"))).encode(),  # spaced
+        dumps(event_frame("workload:submitted", {**workload(id="4"), "extra": 1})),  # re-read
+        remove("1", id="r1"),
+        event("workload:started", workload(id="1", seq=3)),  # inline, suppressed (removed)
+        b'{"jsonrpc":"2.0","method":"nope"}',
+        b"not json",
+        batch(event_frame("workload:submitted", workload(id="6")), remove_frame("6")),
+    ]
+
+    def fresh() -> Dispatcher:
+        return Dispatcher(WorkloadTable(TableLimits()), status_result, clock=clock)
+
+    one, each = fresh(), fresh()
+    together = one.local_lines(lines)
+    separate = [each.local(line) for line in lines]
+    assert together.replies == [r for res in separate for r in res.replies]
+    assert [o.body for o in together.outbound] == [o.body for res in separate for o in res.outbound]
+    assert together.nodes is None
+    assert msgspec.to_builtins(one.counters) == msgspec.to_builtins(each.counters)
+    counters = msgspec.to_builtins(one.counters)["byChannel"]
+    assert counters["broker"]["duplicate"] == 1 and counters["broker"]["stale"] == 1
+    assert counters["broker"]["suppressed"] == 1 and counters["broker"]["invalid"] == 2
+    assert len(together.outbound) == 8
+    assert one.table.originated()[0] == each.table.originated()[0]

@@ -80,6 +80,7 @@ __all__ = [
     "TooLarge",
     "batch_too_long",
     "decode",
+    "decode_whole",
     "encode",
     "encode_line",
     "event_response",
@@ -153,11 +154,19 @@ class LineBuffer:
             data = data[nl + 1 :]
             self._discarding = False
         if b"\n" in data:
-            self._buf += data
-            *lines, rest = self._buf.split(b"\n")
-            self._buf = bytearray(rest)
+            # Split as bytes (what the lines are handed out as: no copy per line), and _emit
+            # inlined: this loop runs once per line.
+            lines = (bytes(self._buf) + data if self._buf else data).split(b"\n")
+            self._buf = bytearray(lines.pop())
+            max_frame = self.max_frame
             for line in lines:
-                self._emit(bytes(line), out)
+                if len(line) > max_frame:
+                    out.append(TOO_LARGE)
+                    continue
+                if line.endswith(b"\r"):
+                    line = line[:-1]  # noqa: PLW2901
+                if line and not line.isspace():
+                    out.append(line)
         else:
             self._buf += data
         if len(self._buf) > self.max_frame:
@@ -229,6 +238,9 @@ class Decoded:
     items: list[Item]
     batch: bool
     too_many: bool = False  # a batch over the element bound, refused as a whole (items: its error)
+    # A single frame that the strict pass read whole: its compact encoding, which that check
+    # computed anyway, so that a caller relaying the frame unchanged need not encode it again.
+    encoded: bytes | None = None
 
 
 def _split_validation_error(message: str) -> tuple[str, str | None]:
@@ -555,9 +567,10 @@ _COUNTABLE: Final = frozenset(
 )
 
 
-def _fully_read(raw: bytes, frame: Any) -> bool:
-    """True when the strict typed decode read every member of ``raw``, so that its result may
-    stand without the generic re-read (which checks members the types skip).
+def _fully_read(raw: bytes, frame: Any) -> bytes | None:
+    """The compact encoding of ``frame`` when the strict typed decode read every member of
+    ``raw``, so that its result may stand without the generic re-read (which checks members the
+    types skip); else None.
 
     Why this is sound: msgspec validates every member it reads (UTF-8, surrogates, bounded
     integers, the schema's shallow nesting) but skips unknown ones unchecked. Re-encoding the
@@ -575,14 +588,14 @@ def _fully_read(raw: bytes, frame: Any) -> bool:
     path; the I-JSON scan runs only for frames that carry unknown members.
     """
     if type(frame) not in _COUNTABLE:
-        return False
+        return None
     canonical = _encoder.encode(frame)
     if len(canonical) == len(raw):
-        return True
+        return canonical
     quotes = raw.count(b'"')
     if b"\\" in raw:
         quotes += raw.count(b"\\u0022")
-    return canonical.count(b'"') == quotes
+    return canonical if canonical.count(b'"') == quotes else None
 
 
 def _decode_one(raw: bytes) -> Item:
@@ -595,8 +608,41 @@ def _decode_one(raw: bytes) -> Item:
     except (msgspec.DecodeError, RecursionError):
         pass
     else:
-        if _fully_read(raw, frame):
+        if _fully_read(raw, frame) is not None:
             return frame  # type: ignore[no-any-return]
+    return _reread(raw, frame)
+
+
+def _decode_single(raw: bytes) -> Decoded:
+    """:func:`_decode_one` for a payload that is one frame, keeping the encoding that
+    :func:`_fully_read` made (:attr:`Decoded.encoded`)."""
+    frame: Any = None
+    try:
+        frame = _frame_decoder.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        pass
+    else:
+        encoded = _fully_read(raw, frame)
+        if encoded is not None:
+            return Decoded([frame], False, False, encoded)
+    return Decoded([_reread(raw, frame)], batch=False)
+
+
+def decode_whole(raw: bytes) -> tuple[Any, bytes] | None:
+    """One frame that the strict pass reads whole, with its compact encoding: the common case
+    of :func:`decode` for a payload that is one frame, without its envelope. None for anything
+    else (a batch, an error, a frame with members the types skip): :func:`decode` then."""
+    try:
+        frame = _frame_decoder.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    encoded = _fully_read(raw, frame)
+    return None if encoded is None else (frame, encoded)
+
+
+def _reread(raw: bytes, frame: Any) -> Item:
+    """The generic re-read of a frame the strict pass refused (``frame`` None) or did not read
+    whole: the contract applied to every member, and errors explained."""
     obj = _parse(raw)
     if isinstance(obj, _Unparseable):
         return RpcError(PARSE_ERROR, obj.reason)
@@ -664,7 +710,7 @@ def decode(payload: bytes, max_batch: int = MAX_BATCH_FRAMES) -> Decoded:
     if head.isspace():
         head = payload.lstrip()[:1]
     if head != b"[":
-        return Decoded([_decode_one(payload)], batch=False)
+        return _decode_single(payload)
     try:
         # Splitting makes one Raw view per element, in C; nothing is decoded or copied yet.
         views = _batch_decoder.decode(payload)

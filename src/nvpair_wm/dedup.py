@@ -170,6 +170,7 @@ class _Generations(Generic[V]):
 class WorkloadTable:
     def __init__(self, limits: TableLimits | None = None) -> None:
         self.limits = lim = limits or TableLimits()
+        self._max_workloads = lim.max_workloads
         self._live: _Generations[_Value] = _Generations(lim.live_ttl)
         self._done: _Generations[_Value] = _Generations(lim.terminal_ttl)
         self._tombs: _Generations[_Tomb] = _Generations(lim.tombstone_ttl)
@@ -290,7 +291,8 @@ class WorkloadTable:
                     break
             else:
                 entry.append(pair)
-        if len(self) > self.limits.max_workloads:
+        live, done = self._live, self._done  # len(self), inlined: this runs once per new workload
+        if len(live.cur) + len(live.prev) + len(done.cur) + len(done.prev) > self._max_workloads:
             self._enforce_cap(key)
 
     def remove(

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
+from msgspec import UNSET
 from nvpair_wm_schema.http_error_schema import HttpError
 from nvpair_wm_schema.jsonrpc_schema import RequestId
 from nvpair_wm_schema.manager_status_schema import (
@@ -34,6 +35,7 @@ from nvpair_wm_schema.manager_status_schema import (
 )
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.nodes_update_schema import NodesUpdate
+from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 from nvpair_wm_schema.workloads_remove_schema import RemoveParams, WorkloadsRemove
 
 from nvpair_wm import codec
@@ -41,6 +43,7 @@ from nvpair_wm.codec import METHOD_NOT_FOUND, RpcError
 from nvpair_wm.dedup import Outcome, Removal, WorkloadTable
 from nvpair_wm.events import (
     LIFECYCLE_TYPES,
+    STATE_OF,
     LifecycleFrame,
     Outbound,
     lifecycle_frame,
@@ -87,12 +90,16 @@ def removal_frame(removal: Removal) -> WorkloadsRemove:
 
 
 def outbound_event(frame: LifecycleFrame) -> Outbound:
-    info = frame.params.workloadInfo
+    return _outbound(frame.params.workloadInfo, codec.encode(frame))
+
+
+def _outbound(info: WorkloadInfo, encoded: bytes) -> Outbound:
+    """``encoded``: the lifecycle frame that reports ``info`` (:func:`lifecycle_frame`)."""
     # Interned: the table keeps this key for every local workload, and origin and run repeat.
     key = (sys.intern(info.originatedFrom), info.id, sys.intern(info.runId))
     # The table keeps this body for replay: msgspec's buffer is over-allocated (about 1.5x),
     # so keep an exact-size copy.
-    return Outbound(key, info.seq, bytes(memoryview(codec.encode(frame))))
+    return Outbound(key, info.seq, bytes(memoryview(encoded)))
 
 
 def outbound_removal(removal: Removal) -> Outbound:
@@ -169,9 +176,16 @@ class Dispatcher:
                     replies.append(item.response(index if decoded.batch else None))
                 continue
             if isinstance(item, LIFECYCLE_TYPES):
-                frame = lifecycle_frame(translate(item))
-                out = outbound_event(frame)
-                outcome = self.table.observe(frame.params.workloadInfo, now, replay=out)
+                info = item.params.workloadInfo
+                encoded = decoded.encoded
+                if encoded is not None and item.id is UNSET and info.state == STATE_OF[type(item)]:
+                    # A notification already in the state its method sets: the frame relayed is
+                    # the one received, whose encoding the decoder made.
+                    out = _outbound(info, encoded)
+                else:
+                    info = translate(item)
+                    out = _outbound(info, codec.encode(lifecycle_frame(info)))
+                outcome = self.table.observe(info, now, replay=out)
                 if outcome == "applied":
                     result.outbound.append(out)
                 self._count(ch, outcome)
@@ -194,6 +208,49 @@ class Dispatcher:
         if replies:
             result.replies.append(codec.encode_line(replies if decoded.batch else replies[0]))
         self.peer_counters.framesOut += len(result.outbound)  # relayed toward the peers
+        return result
+
+    def local_lines(self, lines: list[bytes]) -> LocalResult:
+        """Several lines from one read, each as :meth:`local` would take it, in order, into one
+        result. None may read or change the set of peers (``manager:status``,
+        ``nodes:update``): the caller hands those to :meth:`local` after publishing what came
+        before. The usual line, one lifecycle notification, is handled inline and its counters
+        are added once per call; any other line goes through :meth:`local`."""
+        result = LocalResult()
+        replies, outbound = result.replies, result.outbound
+        now = self._clock()
+        decode, observe = codec.decode_whole, self.table.observe
+        ch = self.broker_counters
+        inline = applied = 0
+        for line in lines:
+            whole = decode(line)
+            if whole is not None:
+                item, encoded = whole
+            if whole is None or not isinstance(item, LIFECYCLE_TYPES) or item.id is not UNSET:
+                one = self.local(line)  # decoded again: not the usual line
+                if one.nodes is not None:  # the caller's to avoid; kept if it happens
+                    result.nodes = one.nodes
+                replies += one.replies
+                outbound += one.outbound
+                continue
+            inline += 1
+            info = item.params.workloadInfo
+            if info.state == STATE_OF[type(item)]:
+                out = _outbound(info, encoded)  # relayed as received: see local()
+            else:
+                info = translate(item)
+                out = _outbound(info, codec.encode(lifecycle_frame(info)))
+            outcome = observe(info, now, replay=out)
+            if outcome == "applied":
+                outbound.append(out)
+                applied += 1
+            else:
+                self._count(ch, outcome)
+        if inline:
+            self.counters.framesIn += inline
+            ch.framesIn += inline
+            ch.applied += applied
+            self.peer_counters.framesOut += applied  # relayed toward the peers
         return result
 
     def oversize(self, limit: int = codec.MAX_FRAME_BYTES) -> bytes:

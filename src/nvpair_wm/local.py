@@ -258,7 +258,21 @@ class BrokerChannel:
         dispatcher = self._dispatcher
         replies: list[bytes] = []
         outbound: list[Outbound] = []
+        # Consecutive lines that neither read nor change the set of peers go to the dispatcher
+        # together. Without a backslash, such a method can only be spelled as these bytes.
+        run: list[bytes] = []
         for item in items:
+            if (
+                isinstance(item, bytes)
+                and _STATUS not in item
+                and _NODES not in item
+                and b"\\" not in item
+            ):
+                run.append(item)
+                continue
+            if run:
+                outbound = self._dispatch_run(run, replies, outbound)
+                run = []
             if isinstance(item, codec.TooLarge):
                 log.warning("broker frame over %d bytes: refused", self._lines.max_frame)
                 replies.append(dispatcher.oversize(self._lines.max_frame))
@@ -276,9 +290,26 @@ class BrokerChannel:
                     self._on_outbound(outbound)
                     outbound = []
                 self._on_nodes(result.nodes)
+        if run:
+            outbound = self._dispatch_run(run, replies, outbound)
         if outbound:
             self._on_outbound(outbound)
         self._queue.put(replies)
+
+    def _dispatch_run(
+        self, run: list[bytes], replies: list[bytes], outbound: list[Outbound]
+    ) -> list[Outbound]:
+        """Lines of a read in one call (:meth:`Dispatcher.local_lines`); what is left to
+        publish."""
+        result = self._dispatcher.local_lines(run)
+        replies += result.replies
+        outbound += result.outbound
+        if result.nodes is not None:  # not expected (_handle keeps them out); handled as there
+            if outbound:
+                self._on_outbound(outbound)
+                outbound = []
+            self._on_nodes(result.nodes)
+        return outbound
 
     def _write_now(self, frames: list[bytes]) -> bool:
         """Write ``frames`` at once if nothing is waiting to be written before them (the

@@ -276,8 +276,29 @@ class PeerOutbox:
 
     def push(self, items: Iterable[Outbound]) -> None:
         """Queue local events/removals, coalescing by workload; drop what does not fit."""
+        if (self.retry.exhausted and not self.flush_only) or self._overflow_dropped:
+            for item in items:
+                self._push(item)
+            return
+        # _push and _fits, inlined for the usual case (a new workload, room in the queue): this
+        # loop runs once per event published. Anything else takes _push.
+        queue = self._queue
+        lim = self.limits
+        room_frames = lim.max_queue_frames - self._inflight_frames
+        room_bytes = lim.max_queue_bytes - self._inflight_bytes
         for item in items:
-            self._push(item)
+            key = item.key
+            n = len(item.body)
+            if (
+                self._overflow_dropped
+                or key in queue
+                or len(queue) >= room_frames
+                or self._queued_bytes + n > room_bytes
+            ):
+                self._push(item)
+            else:
+                queue[key] = item
+                self._queued_bytes += n
 
     def _push(self, item: Outbound) -> None:
         if self.retry.exhausted and not self.flush_only:
