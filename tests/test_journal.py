@@ -668,3 +668,52 @@ def test_encode_outbound_is_encode_record_of_record_of() -> None:
         assert encode_outbound(out, T0) == encode_record(record_of(out, T0))
         kinds.add(record_of(out, T0).kind)
     assert kinds == {LIVE, TERMINAL_EVENT, REMOVAL}
+
+
+def test_a_compaction_folds_with_the_cyclic_gc_paused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fold's hundreds of thousands of short-lived tracked objects would otherwise trigger
+    full collections that traverse them all, holding the GIL; collection is back on after, also
+    when the job fails, and stays off if it was off."""
+    import gc  # noqa: PLC0415
+
+    from nvpair_wm import journal as journal_module  # noqa: PLC0415
+
+    seen: list[bool] = []
+    real_scan = journal_module.scan_log
+
+    def scan(data: bytes) -> Any:
+        seen.append(gc.isenabled())
+        return real_scan(data)
+
+    monkeypatch.setattr(journal_module, "scan_log", scan)
+    journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+    assert journal is not None
+    disp = dispatcher(WorkloadTable(LIMITS))
+    for seq in (1, 2):
+        journal.append(
+            outbounds(disp, event_frame("workload:started", workload(id="1", seq=seq))), T0
+        )
+    assert gc.isenabled()
+    journal.compact(T0 + 1)
+    assert seen == [False] and gc.isenabled()
+
+    def boom(data: bytes) -> Any:
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(journal_module, "scan_log", boom)
+    journal.append(outbounds(disp, event_frame("workload:started", workload(id="1", seq=3))), T0)
+    job = journal.begin_compaction(T0 + 2)
+    assert job is not None
+    with pytest.raises(RuntimeError):
+        job.run()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with journal_module.collection_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    die(journal)
