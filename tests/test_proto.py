@@ -287,33 +287,6 @@ def record_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     return str(request.param)
 
 
-def test_tls_machines_handshake_and_exchange_in_memory(
-    tls_cluster: TLSCluster, record_path: str
-) -> None:
-    server = TLSMachine(ServerTLS(Identity(tls_cluster.server_dir)).new_connection())
-    b = tls_cluster.pair("b")
-    ident = Identity(tls_cluster.dirs["b"]).current()
-    assert ident is not None
-    pins = PinSet(tls_cluster.dirs["b"] / "trusted")
-    conn = SSL.Connection(client_context(ident, pins.is_pinned, [b"h2"]), None)
-    conn.set_connect_state()
-    client = TLSMachine(conn)
-    client.start()
-    for _ in range(4):  # ClientHello → ServerHello... → Finished
-        server.receive(client.data_to_send())
-        client.receive(server.data_to_send())
-    assert server.handshake_done and client.handshake_done
-    assert server.alpn == client.alpn == "h2"
-    assert server.peer_fingerprint == cert_fingerprint(b.cert.read_bytes())
-    client.send(b"ping")
-    assert server.receive(client.data_to_send()) == b"ping"
-    server.send(b"pong")
-    assert client.receive(server.data_to_send()) == b"pong"
-    client.close()
-    assert server.receive(client.data_to_send()) == b""
-    assert server.peer_closed
-
-
 def _handshaken(tls_cluster: TLSCluster) -> tuple[TLSMachine, TLSMachine]:
     server = TLSMachine(ServerTLS(Identity(tls_cluster.server_dir)).new_connection())
     ident = Identity(tls_cluster.dirs["b"]).current()
@@ -328,6 +301,22 @@ def _handshaken(tls_cluster: TLSCluster) -> tuple[TLSMachine, TLSMachine]:
         client.receive(server.data_to_send())
     assert server.handshake_done and client.handshake_done
     return server, client
+
+
+def test_tls_machines_handshake_and_exchange_in_memory(
+    tls_cluster: TLSCluster, record_path: str
+) -> None:
+    server, client = _handshaken(tls_cluster)
+    b = tls_cluster.pair("b")
+    assert server.alpn == client.alpn == "h2"
+    assert server.peer_fingerprint == cert_fingerprint(b.cert.read_bytes())
+    client.send(b"ping")
+    assert server.receive(client.data_to_send()) == b"ping"
+    server.send(b"pong")
+    assert client.receive(server.data_to_send()) == b"pong"
+    client.close()
+    assert server.receive(client.data_to_send()) == b""
+    assert server.peer_closed
 
 
 def test_tls_records_split_anywhere_or_packed_together_come_out_whole(

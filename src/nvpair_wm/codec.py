@@ -598,45 +598,37 @@ def _fully_read(raw: bytes, frame: Any) -> bytes | None:
     return canonical if canonical.count(b'"') == quotes else None
 
 
-def _decode_one(raw: bytes) -> Item:
-    """One frame: the strict typed decode, trusted when it read every member; else the generic
-    re-read, which applies the contract to every member (unknown ones too) and explains errors.
-    """
-    frame: Any = None
+def _strict(raw: bytes) -> tuple[Any, bytes | None]:
+    """The strict typed decode of one frame (None when it refused it), and the compact encoding
+    :func:`_fully_read` made when it read every member (else None)."""
     try:
         frame = _frame_decoder.decode(raw)
     except (msgspec.DecodeError, RecursionError):
-        pass
-    else:
-        if _fully_read(raw, frame) is not None:
-            return frame  # type: ignore[no-any-return]
-    return _reread(raw, frame)
+        return None, None
+    return frame, _fully_read(raw, frame)
+
+
+def _decode_one(raw: bytes) -> tuple[Item, bytes | None]:
+    """One frame: the strict decode, trusted when it read every member (then with its
+    encoding); else the generic re-read, which applies the contract to every member (unknown
+    ones too) and explains errors (and no encoding)."""
+    frame, encoded = _strict(raw)
+    if encoded is not None:
+        return frame, encoded
+    return _reread(raw, frame), None
 
 
 def _decode_single(raw: bytes) -> Decoded:
-    """:func:`_decode_one` for a payload that is one frame, keeping the encoding that
-    :func:`_fully_read` made (:attr:`Decoded.encoded`)."""
-    frame: Any = None
-    try:
-        frame = _frame_decoder.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
-        pass
-    else:
-        encoded = _fully_read(raw, frame)
-        if encoded is not None:
-            return Decoded([frame], False, False, encoded)
-    return Decoded([_reread(raw, frame)], batch=False)
+    """A payload that is one frame, keeping its encoding (:attr:`Decoded.encoded`)."""
+    item, encoded = _decode_one(raw)
+    return Decoded([item], False, False, encoded)
 
 
 def decode_whole(raw: bytes) -> tuple[Any, bytes] | None:
     """One frame that the strict pass reads whole, with its compact encoding: the common case
     of :func:`decode` for a payload that is one frame, without its envelope. None for anything
     else (a batch, an error, a frame with members the types skip): :func:`decode` then."""
-    try:
-        frame = _frame_decoder.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    encoded = _fully_read(raw, frame)
+    frame, encoded = _strict(raw)
     return None if encoded is None else (frame, encoded)
 
 
@@ -736,7 +728,7 @@ def decode(payload: bytes, max_batch: int = MAX_BATCH_FRAMES) -> Decoded:
         return Decoded([RpcError(INVALID_REQUEST, "empty batch")], batch=False)
     if len(raws) > max_batch:
         return _too_many(len(raws), max_batch)
-    return Decoded([_decode_one(r) for r in raws], batch=True)
+    return Decoded([_decode_one(r)[0] for r in raws], batch=True)
 
 
 def too_large(limit: int = MAX_FRAME_BYTES) -> RpcError:

@@ -159,7 +159,7 @@ class EventsEndpoint:
         if answer is not None:
             return answer
         answer = self.pins.is_pinned(fp)
-        batch = self._batch or self._current_batch()
+        batch = self._current_batch()
         if batch is not None and batch.active:  # inside the server's callback: hold it
             if not self._pinned:
                 batch.defer(self._pinned.clear)

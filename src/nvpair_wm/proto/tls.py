@@ -99,9 +99,7 @@ class TLSMachine:
             bio = self._bio_in if self._raw is not None else None
             if bio is None or _lib.BIO_write(bio, _ffi.from_buffer(data), len(data)) != len(data):
                 self._ssl.bio_write(data)  # the public path (raises what went wrong)
-        if not self.handshake_done and not self._handshake():
-            return b""
-        return self._read_plaintext()
+        return self._after_input()
 
     def receive_from(self, buffer: Any, pointer: Any, nbytes: int) -> bytes:
         """:meth:`receive` of ``buffer[:nbytes]``, where ``pointer`` is :func:`pointer_to`
@@ -110,6 +108,10 @@ class TLSMachine:
             return self.receive(buffer[:nbytes])
         if nbytes and _lib.BIO_write(self._bio_in, pointer, nbytes) != nbytes:
             self._ssl.bio_write(bytes(buffer[:nbytes]))  # the public path (raises what failed)
+        return self._after_input()
+
+    def _after_input(self) -> bytes:
+        """The handshake's next step, or the plaintext of the records now complete."""
         if not self.handshake_done and not self._handshake():
             return b""
         return self._read_plaintext()
