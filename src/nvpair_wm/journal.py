@@ -147,12 +147,15 @@ class JournalLimits:
     ``fsync_interval`` (seconds): the group commit's period; 0: fsync every write before the
     broker gets its reply. Compaction is checked on the same timer, or every
     ``compaction_check_interval`` seconds when ``fsync_interval`` is 0.
-    ``compact_min_records``: the log is not compacted below this many appended records."""
+    ``compact_min_records``: the log is not compacted below this many appended records.
+    ``compaction_timeout`` (seconds): a compaction child running longer is killed (one warning;
+    the journal appends on and the next check retries)."""
 
     enabled: bool = True  # keep journal.log in the cluster dir (a restart forgets nothing)
     fsync_interval: float = 1.0  # group commit period; 0: fsync every write before the answer
     compaction_check_interval: float = 1.0  # when fsync_interval is 0
     compact_min_records: int = 4096  # appended records before a compaction is worth it
+    compaction_timeout: float = 60.0  # a compaction child running longer is killed; next retries
 
 
 class Record(NamedTuple):
@@ -520,9 +523,16 @@ class Compaction:
     table: TableLimits
     kept: int = 0
     size: int = 0
+    read: int = 0  # records in the log up to ``upto``
     damage: Damage | None = None
     error: OSError | None = None
     unchanged: bool = False  # nothing to drop: the log up to ``upto`` is its own compaction
+    failure: str | None = None  # the child that ran it died, was killed or said nothing sound
+
+    @property
+    def temp(self) -> Path:
+        """The temporary file it writes (removed when it is not installed)."""
+        return _temp_of(self.path)
 
     def run(self) -> None:
         """Read, fold and rewrite, with the cyclic GC paused (:func:`collection_paused`)."""
@@ -534,6 +544,7 @@ class Compaction:
             with self.path.open("rb") as f:
                 data = f.read(self.upto)
             spans, self.damage = scan_log(data)
+            self.read = len(spans)
             kept = Fold(spans).compacted(self.wall, self.table)
             if (
                 self.damage is None
@@ -660,19 +671,29 @@ class Journal:
         return Compaction(self.path, self._size, self._appended, wall, self.table_limits)
 
     def finish_compaction(self, job: Compaction) -> None:
-        """Install what the job wrote, with the records appended while it ran."""
+        """Install what the job wrote, with the records appended while it ran. A job that
+        failed (``error``, ``failure``) leaves the log as it was, and the next check retries:
+        what was appended since the last compaction still counts."""
         self._compacting = False
-        if job.unchanged and job.error is None and self._fd is not None:
+        failed = job.error is not None or job.failure is not None
+        if job.unchanged and not failed and self._fd is not None:
             self._kept, self._appended = job.kept, self._appended - job.appended
             self._compacted_at = job.wall
+            log.debug("journal: compacted %s: %d records, nothing to drop", self.path, job.kept)
             return
-        tmp = _temp_of(self.path)
-        if job.error is not None or self._fd is None:
+        tmp = job.temp
+        if failed or self._fd is None:
             if job.error is not None:
                 log.warning(
                     "journal: cannot compact %s (%s); appending on",
                     self.path,
                     job.error.strerror or job.error,
+                )
+            elif job.failure is not None:
+                log.warning(
+                    "journal: compaction of %s failed (%s); appending on, the next one retries",
+                    self.path,
+                    job.failure,
                 )
             with contextlib.suppress(OSError):
                 tmp.unlink()
@@ -705,6 +726,20 @@ class Journal:
         self._kept, self._appended = job.kept, self._appended - job.appended
         self._dirty = False
         self._compacted_at = job.wall
+        log.debug(
+            "journal: compacted %s: %d records read, %d kept, %d bytes appended meanwhile",
+            self.path,
+            job.read,
+            job.kept,
+            len(since),
+        )
+
+    def abandon_compaction(self, job: Compaction) -> None:
+        """Forget a job whose runner was stopped (the node is stopping; its child is gone):
+        its temporary file goes, the log stays as it is."""
+        self._compacting = False
+        with contextlib.suppress(OSError):
+            job.temp.unlink()
 
     def compact(self, wall: float) -> None:
         """A whole compaction on this thread (the node runs :meth:`Compaction.run` in a worker
@@ -781,6 +816,8 @@ def _open_locked(
     except OSError as exc:
         log.error("journal: cannot read %s (%s); journal off", path, exc.strerror or exc)
         return None, []
+    with contextlib.suppress(OSError):  # a compaction's, cut short by a crash: never installed
+        _temp_of(path).unlink()
     records, damage = decode_log(data)
     if damage is not None:
         aside = path.with_name(f"{JOURNAL_FILE}.damaged-{int(wall)}")

@@ -25,6 +25,7 @@ from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
 from nvpair_wm import __version__, codec, config
 from nvpair_wm.broadcaster import Broadcaster
+from nvpair_wm.compactor import compact_in_child
 from nvpair_wm.config import Config
 from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
@@ -244,7 +245,10 @@ class Node:
             self.table.expire(time.monotonic())
 
     async def _journal_forever(self, journal: Journal) -> None:
-        """The journal's group commit and compaction, their slow parts in worker threads."""
+        """The journal's group commit (fsync in a worker thread) and compaction (in a child
+        process: its pure-Python fold in a thread would hold the GIL against this loop for a
+        second; see compactor.py). Cancelled mid-compaction (the node is stopping), the child is
+        killed and reaped and its temporary file removed."""
         limits = self.config.journal
         fsync = limits.fsync_interval
         interval = fsync if fsync > 0 else limits.compaction_check_interval
@@ -258,5 +262,9 @@ class Node:
             due = journal.compaction_due(wall, live)
             job = journal.begin_compaction(wall) if due else None
             if job is not None:
-                await asyncio.to_thread(job.run)  # reading and rewriting: off the loop
+                try:
+                    await compact_in_child(job, limits.compaction_timeout)
+                except asyncio.CancelledError:
+                    journal.abandon_compaction(job)
+                    raise
                 journal.finish_compaction(job)
