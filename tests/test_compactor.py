@@ -345,3 +345,36 @@ def test_a_real_node_compacts_in_a_child_and_keeps_every_event(tmp_path: Path) -
         cluster.close()
     assert cluster.errors() == []
     assert not any("compaction of" in line for n in cluster for r in n.runs for line in r.stderr_log)
+
+
+def test_catching_up_off_the_loop_installs_the_same_file(tmp_path: Path) -> None:
+    """``Compaction.catch_up`` (the node's worker thread) copies most of what was appended
+    during the compaction; ``finish_compaction`` then copies only the rest: the installed file
+    is the one ``finish_compaction`` alone makes, and appending goes on into it."""
+    files = []
+    for catch_up in (False, True):
+        directory = tmp_path / str(catch_up)
+        directory.mkdir()
+        journal, _ = open_journal(directory, JournalLimits(), TableLimits(), T0)
+        assert journal is not None
+        busy_log(journal, workloads=300, rounds=2)
+        job = journal.begin_compaction(T0 + 1)
+        assert job is not None
+        job.run()
+        disp = dispatcher(WorkloadTable(TableLimits()))
+        during = [
+            event_frame("workload:started", frame_workload(id=f"n{i}", seq=1)) for i in range(40)
+        ]
+        journal.append(outbounds(disp, *during[:30]), T0 + 1)
+        if catch_up:
+            upto = job.upto
+            job.catch_up(journal.size)
+            assert job.error is None and job.upto == journal.size > upto
+        journal.append(outbounds(disp, *during[30:]), T0 + 1)
+        journal.finish_compaction(job)
+        journal.append(outbounds(disp, event_frame("workload:submitted")), T0 + 2)
+        journal.close()
+        files.append((directory / JOURNAL_FILE).read_bytes())
+        assert not (directory / TEMP).exists()
+    assert files[0] == files[1]
+    assert len(decode_log(files[1])[0]) == 300 + 40 + 1

@@ -82,6 +82,7 @@ three UTF-8 strings, and (events) the encoded lifecycle frame. Little-endian.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import gc
 import logging
@@ -492,6 +493,30 @@ def _write_temp(path: Path, data: bytes) -> Path:
     return tmp
 
 
+_COPY_CHUNK: Final = 1 << 20
+
+
+def _copy_range(src: Path, start: int, end: int, dst: Path) -> int:
+    """Append bytes ``start:end`` of ``src`` to ``dst`` and fsync it; how many were copied."""
+    fin = os.open(src, os.O_RDONLY)
+    try:
+        fout = os.open(dst, os.O_WRONLY | os.O_APPEND)
+        try:
+            pos = start
+            while pos < end:
+                chunk = os.pread(fin, min(_COPY_CHUNK, end - pos), pos)
+                if not chunk:
+                    raise OSError(errno.EIO, f"{src} is shorter than {end} bytes")
+                _write_all(fout, chunk)
+                pos += len(chunk)
+            os.fsync(fout)
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+    return end - start
+
+
 def _install(tmp: Path, path: Path) -> int:
     """Rename the temporary file over the journal (durably); an append descriptor on it."""
     os.replace(tmp, path)
@@ -533,6 +558,21 @@ class Compaction:
     def temp(self) -> Path:
         """The temporary file it writes (removed when it is not installed)."""
         return _temp_of(self.path)
+
+    def catch_up(self, until: int) -> None:
+        """Copy what was appended to the log between ``upto`` and ``until`` (a size the
+        appending thread saw: a record boundary) to the temporary file, fsynced; ``upto`` moves
+        there. For a worker thread (reads, writes and an fsync: the GIL is free meanwhile), so
+        that :meth:`Journal.finish_compaction`, on the thread that appends, copies and syncs
+        only what was appended since: a busy node appends tens of MB during a compaction."""
+        if self.error or self.failure or self.unchanged or until <= self.upto:
+            return
+        try:
+            copied = _copy_range(self.path, self.upto, until, self.temp)
+        except OSError as exc:
+            self.error = exc
+            return
+        self.upto, self.size = until, self.size + copied
 
     def run(self) -> None:
         """Read, fold and rewrite, with the cyclic GC paused (:func:`collection_paused`)."""
@@ -597,6 +637,11 @@ class Journal:
     @property
     def active(self) -> bool:
         return self._fd is not None
+
+    @property
+    def size(self) -> int:
+        """Bytes in the file: every append so far, each whole."""
+        return self._size
 
     def append(self, items: Iterable[Outbound], at: float) -> None:
         """Write the records of these outbound items (one broker read's) before returning."""
