@@ -37,14 +37,20 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
   rescanned just because it grew), and once per shortest TTL if anything was appended. So the
   file holds at most about ``2 (max_workloads + max_tombstones) + compact_min_records``
   records, and each compaction's cost is paid for by as many appends (amortised O(1) per
-  event). A compaction reads the log
-  as it was when it began and writes the result to a temporary file in a worker thread (about
-  10 µs per record read, measured in the benchmark; records are folded by their keys, their
-  bytes copied, bodies never decoded), while the loop goes on appending to the log;
-  back on the loop, what was appended meanwhile is copied over, the file fsynced and renamed
-  over the log: a crash at any point leaves one whole file or the other. A compaction that
-  would keep every record in its place (distinct workloads, none expired) writes nothing: the
-  log already is its compaction, and it counts as one.
+  event). A compaction (:class:`Compaction`) reads the log as it was when it began and writes
+  the result to a temporary file (about 4 µs of CPU per record read; records are folded by
+  their keys, their bytes copied, bodies never decoded), while the loop goes on appending to
+  the log. The node runs that part in a **child process** (:mod:`nvpair_wm.compactor`: a
+  fresh interpreter, so that the fold's second of pure Python on a busy node does not hold the
+  GIL against the event loop, as it did in a worker thread), killed after
+  :attr:`JournalLimits.compaction_timeout` and when the node stops; a child that dies is one
+  warning line, the log stays as it was and the next check retries. What was appended
+  meanwhile is copied over in a worker thread (:meth:`Compaction.catch_up`: tens of MB on a
+  busy node), then, back on the loop, the rest, the file fsynced and renamed over the log: a
+  crash at any point leaves one whole file or the other (a temporary file left by a crash is
+  removed at the next start). A compaction that would keep every record in its place (distinct
+  workloads, none expired) writes nothing: the log already is its compaction, and it counts as
+  one. :meth:`Journal.compact` runs a whole compaction on the calling thread.
 * **Damage** is detected, reported in one warning line and never fatal: every record carries
   its length and a CRC-32. A **torn tail** (the file ends inside a record, the last record fails
   its checksum, or the tail is zeros: what a power failure during an append leaves) keeps every
