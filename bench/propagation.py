@@ -445,6 +445,19 @@ def _measure(
             )
         )
     for c in clusters:
+        fs = flows[f"max/{c.size}"]
+        res.measurements.append(
+            Measurement(
+                f"max/{c.size}/slowest",
+                f"{c.tag}: slowest sustained window",
+                "events/s",
+                [min(f.rate for f in fs)],
+                role="info",
+                note=f"the lowest of the {len(fs)} windows above: a stall (a journal compaction, "
+                "a full collection) shows here first",
+            )
+        )
+    for c in clusters:
         for kind, rate in (("low", LOW_RATE), ("half", half[c.size])):
             fs = flows[f"{kind}/{c.size}"]
             for q, qn in ((0.5, "p50"), (0.99, "p99"), (1.0, "max")):

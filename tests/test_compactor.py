@@ -344,7 +344,9 @@ def test_a_real_node_compacts_in_a_child_and_keeps_every_event(tmp_path: Path) -
     finally:
         cluster.close()
     assert cluster.errors() == []
-    assert not any("compaction of" in line for n in cluster for r in n.runs for line in r.stderr_log)
+    assert not any(
+        "compaction of" in line for n in cluster for r in n.runs for line in r.stderr_log
+    )
 
 
 def test_catching_up_off_the_loop_installs_the_same_file(tmp_path: Path) -> None:

@@ -94,8 +94,8 @@ def _exit_reason(code: int) -> str:
     return f"the compaction child exited with status {code}"
 
 
-async def compact_in_child(job: Compaction, timeout: float) -> None:
-    """Run ``job`` in a child process (seconds ``timeout`` at most): its results, or its
+async def compact_in_child(job: Compaction, limit: float) -> None:
+    """Run ``job`` in a child process (``limit`` seconds at most): its results, or its
     ``failure``, are in ``job`` when this returns. Cancelled, it kills and reaps the child
     first; the caller then removes the temporary file (``Journal.abandon_compaction``)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
@@ -116,16 +116,16 @@ async def compact_in_child(job: Compaction, timeout: float) -> None:
         job.failure = f"cannot start the compaction child: {exc.strerror or exc}"
         return
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+        out, _ = await asyncio.wait_for(proc.communicate(), limit)
     except TimeoutError:
-        job.failure = f"killed after journal.compaction_timeout ({timeout:g} s)"
+        job.failure = f"killed after journal.compaction_timeout ({limit:g} s)"
         return
     finally:
         if proc.returncode is None:  # timed out, or the node is stopping
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()  # reaped, and no longer writing the temporary file
-    code = proc.returncode
+    code = await proc.wait()  # exited already (communicate saw its pipe close): its status
     if code != 0:
         job.failure = _exit_reason(code)
         return
