@@ -380,3 +380,39 @@ def test_catching_up_off_the_loop_installs_the_same_file(tmp_path: Path) -> None
         assert not (directory / TEMP).exists()
     assert files[0] == files[1]
     assert len(decode_log(files[1])[0]) == 300 + 40 + 1
+
+
+def test_without_a_child_to_be_had_it_compacts_in_a_thread(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interpreter that cannot be started (here: the path of one that does not exist; in
+    life EAGAIN or ENOMEM from fork) costs one warning, and that compaction runs in a thread."""
+    journal, _ = open_journal(tmp_path, JournalLimits(), TableLimits(), T0)
+    assert journal is not None
+    newest = busy_log(journal, workloads=50, rounds=2)
+    job = journal.begin_compaction(T0 + 1)
+    assert job is not None
+    monkeypatch.setattr("sys.executable", str(tmp_path / "no-python"))
+    with caplog.at_level(logging.WARNING, logger="nvpair_wm.compactor"):
+        asyncio.run(compact_in_child(job, 60.0))
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "cannot start a compaction child" in warning and "in a thread" in warning
+    assert job.failure is None and job.error is None and job.kept == 50
+    journal.finish_compaction(job)
+    path = tmp_path / JOURNAL_FILE
+    assert newest_in(path) == newest and len(decode_log(path.read_bytes())[0]) == 50
+    journal.close()
+
+
+def test_a_temporary_file_left_by_a_crash_is_removed_at_start(tmp_path: Path) -> None:
+    """A node killed mid-compaction leaves ``.journal.log.tmp``: never installed, removed at the
+    next start (under the directory's lock), the journal itself reloaded as it was."""
+    journal, _ = open_journal(tmp_path, JournalLimits(), TableLimits(), T0)
+    assert journal is not None
+    newest = busy_log(journal, workloads=5, rounds=1)
+    journal.close()
+    (tmp_path / TEMP).write_bytes(b"half a compaction")
+    again, records = open_journal(tmp_path, JournalLimits(), TableLimits(), T0 + 1)
+    assert again is not None and not (tmp_path / TEMP).exists()
+    assert {r.wid for r in records} == set(newest)
+    again.close()

@@ -22,13 +22,16 @@ The node kills the child after :attr:`~nvpair_wm.journal.JournalLimits.compactio
 seconds and when it stops (its task is cancelled), and reaps it either way before the temporary
 file is removed. A child that exits otherwise than with its answer (killed, crashed, an
 unreadable line) is the job's ``failure``: :meth:`~nvpair_wm.journal.Journal.finish_compaction`
-logs one warning line, leaves the log as it was and appends on; the next check retries.
+logs one warning line, leaves the log as it was and appends on; the next check retries. When
+no child can be started at all (no processes or memory to be had), that one compaction runs in a
+worker thread, as before, with a warning.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -41,6 +44,8 @@ from nvpair_wm.dedup import TableLimits
 from nvpair_wm.journal import Compaction, Damage
 
 __all__ = ["MODULE", "Outcome", "Spec", "compact_in_child", "main"]
+
+log = logging.getLogger(__name__)
 
 MODULE: Final = "nvpair_wm.compactor"
 _PR_SET_PDEATHSIG: Final = 1  # <linux/prctl.h>
@@ -112,8 +117,12 @@ async def compact_in_child(job: Compaction, limit: float) -> None:
             stderr=None,  # the node's stderr
             env=env,
         )
-    except OSError as exc:
-        job.failure = f"cannot start the compaction child: {exc.strerror or exc}"
+    except OSError as exc:  # no process to be had (EAGAIN, ENOMEM, no interpreter)
+        log.warning(
+            "journal: cannot start a compaction child (%s); compacting in a thread this time",
+            exc.strerror or exc,
+        )
+        await asyncio.to_thread(job.run)
         return
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), limit)
