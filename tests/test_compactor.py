@@ -18,6 +18,8 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +32,14 @@ from nvpair_wm.config import loads
 from nvpair_wm.dedup import Removal, TableLimits, WorkloadTable
 from nvpair_wm.dispatch import outbound_removal
 from nvpair_wm.events import Outbound
-from nvpair_wm.journal import JOURNAL_FILE, Journal, JournalLimits, decode_log, open_journal
+from nvpair_wm.journal import (
+    JOURNAL_FILE,
+    Compaction,
+    Journal,
+    JournalLimits,
+    decode_log,
+    open_journal,
+)
 from nvpair_wm.node import Config, Node
 from tests.cluster import Cluster, event, workload
 from tests.frames import event_frame, line
@@ -41,9 +50,9 @@ FIND_WITHIN = 10.0  # seconds to find a running child in /proc (it appears withi
 TEMP = f".{JOURNAL_FILE}.tmp"
 
 
-def compactor_children() -> list[int]:
-    """Pids of this process's children that run the compactor (from /proc)."""
-    me = str(os.getpid())
+def compactor_children(parent: int | None = None) -> list[int]:
+    """Pids of the children of ``parent`` (this process) that run the compactor (/proc)."""
+    me = str(parent or os.getpid())
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -416,3 +425,62 @@ def test_a_temporary_file_left_by_a_crash_is_removed_at_start(tmp_path: Path) ->
     assert again is not None and not (tmp_path / TEMP).exists()
     assert {r.wid for r in records} == set(newest)
     again.close()
+
+
+HELPER = """
+import asyncio, sys, time
+from pathlib import Path
+from nvpair_wm.compactor import compact_in_child
+from nvpair_wm.dedup import TableLimits
+from nvpair_wm.journal import Compaction
+path = Path(sys.argv[1])
+job = Compaction(path, path.stat().st_size, 0, time.time(), TableLimits())
+asyncio.run(compact_in_child(job, 60))
+"""
+
+
+def state_of(pid: int) -> str:
+    """A process's state letter (``Z``: a zombie), or "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def test_a_child_does_not_outlive_a_node_killed_mid_compaction(tmp_path: Path) -> None:
+    """``kill -9`` of the process that started a compaction: its child does not go on to
+    write its result. The child is stopped before its parent is killed, so that it cannot finish
+    meanwhile; continued, it either gets the kernel's SIGKILL (PR_SET_PDEATHSIG, when it had
+    asked for it already) or finds that its parent is gone and exits: either way, its temporary
+    file is never written whole (the next start removes what there is)."""
+    journal, _ = open_journal(tmp_path, JournalLimits(), TableLimits(), T0)
+    assert journal is not None
+    busy_log(journal, workloads=1_000, rounds=2)
+    journal.close()
+    path = tmp_path / JOURNAL_FILE
+    whole = Compaction(path, path.stat().st_size, 0, T0, TableLimits())
+    whole.run()  # what the child would write: its size
+    assert whole.error is None and whole.size == (tmp_path / TEMP).stat().st_size
+    (tmp_path / TEMP).unlink()
+    helper = subprocess.Popen(
+        [sys.executable, "-c", HELPER, str(tmp_path / JOURNAL_FILE)], stdin=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + FIND_WITHIN
+        while not (pids := compactor_children(helper.pid)):
+            assert helper.poll() is None and time.monotonic() < deadline, "no child appeared"
+            time.sleep(0.001)
+        [child] = pids
+        os.kill(child, signal.SIGSTOP)
+        helper.kill()
+        helper.wait()
+        os.kill(child, signal.SIGCONT)
+        deadline = time.monotonic() + FIND_WITHIN
+        while state_of(child) not in ("", "Z"):  # reaped by init, or dead and not yet reaped
+            assert time.monotonic() < deadline, f"child {child} outlived its parent"
+            time.sleep(0.001)
+        temp = tmp_path / TEMP
+        assert not temp.exists() or temp.stat().st_size < whole.size
+    finally:
+        helper.kill()
+        helper.wait()
