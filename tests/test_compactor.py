@@ -38,6 +38,7 @@ from nvpair_wm.journal import (
     Journal,
     JournalLimits,
     decode_log,
+    fsync_and_close,
     open_journal,
 )
 from nvpair_wm.node import Config, Node
@@ -484,3 +485,32 @@ def test_a_child_does_not_outlive_a_node_killed_mid_compaction(tmp_path: Path) -
     finally:
         helper.kill()
         helper.wait()
+
+
+def test_an_install_without_fsync_leaves_both_to_the_group_commit(tmp_path: Path) -> None:
+    """``finish_compaction(sync=False)`` (the node, so that no fsync runs on its loop) installs
+    the same file, and hands the group commit both the file (``sync_descriptor``) and the
+    directory of the rename (``directory_to_sync``), once each; with ``sync=True`` there is
+    nothing left to commit."""
+    files = []
+    for sync in (True, False):
+        directory = tmp_path / str(sync)
+        directory.mkdir()
+        journal, _ = open_journal(directory, JournalLimits(), TableLimits(), T0)
+        assert journal is not None
+        busy_log(journal, workloads=20, rounds=2)
+        journal.sync()
+        job = journal.begin_compaction(T0 + 1)
+        assert job is not None
+        job.run()
+        journal.finish_compaction(job, sync=sync)
+        fd = journal.sync_descriptor()
+        if sync:
+            assert fd is None and journal.directory_to_sync() is None
+        else:
+            assert fd is not None and fsync_and_close(fd) is None
+            assert journal.directory_to_sync() == directory
+            assert journal.directory_to_sync() is None and journal.sync_descriptor() is None
+        journal.close()
+        files.append((directory / JOURNAL_FILE).read_bytes())
+    assert files[0] == files[1] and len(decode_log(files[0])[0]) == 20

@@ -46,9 +46,12 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
   :attr:`JournalLimits.compaction_timeout` and when the node stops; a child that dies is one
   warning line, the log stays as it was and the next check retries. What was appended
   meanwhile is copied over in a worker thread (:meth:`Compaction.catch_up`: tens of MB on a
-  busy node), then, back on the loop, the rest, the file fsynced and renamed over the log: a
-  crash at any point leaves one whole file or the other (a temporary file left by a crash is
-  removed at the next start). A compaction that would keep every record in its place (distinct
+  busy node), then, back on the loop, the rest, and the file is renamed over the log; the
+  node's group commit fsyncs the file and the directory right after, in a worker thread
+  (:meth:`Journal.compact`, and a node with ``fsync_interval = 0``, fsync before the rename). A
+  crash at any point leaves one whole file or the other (after a power failure, less what the
+  group commit had not synced yet, as ever); a temporary file left by a crash is removed at the
+  next start. A compaction that would keep every record in its place (distinct
   workloads, none expired) writes nothing: the log already is its compaction, and it counts as
   one. :meth:`Journal.compact` runs a whole compaction on the calling thread.
 * **Damage** is detected, reported in one warning line and never fatal: every record carries
@@ -119,6 +122,7 @@ __all__ = [
     "decode_log",
     "encode_record",
     "fsync_and_close",
+    "fsync_directory",
     "open_journal",
     "record_of",
     "reload_table",
@@ -523,11 +527,22 @@ def _copy_range(src: Path, start: int, end: int, dst: Path) -> int:
     return end - start
 
 
-def _install(tmp: Path, path: Path) -> int:
-    """Rename the temporary file over the journal (durably); an append descriptor on it."""
+def _install(tmp: Path, path: Path, *, sync: bool = True) -> int:
+    """Rename the temporary file over the journal (durably, with ``sync``); an append
+    descriptor on it."""
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    if sync:
+        _fsync_dir(path.parent)
     return os.open(path, os.O_WRONLY | os.O_APPEND)
+
+
+def fsync_directory(directory: Path) -> OSError | None:
+    """fsync a directory from :meth:`Journal.directory_to_sync` (any thread)."""
+    try:
+        _fsync_dir(directory)
+    except OSError as exc:
+        return exc
+    return None
 
 
 def fsync_and_close(fd: int) -> OSError | None:
@@ -636,6 +651,7 @@ class Journal:
         self._kept = kept  # records written by the last compaction
         self._appended = 0  # records appended since
         self._dirty = False
+        self._directory_dirty = False  # a rename not yet fsynced (see finish_compaction)
         self._compacting = False
         self._compacted_at = wall
         self._min_ttl = min(table.terminal_ttl, table.live_ttl, table.tombstone_ttl)
@@ -693,6 +709,14 @@ class Journal:
             self._fail("fsync", exc)
             return None
 
+    def directory_to_sync(self) -> Path | None:
+        """The journal's directory when a rename in it (a compaction installed with
+        ``sync=False``) is not yet durable: for :func:`fsync_directory` in a worker thread."""
+        if self._fd is None or not self._directory_dirty:
+            return None
+        self._directory_dirty = False
+        return self.path.parent
+
     def sync_failed(self, exc: OSError) -> None:
         self._fail("fsync", exc)
 
@@ -721,10 +745,16 @@ class Journal:
         self._compacting = True
         return Compaction(self.path, self._size, self._appended, wall, self.table_limits)
 
-    def finish_compaction(self, job: Compaction) -> None:
+    def finish_compaction(self, job: Compaction, *, sync: bool = True) -> None:
         """Install what the job wrote, with the records appended while it ran. A job that
         failed (``error``, ``failure``) leaves the log as it was, and the next check retries:
-        what was appended since the last compaction still counts."""
+        what was appended since the last compaction still counts.
+
+        ``sync=False`` (the node, with a group commit): the last records copied and the rename
+        are not fsynced here but left to the caller's group commit, in a worker thread
+        (:meth:`sync_descriptor`, :meth:`directory_to_sync`), so that no fsync of a busy disk
+        (tens of ms) runs on the loop. Until it ran, a power failure leaves either the old
+        log or the new one without its last records: the group commit's usual window."""
         self._compacting = False
         failed = job.error is not None or job.failure is not None
         if job.unchanged and not failed and self._fd is not None:
@@ -763,10 +793,11 @@ class Journal:
             fd = os.open(tmp, os.O_WRONLY | os.O_APPEND)
             try:
                 _write_all(fd, since)
-                os.fsync(fd)
+                if sync:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
-            fd = _install(tmp, self.path)
+            fd = _install(tmp, self.path, sync=sync)
         except OSError as exc:
             self._fail("compact", exc)
             return
@@ -775,7 +806,8 @@ class Journal:
         self._fd = fd
         self._size = job.size + len(since)
         self._kept, self._appended = job.kept, self._appended - job.appended
-        self._dirty = False
+        self._dirty = not sync
+        self._directory_dirty = not sync
         self._compacted_at = job.wall
         log.debug(
             "journal: compacted %s: %d records read, %d kept, %d bytes appended meanwhile",
