@@ -489,9 +489,9 @@ def test_a_child_does_not_outlive_a_node_killed_mid_compaction(tmp_path: Path) -
 
 def test_an_install_without_fsync_leaves_both_to_the_group_commit(tmp_path: Path) -> None:
     """``finish_compaction(sync=False)`` (the node, so that no fsync runs on its loop) installs
-    the same file, and hands the group commit both the file (``sync_descriptor``) and the
-    directory of the rename (``directory_to_sync``), once each; with ``sync=True`` there is
-    nothing left to commit."""
+    the same file, and hands the group commit the file (``sync_descriptor``), the directory of
+    the rename (``directory_to_sync``) and the old log's descriptor to close (closing it frees
+    the old file), once each; with ``sync=True`` there is nothing left to commit."""
     files = []
     for sync in (True, False):
         directory = tmp_path / str(sync)
@@ -507,10 +507,14 @@ def test_an_install_without_fsync_leaves_both_to_the_group_commit(tmp_path: Path
         fd = journal.sync_descriptor()
         if sync:
             assert fd is None and journal.directory_to_sync() is None
+            assert journal.retired_descriptor() is None
         else:
             assert fd is not None and fsync_and_close(fd) is None
             assert journal.directory_to_sync() == directory
             assert journal.directory_to_sync() is None and journal.sync_descriptor() is None
+            old = journal.retired_descriptor()
+            assert old is not None and journal.retired_descriptor() is None
+            os.close(old)  # the replaced log's: still open until the group commit closes it
         journal.close()
         files.append((directory / JOURNAL_FILE).read_bytes())
     assert files[0] == files[1] and len(decode_log(files[0])[0]) == 20

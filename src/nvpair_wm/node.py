@@ -34,6 +34,7 @@ from nvpair_wm.io.pin_watch import WatchedIdentity, WatchedPins, open_watch
 from nvpair_wm.io.server import InterNodeServer
 from nvpair_wm.journal import (
     Journal,
+    close_quietly,
     fsync_and_close,
     fsync_directory,
     open_journal,
@@ -290,8 +291,12 @@ class Node:
 
     @staticmethod
     async def _journal_commit(journal: Journal) -> None:
-        """The group commit, in worker threads: what was written since the last one, and the
-        directory after a compaction's rename."""
+        """The group commit, in worker threads: what was written since the last one, and, after
+        a compaction, the directory of its rename and the close of the old log (which frees
+        it: tens of ms for a busy node's)."""
+        retired = journal.retired_descriptor()
+        if retired is not None:
+            await asyncio.to_thread(close_quietly, retired)
         fd = journal.sync_descriptor()
         if fd is not None and (failure := await asyncio.to_thread(fsync_and_close, fd)):
             journal.sync_failed(failure)
