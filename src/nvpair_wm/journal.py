@@ -577,9 +577,10 @@ def fsync_and_close(fd: int) -> OSError | None:
 
 @dataclass(slots=True)
 class Compaction:
-    """One compaction: :meth:`run` (the heavy part, safe in a worker thread: it reads the log up
-    to ``upto`` and writes only its own temporary file) between :meth:`Journal.begin_compaction`
-    and :meth:`Journal.finish_compaction` (on the thread that appends)."""
+    """One compaction: :meth:`run` (the heavy part, safe anywhere but on the thread that appends:
+    it reads the log up to ``upto`` and writes only its own temporary file; the node runs it in
+    a child process, :mod:`nvpair_wm.compactor`) between :meth:`Journal.begin_compaction` and
+    :meth:`Journal.finish_compaction` (on the thread that appends)."""
 
     path: Path
     upto: int  # bytes of the log that existed when it began
