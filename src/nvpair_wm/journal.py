@@ -577,7 +577,7 @@ def fsync_and_close(fd: int) -> OSError | None:
 
 @dataclass(slots=True)
 class Compaction:
-    """One compaction: :meth:`run` (the heavy part, safe anywhere but on the thread that appends:
+    """One compaction: :meth:`run` (the heavy part, which may run in another thread or process:
     it reads the log up to ``upto`` and writes only its own temporary file; the node runs it in
     a child process, :mod:`nvpair_wm.compactor`) between :meth:`Journal.begin_compaction` and
     :meth:`Journal.finish_compaction` (on the thread that appends)."""
