@@ -20,7 +20,7 @@ import pytest
 from nvpair_wm.broadcaster import bad_frames, retry_after
 from nvpair_wm.clusterdir import cert_fingerprint
 from nvpair_wm.errors import ConnectFailed, ConnectionLost, PinRefused, ResponseTimeout
-from nvpair_wm.http.core import MIB, Request, Response, empty_response, error_response
+from nvpair_wm.http.core import MIB, Limits, Request, Response, empty_response, error_response
 from nvpair_wm.io.client import PeerConnection, open_connection
 from nvpair_wm.io.client import Response as ClientResponse
 from nvpair_wm.pins import Identity, PinSet
@@ -116,6 +116,8 @@ def test_post_reaches_the_broker_side_of_a_real_server(
             r = await conn.post(PATH, batch(event(method, w)), response_timeout=WAIT)
             statuses.append(r.status)
         assert conn.usable
+        # What the broadcaster bounds a batch's body by: the server's stream window (h2).
+        assert conn.body_window() == (Limits().h2_initial_window_size if protocol == "h2" else None)
         await conn.aclose()
         return statuses
 

@@ -113,6 +113,13 @@ class PeerConnection(asyncio.Protocol):
         """How many requests may be in progress at once (``cap``: our own limit)."""
         return 1 if self._session is None else self._session.capacity(cap)
 
+    def body_window(self) -> int | None:
+        """The largest request body that goes out at once, without waiting for the server to
+        open its window (HTTP/2: the stream window it set); None when there is no such bound
+        (HTTP/1.1)."""
+        session = self._session
+        return session.stream_window if isinstance(session, H2ClientSession) else None
+
     def request(
         self,
         path: str,
