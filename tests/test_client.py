@@ -178,6 +178,27 @@ def test_large_body_respects_flow_control(
     assert handler.bodies.get(timeout=WAIT) == (protocol, body)
 
 
+@pytest.mark.parametrize(("window", "expected"), [(300_000, 300_000), (100, 16_384)])
+def test_h2_body_window_follows_the_servers_stream_window(
+    start_wm_server: StartServer, tls_cluster: TLSCluster, window: int, expected: int
+) -> None:
+    """The bound the broadcaster puts on a batch's body: the server's SETTINGS_INITIAL_WINDOW_SIZE,
+    but never under one default frame (a server that opens streams small still gets batches)."""
+    wm = start_wm_server(h2_initial_window_size=window)
+
+    async def go() -> int | None:
+        conn = await dial(tls_cluster, wm.port, protocol="h2")
+        r = await conn.post(
+            PATH, batch(event("workload:submitted", workload())), response_timeout=WAIT
+        )
+        assert r.status == 202  # the server's SETTINGS came before its answer
+        hint = conn.body_window()
+        await conn.aclose()
+        return hint
+
+    assert run(go()) == expected
+
+
 def test_connection_closed_by_the_server_is_noticed_while_idle(
     start_wm_server: StartServer, tls_cluster: TLSCluster, protocol: str
 ) -> None:
