@@ -20,7 +20,7 @@ import pytest
 from nvpair_wm.broadcaster import bad_frames, retry_after
 from nvpair_wm.clusterdir import cert_fingerprint
 from nvpair_wm.errors import ConnectFailed, ConnectionLost, PinRefused, ResponseTimeout
-from nvpair_wm.http.core import MIB, Request, Response, empty_response, error_response
+from nvpair_wm.http.core import MIB, Limits, Request, Response, empty_response, error_response
 from nvpair_wm.io.client import PeerConnection, open_connection
 from nvpair_wm.io.client import Response as ClientResponse
 from nvpair_wm.pins import Identity, PinSet
@@ -116,6 +116,8 @@ def test_post_reaches_the_broker_side_of_a_real_server(
             r = await conn.post(PATH, batch(event(method, w)), response_timeout=WAIT)
             statuses.append(r.status)
         assert conn.usable
+        # What the broadcaster bounds a batch's body by: the server's stream window (h2).
+        assert conn.body_window() == (Limits().h2_initial_window_size if protocol == "h2" else None)
         await conn.aclose()
         return statuses
 
@@ -174,6 +176,27 @@ def test_large_body_respects_flow_control(
 
     assert run(go()) == 202
     assert handler.bodies.get(timeout=WAIT) == (protocol, body)
+
+
+@pytest.mark.parametrize(("window", "expected"), [(300_000, 300_000), (100, 16_384)])
+def test_h2_body_window_follows_the_servers_stream_window(
+    start_wm_server: StartServer, tls_cluster: TLSCluster, window: int, expected: int
+) -> None:
+    """The bound the broadcaster puts on a batch's body: the server's SETTINGS_INITIAL_WINDOW_SIZE,
+    but never under one default frame (a server that opens streams small still gets batches)."""
+    wm = start_wm_server(h2_initial_window_size=window)
+
+    async def go() -> int | None:
+        conn = await dial(tls_cluster, wm.port, protocol="h2")
+        r = await conn.post(
+            PATH, batch(event("workload:submitted", workload())), response_timeout=WAIT
+        )
+        assert r.status == 202  # the server's SETTINGS came before its answer
+        hint = conn.body_window()
+        await conn.aclose()
+        return hint
+
+    assert run(go()) == expected
 
 
 def test_connection_closed_by_the_server_is_noticed_while_idle(

@@ -186,6 +186,17 @@ def test_bodies_use_the_servers_larger_frame_size_and_share_the_connection_windo
     ]
 
 
+def test_stream_window_is_the_servers_initial_window() -> None:
+    client = H2ClientSession(AUTHORITY, MIB)
+    assert client.stream_window == 65_535  # the default, before the server's SETTINGS
+    client, _ = connected(INITIAL_WINDOW_SIZE=200_000)
+    assert client.stream_window == 200_000
+    sid = client.start_request(PATH, b"z" * 200_000, 0.0, 10.0)
+    # A body of that size goes out at once (the connection window allowing).
+    sent = sum(len(f.data) for f in data_frames(client.data_to_send()) if f.stream_id == sid)
+    assert sent == 65_535  # here the connection window, never raised by this server, bounds it
+
+
 def test_rst_stream_of_a_stream_still_sending_stops_its_body() -> None:
     client, server = connected(INITIAL_WINDOW_SIZE=10)
     sid = client.start_request(PATH, b"q" * 1000, 0.0, 10.0)

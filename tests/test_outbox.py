@@ -167,6 +167,38 @@ def test_a_frame_larger_than_a_batch_goes_alone() -> None:
     assert len(box.next_batch() or []) == 1
 
 
+def test_a_tighter_body_bound_from_the_connection_caps_the_batch() -> None:
+    one = len(ev("1").body)
+    box = make()
+    box.push([ev(str(i)) for i in range(10)])
+    batch = box.next_batch(3 * one + 4)  # the peer's stream window: three frames and "[,,]"
+    assert batch is not None and len(batch) == 3 and batch.size == len(batch.body)
+    rest = box.next_batch(10)  # smaller than a frame: the first one still goes, alone
+    assert rest is not None and len(rest) == 1
+    whole = box.next_batch(10 * one)  # the rest fits: taken whole, in order
+    assert whole is not None and ids(whole) == [(str(i), 1) for i in range(4, 10)]
+    assert whole.size == len(whole.body) and box.queued == 0
+
+
+def test_batches_are_the_largest_that_fit_and_keep_the_order() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        frames, max_bytes = rng.randint(1, 12), rng.randint(5, 600)
+        box = make(max_batch_frames=frames, max_batch_bytes=max_bytes)
+        pushed = [ev(str(i), 1, model="m" * rng.randint(1, 60)) for i in range(rng.randint(1, 30))]
+        box.push(pushed)
+        sent: list[Outbound] = []
+        while (b := box.next_batch()) is not None:
+            assert b.size == len(b.body) and len(b) <= frames
+            assert len(b) == 1 or b.size <= max_bytes
+            following = box.depth and pushed[len(sent) + len(b)]
+            if following and len(b) < frames:  # the next frame did not fit
+                assert b.size + 1 + len(following.body) > max_bytes
+            sent += b.queued
+            box.delivered(b)
+        assert [o.key for o in sent] == [o.key for o in pushed] and box.depth == 0
+
+
 def test_idle_link_sends_at_once_busy_link_accumulates() -> None:
     box = make()
     box.push([ev("1")])

@@ -448,9 +448,12 @@ class _Link:
         outbox = self.outbox
         lim = self._limits
         cap = conn.capacity(lim.max_in_flight)
+        # A body that fits the server's stream window is sent whole at once: no round trip for
+        # WINDOW_UPDATE per request, no DATA written piecemeal as the window reopens.
+        window = conn.body_window()
         started = False
         while self._sending < cap and conn.usable:
-            batch = outbox.next_batch()
+            batch = outbox.next_batch(window)
             if batch is None:
                 break
             try:

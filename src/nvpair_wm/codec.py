@@ -590,12 +590,18 @@ def _fully_read(raw: bytes, frame: Any) -> bytes | None:
     if type(frame) not in _COUNTABLE:
         return None
     canonical = _encoder.encode(frame)
-    if len(canonical) == len(raw):
+    if len(canonical) == len(raw) or _same_quotes(raw, canonical):
         return canonical
+    return None
+
+
+def _same_quotes(raw: bytes, canonical: bytes) -> bool:
+    """The quote-mark count of :func:`_fully_read`: ``raw`` read whole when it holds as many
+    as its re-encoding ``canonical`` (``\\u0022`` counted as one)."""
     quotes = raw.count(b'"')
     if b"\\" in raw:
         quotes += raw.count(b"\\u0022")
-    return canonical if canonical.count(b'"') == quotes else None
+    return canonical.count(b'"') == quotes
 
 
 def _strict(raw: bytes) -> tuple[Any, bytes | None]:
@@ -627,9 +633,20 @@ def _decode_single(raw: bytes) -> Decoded:
 def decode_whole(raw: bytes) -> tuple[Any, bytes] | None:
     """One frame that the strict pass reads whole, with its compact encoding: the common case
     of :func:`decode` for a payload that is one frame, without its envelope. None for anything
-    else (a batch, an error, a frame with members the types skip): :func:`decode` then."""
-    frame, encoded = _strict(raw)
-    return None if encoded is None else (frame, encoded)
+    else (a batch, an error, a frame with members the types skip): :func:`decode` then.
+
+    :func:`_strict` and :func:`_fully_read` inline (two calls less): this runs
+    once per line from the broker."""
+    try:
+        frame = _frame_decoder.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if type(frame) not in _COUNTABLE:
+        return None
+    canonical = _encoder.encode(frame)
+    if len(canonical) == len(raw) or _same_quotes(raw, canonical):
+        return frame, canonical
+    return None
 
 
 def _reread(raw: bytes, frame: Any) -> Item:

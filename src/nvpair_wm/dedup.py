@@ -292,8 +292,9 @@ class WorkloadTable:
             else:
                 entry.append(pair)
         live, done = self._live, self._done  # len(self), inlined: this runs once per new workload
-        if len(live.cur) + len(live.prev) + len(done.cur) + len(done.prev) > self._max_workloads:
-            self._enforce_cap(key)
+        over = len(live.cur) + len(live.prev) + len(done.cur) + len(done.prev) - self._max_workloads
+        if over > 0:
+            self._evict(over, key)
 
     def remove(
         self, origin: str, workload_id: str, run_id: str | None, now: float, *, local: bool = False
@@ -381,17 +382,35 @@ class WorkloadTable:
         ]
         return events, removals
 
-    def _enforce_cap(self, just_recorded: _Key) -> None:
-        """Evict past ``max_workloads``: terminal first, older generation first, never the entry
-        just recorded (forgetting it at once would let its duplicates through)."""
-        while len(self) > self.limits.max_workloads:
-            victim = self._done.pop_oldest(just_recorded)
-            if victim is None:
-                victim = self._live.pop_oldest(just_recorded)
+    def _evict(self, count: int, just_recorded: _Key) -> None:
+        """Evict ``count`` entries (those past ``max_workloads``): terminal first, older
+        generation first, never the entry just recorded (forgetting it at once would let its
+        duplicates through). A full table evicts one per new workload, so the usual victim (a
+        terminal workload of the previous generation) is taken and unindexed inline, without
+        the calls of the general path."""
+        done_prev = self._done.prev
+        runs = self._runs
+        victim: tuple[_Key, _Value] | None
+        while count > 0:
+            if done_prev:
+                victim = done_prev.popitem()
+            else:
+                victim = self._done.pop_oldest(just_recorded)
                 if victim is None:
-                    return
-            self._unindex(victim[0])
+                    victim = self._live.pop_oldest(just_recorded)
+                    if victim is None:
+                        return
+                done_prev = self._done.prev
+            count -= 1
             self.evicted += 1
+            run, wid = key = victim[0]
+            entry = runs.get(wid)
+            if entry is not None:
+                if isinstance(entry, tuple):  # _unindex's usual case, inline
+                    if entry[1] == run:
+                        del runs[wid]
+                else:
+                    self._unindex(key)
 
     def _newest(self, origin: str, wid: str) -> str | None:
         """The newest run of (origin, id) that the table holds, if any."""

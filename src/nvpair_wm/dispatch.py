@@ -220,13 +220,15 @@ class Dispatcher:
         replies, outbound = result.replies, result.outbound
         now = self._clock()
         decode, observe = codec.decode_whole, self.table.observe
+        state_of, intern = STATE_OF.get, sys.intern
         ch = self.broker_counters
         inline = applied = 0
         for line in lines:
             whole = decode(line)
             if whole is not None:
                 item, encoded = whole
-            if whole is None or not isinstance(item, LIFECYCLE_TYPES) or item.id is not UNSET:
+                state = state_of(type(item))  # None: not a lifecycle frame
+            if whole is None or state is None or item.id is not UNSET:
                 one = self.local(line)  # decoded again: not the usual line
                 if one.nodes is not None:  # the caller's to avoid; kept if it happens
                     result.nodes = one.nodes
@@ -235,8 +237,10 @@ class Dispatcher:
                 continue
             inline += 1
             info = item.params.workloadInfo
-            if info.state == STATE_OF[type(item)]:
-                out = _outbound(info, encoded)  # relayed as received: see local()
+            if info.state == state:
+                # Relayed as received (see local()); _outbound, inline: one call less a line.
+                key = (intern(info.originatedFrom), info.id, intern(info.runId))
+                out = Outbound(key, info.seq, bytes(memoryview(encoded)))
             else:
                 info = translate(item)
                 out = _outbound(info, codec.encode(lifecycle_frame(info)))

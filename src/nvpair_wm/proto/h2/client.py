@@ -241,6 +241,12 @@ class H2ClientSession:
         """Requests at once: ``cap`` (ours), bounded by the server's MAX_CONCURRENT_STREAMS."""
         return max(1, min(cap, self._max_streams))
 
+    @property
+    def stream_window(self) -> int:
+        """The body bytes a new stream may send before the server opens its window further
+        (its SETTINGS_INITIAL_WINDOW_SIZE; the default until its SETTINGS came)."""
+        return self._peer.initial_window
+
     def next_deadline(self) -> float | None:
         best: float | None = None
         for st in self._streams.values():
