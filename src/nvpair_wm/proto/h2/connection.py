@@ -102,6 +102,7 @@ log = logging.getLogger(__name__)
 DISCARD_LIMIT = 64 * 1024
 
 _CLOSED_MEMORY = 1024  # closed stream ids remembered for the §5.1 rules
+_PARSED_REMEMBERED = 16  # requests parsed from header lists the decoder remembered
 # How a remembered stream closed.
 _ENDED, _RESET_SENT, _RESET_RECEIVED = 0, 1, 2
 _SETTINGS_ACK = frame(SETTINGS, ACK, 0)
@@ -144,6 +145,7 @@ class H2ServerSession:
         "_max_body",
         "_now",
         "_out",
+        "_parsed",
         "_peer",
         "_preface_left",
         "_recv_initial",
@@ -186,6 +188,8 @@ class H2ServerSession:
         self._settings_acked = False
         self._streams: dict[int, Stream] = {}
         self._closed: dict[int, int] = {}  # stream id → how it closed (bounded, oldest out)
+        #: id(decoded header list) → (that list, its Request): see _on_header_block.
+        self._parsed: dict[int, tuple[list[tuple[bytes, bytes]], Request]] = {}
         self._highest = 0  # the highest stream id the peer opened
         # The open header block (HEADERS without END_HEADERS, then CONTINUATION frames).
         self._block_sid = 0
@@ -606,7 +610,17 @@ class H2ServerSession:
             self._refuse(sid)
             self._budgets.refuse(now)
             return
-        parsed = parse_request(fields, self._limits.max_header_bytes, self.peer_fingerprint)
+        # A header list the decoder remembered (a repeated block) parses as it did before:
+        # the Request is only read, never changed, so streams may share it.
+        known = self._parsed.get(id(fields))
+        if known is not None and known[0] is fields:
+            parsed: Request | Response | str = known[1]
+        else:
+            parsed = parse_request(fields, self._limits.max_header_bytes, self.peer_fingerprint)
+            if isinstance(parsed, Request):
+                if len(self._parsed) >= _PARSED_REMEMBERED:
+                    self._parsed.clear()
+                self._parsed[id(fields)] = (fields, parsed)  # the list kept: its id stays its
         if isinstance(parsed, str):
             log.debug("HTTP/2 stream %d malformed: %s", sid, parsed)
             self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)
