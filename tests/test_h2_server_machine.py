@@ -190,6 +190,27 @@ def test_hpack_huffman_strings_decode_the_same_from_the_cache() -> None:
     assert len(d._huffman) == 2  # the name x-long, not the value
 
 
+def test_hpack_repeated_block_is_remembered_until_the_table_changes() -> None:
+    d = Decoder(max_list=64 * 1024)
+    d.decode(b"\x40\x01a\x01b")  # literal with indexing: (a, b) is index 62
+    indexed = b"\x83\xbe"  # :method POST, then dynamic index 62
+    first = d.decode(indexed)
+    assert first == [(b":method", b"POST"), (b"a", b"b")]
+    assert d.decode(indexed) is first  # the table did not change: remembered
+    assert d.decode(bytearray(indexed)) == first  # type: ignore[arg-type]  # decoded, not looked up
+    d.decode(b"\x40\x01c\x01d")  # (c, d) is index 62 now, (a, b) index 63
+    assert d.decode(indexed) == [(b":method", b"POST"), (b"c", b"d")]
+    d.decode(b"\x20")  # a size update to 0 empties the table
+    with pytest.raises(H2ConnectionError) as err:
+        d.decode(indexed)  # not answered from memory: index 62 is gone
+    assert err.value.code == ErrorCodes.COMPRESSION_ERROR
+    fresh = Decoder(max_list=64 * 1024)
+    adding = b"\x40\x01e\x01f"  # a block that changes the table is never remembered
+    fresh.decode(adding)
+    fresh.decode(adding)
+    assert fresh.entries == [(b"e", b"f"), (b"e", b"f")]
+
+
 def test_response_encoder_is_plain_hpack_without_indexing() -> None:
     fields = ((b":status", b"202"), (b"content-length", b"0"), (b"x-custom", b"v"))
     block = encode_fields(fields)
@@ -285,6 +306,21 @@ def test_a_request_gets_202_and_the_body_reaches_the_handler() -> None:
     assert p.statuses() == [(1, b"202")]
     assert p.handler.completed == [("/e", b"{}")]
     assert p.session.open_streams == 0
+
+
+def test_a_repeated_header_block_is_parsed_once_and_still_checked() -> None:
+    p = Peer()
+    seen: list[Request] = []
+    p.handler.head = seen.append  # type: ignore[method-assign,assignment]
+    fields = [*REQUEST, ("content-length", "2")]
+    for sid in (1, 3, 5):  # the encoder indexes the fields once: blocks 2 and 3 are alike
+        p.feed(p.headers(sid, fields, flags=0x4) + raw(0, 0x1, sid, b"{}"))
+    assert p.statuses() == [(1, b"202"), (3, b"202"), (5, b"202")]
+    assert seen[1] is seen[2]  # one Request for the repeated block
+    assert seen[2].content_length == 2 and seen[2].path == "/e"
+    p.feed(p.headers(7, fields, flags=0x4) + raw(0, 0x1, 7, b"{}x"))  # longer than declared
+    assert p.resets() == [(7, ErrorCodes.PROTOCOL_ERROR)]
+    assert len(p.handler.completed) == 3
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,6 @@ from nvpair_wm.http.core import (
     Response,
     empty_response,
     error_response,
-    get_header,
     too_large,
 )
 from nvpair_wm.io.batch import EndOfBatch, for_loop
@@ -86,6 +85,10 @@ class PinCheck(Protocol):
     def is_pinned(self, fingerprint: str) -> bool: ...
 
 
+#: The sessions only read a handler's responses: a bare one can be shared.
+_BARE: dict[int, Response] = {202: empty_response(202)}
+
+
 def is_json_content_type(value: bytes | None) -> bool:
     """``application/json`` with optional parameters; a charset, if any, must be UTF-8."""
     if value is None:
@@ -127,14 +130,19 @@ class EventsEndpoint:
 
     def head(self, req: Request) -> Response | None:
         fp = req.peer_fingerprint
-        if fp is None or not self._is_pinned(fp):
+        if fp is None or not (self._pinned.get(fp) or self._is_pinned(fp)):
             log.debug("refused unpinned caller %s (%s %s)", fp, req.method, req.path)
             return error_response(403, "client certificate is not pinned by this cluster")
         if req.path != self.path:
             return error_response(404, "not found")
         if req.method != "POST":
             return error_response(405, "method not allowed", [(b"allow", b"POST")])
-        if not is_json_content_type(get_header(req.headers, b"content-type")):
+        for name, value in req.headers:  # get_header, inline
+            if name == b"content-type":
+                if value != b"application/json" and not is_json_content_type(value):
+                    return error_response(415, "content-type must be application/json")
+                break
+        else:
             return error_response(415, "content-type must be application/json")
         if req.content_length is not None and req.content_length > self.max_body:
             return too_large(self.max_body)
@@ -151,18 +159,20 @@ class EventsEndpoint:
         if result.to_broker:
             self.sink.put(result.to_broker)
         if result.body is None:
-            return empty_response(result.status)
+            return _BARE.get(result.status) or empty_response(result.status)
         return Response(result.status, [(b"content-type", b"application/json")], result.body)
 
     def _is_pinned(self, fp: str) -> bool:
+        """The pin check, held for the rest of the batch (``head`` looks in ``_pinned`` first;
+        only a True is taken from there, a False is asked here again)."""
         answer = self._pinned.get(fp)
         if answer is not None:
             return answer
         answer = self.pins.is_pinned(fp)
-        batch = self._current_batch()
+        batch = self._batch or self._current_batch()
         if batch is not None and batch.active:  # inside the server's callback: hold it
             if not self._pinned:
-                batch.defer(self._pinned.clear)
+                batch.queue.append(self._pinned.clear)  # batch.defer, inline
             self._pinned[fp] = answer
         return answer
 

@@ -48,7 +48,7 @@ class EndOfBatch:
     connection, say).
     """
 
-    __slots__ = ("__weakref__", "_handle", "_pending", "_ready", "active", "loop")
+    __slots__ = ("__weakref__", "_handle", "_ready", "active", "loop", "queue")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -57,7 +57,8 @@ class EndOfBatch:
         self._ready: collections.deque[Any] | None = (
             ready if isinstance(ready, collections.deque) else None
         )
-        self._pending: list[Callable[[], None]] = []
+        #: What was deferred, in order (producers on the hot path append to it directly).
+        self.queue: list[Callable[[], None]] = []
         self._handle: asyncio.Handle | None = None
         #: True while an IO callback that ends with :meth:`callback_done` runs.
         self.active = False
@@ -66,19 +67,19 @@ class EndOfBatch:
     def deferring(self) -> bool:
         """True when a write now should be deferred instead: something is deferred already
         (order), or an IO callback runs (its writes, and its batch's, are gathered)."""
-        return bool(self._pending) or (self.active and self._ready is not None)
+        return bool(self.queue) or (self.active and self._ready is not None)
 
     @property
     def pending(self) -> bool:
-        return bool(self._pending)
+        return bool(self.queue)
 
     def defer(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` at the end of the batch, after what was deferred before it."""
-        self._pending.append(fn)
+        self.queue.append(fn)
 
     def callback_done(self) -> None:
         """An IO callback ends: run the deferred work if it is the batch's last callback."""
-        if not self._pending:
+        if not self.queue:
             return
         ready = self._ready
         if not ready or (len(ready) == 1 and ready[0] is self._handle):
@@ -91,7 +92,7 @@ class EndOfBatch:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-        while self._pending:
-            pending, self._pending = self._pending, []
+        while self.queue:
+            pending, self.queue = self.queue, []
             for fn in pending:
                 fn()

@@ -59,6 +59,7 @@ _FILE_MASK = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_DELETE_SELF | _IN_M
 _CLUSTER_MASK = _PARENT_MASK | _IN_DELETE_SELF | _IN_MOVE_SELF
 _IN_MASK_ADD = 0x20000000  # sources sharing a descriptor may watch one directory: masks add up
 _IN_NONBLOCK, _IN_CLOEXEC = 0o4000, 0o2000000
+_NOTHING_QUEUED = bytes(4)  # FIONREAD's answer when no event is queued
 
 
 class _Pins(Protocol):
@@ -86,8 +87,9 @@ class Watch:
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
         self.fd: int = fd
-        self._queued = bytearray(4)  # FIONREAD's answer (an int)
-        self._generation = 0
+        self.queued = bytearray(4)  # FIONREAD's answer (an int)
+        #: What :meth:`generation` last returned.
+        self.generation_seen = 0
 
     def watch(self, path: Path, mask: int) -> bool:
         return bool(self._add(self.fd, os.fsencode(path), mask | _IN_MASK_ADD) >= 0)
@@ -98,9 +100,9 @@ class Watch:
         Asks how many bytes are queued first (``FIONREAD``): the usual answer, 0, costs one
         syscall and no exception, where a read would raise ``BlockingIOError``.
         """
-        fcntl.ioctl(self.fd, termios.FIONREAD, self._queued)
-        if not any(self._queued):
-            return self._generation
+        fcntl.ioctl(self.fd, termios.FIONREAD, self.queued)
+        if self.queued == _NOTHING_QUEUED:
+            return self.generation_seen
         while True:
             try:
                 data = os.read(self.fd, 65536)
@@ -108,8 +110,8 @@ class Watch:
                 break
             if not data:
                 break
-            self._generation += 1
-        return self._generation
+            self.generation_seen += 1
+        return self.generation_seen
 
 
 def open_watch() -> Watch | None:
@@ -157,6 +159,14 @@ class WatchedPins:
         return pins
 
     def is_pinned(self, fingerprint: str) -> bool:
+        cached = self._cached
+        ino = self._inotify
+        if cached is not None and ino is not None:
+            # current()'s usual case, inline (every request): nothing queued since the last
+            # look, and no other source drained events since this one looked.
+            fcntl.ioctl(ino.fd, termios.FIONREAD, ino.queued)
+            if ino.queued == _NOTHING_QUEUED and ino.generation_seen == self._seen:
+                return fingerprint in cached
         return fingerprint in self.current()
 
     def _cacheable(self) -> bool:

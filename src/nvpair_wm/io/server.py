@@ -219,13 +219,29 @@ class ServerConnection(asyncio.BufferedProtocol):
         end = self._batch
         end.active = True
         try:
-            if self.tls is not None:  # TLS copies the ciphertext into its BIO straight away
+            tls = self.tls
+            session = self.session
+            if tls is not None and session is not None and tls.handshake_done:
+                # _received's usual case, inline: a request on an open session.
+                now = self.loop.time()
+                try:
+                    plain = tls.receive_from(self._receive_buffer, self._receive_pointer, nbytes)
+                except TLSError as exc:
+                    self._tls_failed(exc)
+                    return
+                if plain:
+                    session.receive_data(plain, now)
+                if tls.peer_closed and not self.closed:
+                    self._feed(b"", now)
+                self._flush(now)
+            elif tls is not None:  # TLS copies the ciphertext into its BIO straight away
                 self._received(None, nbytes)
             else:  # plaintext sessions may keep what they are given
                 self._received(bytes(self._receive_buffer[:nbytes]))
         finally:  # what was deferred goes out even if a bug of ours raised
             end.active = False
-            end.callback_done()
+            if end.queue:  # callback_done's call only when something was deferred
+                end.callback_done()
 
     def data_received(self, data: bytes | memoryview) -> None:
         """Feed what the peer sent (TLS records, or plaintext without TLS)."""
@@ -253,10 +269,7 @@ class ServerConnection(asyncio.BufferedProtocol):
                 else:
                     plain = tls.receive(data)
             except TLSError as exc:
-                what = "TLS with" if tls.handshake_done else "TLS handshake with"
-                log.debug("%s %s failed: %s", what, self.peername, exc)
-                self._write_tls()  # deliver the alert
-                self._close_now()
+                self._tls_failed(exc)
                 return
             if not was_done and tls.handshake_done:
                 self._handshake_done(now)
@@ -269,6 +282,14 @@ class ServerConnection(asyncio.BufferedProtocol):
         if tls is not None and tls.peer_closed and not self.closed:
             self._feed(b"", now)
         self._flush(now)
+
+    def _tls_failed(self, exc: TLSError) -> None:
+        """A record or the handshake failed: send the alert, close."""
+        tls = self.tls
+        what = "TLS with" if tls is not None and tls.handshake_done else "TLS handshake with"
+        log.debug("%s %s failed: %s", what, self.peername, exc)
+        self._write_tls()  # deliver the alert
+        self._close_now()
 
     def eof_received(self) -> bool | None:
         self._peer_eof = True
@@ -370,7 +391,13 @@ class ServerConnection(asyncio.BufferedProtocol):
             records = tls.data_to_send()
             if records:
                 self._write(records)
-        self._rearm()
+        if session is not None and self._linger_until is None and self._write_stalled_since is None:
+            # _rearm and _deadline, inline for an open session (every answer's path)
+            when = session.next_deadline()
+            if when is not None and (self._timer is None or when < self._timer_at):
+                self._set_timer(when)
+        else:
+            self._rearm()
 
     def _write_tls(self) -> None:
         if self.tls is not None:
@@ -385,9 +412,9 @@ class ServerConnection(asyncio.BufferedProtocol):
         deferred = self._deferred
         if deferred is not None:
             deferred.append(data)
-        elif self._batch.pending:  # a broker write of this batch goes first
+        elif queue := self._batch.queue:  # a broker write of this batch goes first
             self._deferred = [data]
-            self._batch.defer(self._write_deferred)
+            queue.append(self._write_deferred)  # EndOfBatch.defer, inline
         else:
             transport.write(data)
 
@@ -426,12 +453,15 @@ class ServerConnection(asyncio.BufferedProtocol):
         if self.closed:
             return
         when = self._deadline()
-        timer = self._timer
         if when is None:
             return  # a timer already set fires early and re-arms: harmless
+        if self._timer is None or when < self._timer_at:
+            self._set_timer(when)
+
+    def _set_timer(self, when: float) -> None:
+        """The one timer, moved earlier to ``when`` (or set)."""
+        timer = self._timer
         if timer is not None:
-            if self._timer_at <= when:
-                return
             timer.cancel()
         self._timer_at = when
         self._timer = self.loop.call_at(when, self._on_timer)

@@ -29,6 +29,8 @@ __all__ = ["TLSMachine", "describe_ssl_error", "pointer_to"]
 _CHUNK = 64 * 1024
 #: The most plaintext one TLS record carries: one ``SSL_read`` returns at most one record.
 _RECORD = 16 * 1024
+#: Plaintext read per copy: the records of one read are decrypted into one such buffer.
+_READ_BUFFER = 2 * _RECORD
 
 try:  # the cffi binding pyOpenSSL calls OpenSSL through (see the module docstring)
     from OpenSSL._util import ffi as _ffi
@@ -108,7 +110,9 @@ class TLSMachine:
             return self.receive(buffer[:nbytes])
         if nbytes and _lib.BIO_write(self._bio_in, pointer, nbytes) != nbytes:
             self._ssl.bio_write(bytes(buffer[:nbytes]))  # the public path (raises what failed)
-        return self._after_input()
+        if not self.handshake_done:
+            return self._after_input()
+        return self._read_plaintext()
 
     def _after_input(self) -> bytes:
         """The handshake's next step, or the plaintext of the records now complete."""
@@ -196,22 +200,32 @@ class TLSMachine:
         raw = self._raw
         if raw is None:
             return self._recv_plaintext()
-        chunks = []
+        # The records of one read go into one buffer, one after the other (a request's
+        # HEADERS and DATA are often two records): one allocation and one copy per read.
+        chunks: list[bytes] = []
         read = _lib.SSL_read
         bio = self._bio_in
+        buf = _alloc("char[]", _READ_BUFFER)
+        filled = 0
         while not self.peer_closed:
-            buf = _alloc("char[]", _RECORD)
-            n = read(raw, buf, _RECORD)
+            n = read(raw, buf + filled, _READ_BUFFER - filled)
             if n > 0:
-                chunks.append(_ffi.buffer(buf, n)[:])
+                filled += n
                 # Nothing decrypted left and no input: another SSL_read could only say so.
                 if not _lib.SSL_pending(raw) and _lib.BIO_get_mem_data(bio, _NULL) <= 0:
                     break
+                if filled > _READ_BUFFER - _RECORD:  # keep a whole record's room
+                    chunks.append(_ffi.buffer(buf, filled)[:])
+                    filled = 0
                 continue
             if _lib.SSL_get_error(raw, n) != _WANT_READ:
                 self._read_error(n)  # raises, or marks the peer closed
             break  # else the rest of the input is an unfinished record, or nothing
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        out: bytes = _ffi.buffer(buf, filled)[:] if filled else b""
+        if chunks:
+            chunks.append(out)
+            return b"".join(chunks)
+        return out
 
     def _read_error(self, result: int) -> None:
         """An ``SSL_read`` failed: pyOpenSSL's mapping says how (close_notify, EOF, error)."""

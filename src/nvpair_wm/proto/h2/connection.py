@@ -102,6 +102,7 @@ log = logging.getLogger(__name__)
 DISCARD_LIMIT = 64 * 1024
 
 _CLOSED_MEMORY = 1024  # closed stream ids remembered for the §5.1 rules
+_PARSED_REMEMBERED = 16  # requests parsed from header lists the decoder remembered
 # How a remembered stream closed.
 _ENDED, _RESET_SENT, _RESET_RECEIVED = 0, 1, 2
 _SETTINGS_ACK = frame(SETTINGS, ACK, 0)
@@ -144,6 +145,7 @@ class H2ServerSession:
         "_max_body",
         "_now",
         "_out",
+        "_parsed",
         "_peer",
         "_preface_left",
         "_recv_initial",
@@ -186,6 +188,8 @@ class H2ServerSession:
         self._settings_acked = False
         self._streams: dict[int, Stream] = {}
         self._closed: dict[int, int] = {}  # stream id → how it closed (bounded, oldest out)
+        #: id(decoded header list) → (that list, its Request): see _on_header_block.
+        self._parsed: dict[int, tuple[list[tuple[bytes, bytes]], Request]] = {}
         self._highest = 0  # the highest stream id the peer opened
         # The open header block (HEADERS without END_HEADERS, then CONTINUATION frames).
         self._block_sid = 0
@@ -357,6 +361,7 @@ class H2ServerSession:
         size = len(data)
         max_frame = self._limits.h2_max_frame_size
         unpack = unpack_frame_header
+        streams = self._streams
         while size - pos >= 9:
             high, low, ftype, flags, sid = unpack(data, pos)
             length = (high << 8) | low
@@ -367,7 +372,26 @@ class H2ServerSession:
                 break
             payload = data[pos + 9 : end]
             pos = end
-            self._frame(ftype, flags, sid & 0x7FFF_FFFF, payload, now)
+            sid &= 0x7FFF_FFFF
+            # A request's own frames, in their usual shape, go straight to their handler
+            # (what _frame and _on_headers_frame would decide for them, without their calls):
+            # a whole header block opening a new odd stream, or DATA on an open stream.
+            if self._block_sid or not self._budgets.settings_seen or flags & PADDED:
+                self._frame(ftype, flags, sid, payload, now)
+            elif ftype == HEADERS:
+                if (
+                    flags & END_HEADERS
+                    and not flags & PRIORITY_FLAG
+                    and sid > self._highest
+                    and sid & 1
+                ):
+                    self._on_header_block(sid, bool(flags & END_STREAM), payload, False, now)
+                else:
+                    self._frame(ftype, flags, sid, payload, now)
+            elif ftype == DATA and (payload or flags & END_STREAM) and sid in streams:
+                self._on_data_frame(flags, sid, payload, now)
+            else:
+                self._frame(ftype, flags, sid, payload, now)
             if self.done:
                 return
         if pos < size:
@@ -468,7 +492,15 @@ class H2ServerSession:
         flow = len(payload)
         if sid > self._highest:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
-        self._windows.consume(flow)
+        windows = self._windows
+        if flow:  # windows.consume(flow), inline: the usual frame owes no WINDOW_UPDATE yet
+            windows.conn_available -= flow
+            owed = windows.conn_owed + flow
+            if windows.conn_available < 0 or owed >= windows.conn_half:
+                windows.conn_available += flow
+                windows.consume(flow)
+            else:
+                windows.conn_owed = owed
         data = payload
         if flags & PADDED:
             start, end = _unpad(payload)
@@ -484,7 +516,25 @@ class H2ServerSession:
         if st.recv_window < 0:
             self._stream_error(sid, ErrorCodes.FLOW_CONTROL_ERROR, now)
             return
-        self._on_data(st, data, flow)
+        request = st.request
+        received = st.received + len(data)
+        if (
+            st.mode == "body"
+            and request is not None
+            and (request.content_length or 0) >= received
+            and received <= self._max_body
+            and len(self._streams) == 1
+        ):
+            # _on_data for a lone stream's body within its limits, inline (every request).
+            st.received = received
+            st.owed += flow
+            if data:
+                st.body += data
+                self._windows.buffered += len(data)
+            if st.owed >= self._windows.half_stream:
+                self._windows.settle(self._streams.values())
+        else:
+            self._on_data(st, data, flow)
         if flags & END_STREAM and self._streams.get(sid) is st and not st.remote_done:
             self._on_end(st)
 
@@ -560,14 +610,37 @@ class H2ServerSession:
             self._refuse(sid)
             self._budgets.refuse(now)
             return
-        parsed = parse_request(fields, self._limits.max_header_bytes, self.peer_fingerprint)
+        # A header list the decoder remembered (a repeated block) parses as it did before:
+        # the Request is only read, never changed, so streams may share it.
+        known = self._parsed.get(id(fields))
+        if known is not None and known[0] is fields:
+            parsed: Request | Response | str = known[1]
+        else:
+            parsed = parse_request(fields, self._limits.max_header_bytes, self.peer_fingerprint)
+            if isinstance(parsed, Request):
+                if len(self._parsed) >= _PARSED_REMEMBERED:
+                    self._parsed.clear()
+                self._parsed[id(fields)] = (fields, parsed)  # the list kept: its id stays its
         if isinstance(parsed, str):
             log.debug("HTTP/2 stream %d malformed: %s", sid, parsed)
             self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)
             return
         st = Stream(sid, self._recv_initial, self._peer.initial_window)
         self._streams[sid] = st
-        self._on_request(st, parsed)
+        if isinstance(parsed, Response):
+            self._on_request(st, parsed)
+        else:  # _on_request, inline (every request)
+            self.requests += 1
+            st.request = parsed
+            try:  # a handler crash is OUR bug, answered 500 (never blamed on the peer)
+                early = self._handler.head(parsed)
+            except Exception:  # any handler bug: logged as ours, answered 500
+                log.exception("HTTP/2 handler failed")
+                early = error_response(500, "internal error")
+            if early is None and (parsed.content_length or 0) > self._max_body:
+                early = too_large(self._max_body)
+            if early is not None:
+                self._answer_early(st, early)
         if self._streams.get(sid) is not st:
             return
         if end_stream:
@@ -697,13 +770,39 @@ class H2ServerSession:
             return
         if st.mode == "body" and st.out is None and request is not None:
             body = bytes(st.body)
-            self._release_body(st)
+            if st.body:  # _release_body, inline (every request's end)
+                self._windows.buffered -= len(st.body)
+                st.body = bytearray()
+            streams = self._streams
+            if len(streams) > 1 or st.sid not in streams:  # else nothing to settle
+                self._windows.settle(streams.values())
             try:  # a handler crash is OUR bug, answered 500 (never blamed on the peer)
                 response = self._handler.complete(request, body)
             except Exception:  # any handler bug: logged as ours, answered 500
                 log.exception("HTTP/2 handler failed")
                 response = error_response(500, "internal error")
-            self._respond(st, response)
+            if response is None or response.headers or response.body:
+                self._respond(st, response)
+            else:
+                # A bare answer (every 202), inline: _respond, _send_bare, _response_sent and
+                # _drop without their calls; the stream is done both ways.
+                status = response.status
+                cached = _BARE_HEADERS.get(status) or _bare_headers(status)
+                sid = st.sid
+                self._out.append(cached[0] + sid.to_bytes(4, "big") + cached[1])
+                st.out = b""
+                st.out_off = 0
+                st.reset_after_send = None
+                st.response_done = True
+                st.send_deadline = None
+                if streams.pop(sid, None) is not None:
+                    closed = self._closed
+                    closed[sid] = _ENDED
+                    if len(closed) > _CLOSED_MEMORY:
+                        del closed[next(iter(closed))]
+                    if not streams:
+                        self._idle_since = self._now
+                return
         if st.response_done:  # _forget_if_done (the remote side is done here)
             self._drop(st, _ENDED)
 
@@ -746,13 +845,7 @@ class H2ServerSession:
 
     def _send_bare(self, sid: int, status: int) -> None:
         """HEADERS with END_STREAM for a response without fields or body, from a cache."""
-        cached = _BARE_HEADERS.get(status)
-        if cached is None:
-            headers, _ = response_fields(Response(status, []), False)
-            block = encode_fields(tuple(headers))
-            head = frame_header(len(block), HEADERS, END_STREAM | END_HEADERS, 0)
-            cached = _BARE_HEADERS[status] = (head[:5], block)
-        prefix, block = cached
+        prefix, block = _BARE_HEADERS.get(status) or _bare_headers(status)
         self._out.append(prefix + sid.to_bytes(4, "big") + block)
 
     def _send_headers(self, sid: int, block: bytes, end_stream: bool) -> None:
@@ -866,6 +959,15 @@ class H2ServerSession:
         if self._goaway_last is not None:
             last = min(last, self._goaway_last)
         self._out.append(goaway_frame(last, code, debug))
+
+
+def _bare_headers(status: int) -> tuple[bytes, bytes]:
+    """(the HEADERS frame header up to its stream id, the block) of a bare response, cached."""
+    headers, _ = response_fields(Response(status, []), False)
+    block = encode_fields(tuple(headers))
+    head = frame_header(len(block), HEADERS, END_STREAM | END_HEADERS, 0)
+    cached = _BARE_HEADERS[status] = (head[:5], block)
+    return cached
 
 
 def _earlier(a: float | None, b: float) -> float:

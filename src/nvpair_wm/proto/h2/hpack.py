@@ -31,6 +31,7 @@ _ENTRY_OVERHEAD = 32  # RFC 7541 §4.1
 _MAX_INT = 1 << 32  # no field or index of ours comes near; bounds the integer loop
 _HUFFMAN_CACHE_SIZE = 256
 _HUFFMAN_CACHE_MAX_RAW = 64  # only short strings are worth remembering
+_BLOCKS_REMEMBERED = 16  # repeated header blocks per connection (see Decoder.decode)
 
 
 def _compression_error(reason: str) -> H2ConnectionError:
@@ -41,7 +42,15 @@ def _compression_error(reason: str) -> H2ConnectionError:
 class Decoder:
     """Decodes header blocks of one connection into ``(name, value)`` byte pairs."""
 
-    __slots__ = ("_huffman", "_size", "_table", "max_list", "max_table_size")
+    __slots__ = (
+        "_blocks",
+        "_changes",
+        "_huffman",
+        "_size",
+        "_table",
+        "max_list",
+        "max_table_size",
+    )
 
     def __init__(self, max_list: int, max_table_size: int = DEFAULT_TABLE_SIZE) -> None:
         self.max_list = max_list  # decoded bytes (RFC 7541 §4.1 sizes) before we give up
@@ -49,13 +58,27 @@ class Decoder:
         self._table: deque[tuple[bytes, bytes]] = deque()  # newest first
         self._size = 0
         self._huffman: dict[bytes, bytes] = {}
+        #: Blocks that left the table as it was → their fields, while the table stays so.
+        self._blocks: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self._changes = 0  # moves with every change to the dynamic table (or its size)
 
     def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         """The fields of one complete block; the dynamic table is updated as the block says.
 
+        A block that changes nothing in the dynamic table (indexed fields and literals without
+        indexing: what a client sends once its table holds the request's fields) decodes the
+        same until the table changes, so it is remembered: a repeated block costs one dict
+        lookup. The list returned may be such a remembered one: callers must not change it.
+
         Raises :class:`H2ConnectionError`: COMPRESSION_ERROR for an undecodable block,
         ENHANCE_YOUR_CALM once the decoded list passes ``max_list`` (an HPACK bomb).
         """
+        blocks = self._blocks
+        if type(block) is bytes:  # (a bytearray is no dict key)
+            known = blocks.get(block)
+            if known is not None:
+                return known
+        changes = self._changes
         out: list[tuple[bytes, bytes]] = []
         pos = 0
         end = len(block)
@@ -90,6 +113,7 @@ class Decoder:
                     raise _compression_error(f"table size {size} over SETTINGS_HEADER_TABLE_SIZE")
                 self.max_table_size = size
                 self._evict(size)
+                self._changed()
                 continue
             else:  # literal without indexing / never indexed (§6.2.2, §6.2.3)
                 field, pos = self._literal(block, pos, 0x0F)
@@ -100,6 +124,10 @@ class Decoder:
                     ErrorCodes.ENHANCE_YOUR_CALM, f"decoded header list over {limit} bytes"
                 )
             out.append(field)
+        if changes == self._changes and type(block) is bytes:
+            if len(blocks) >= _BLOCKS_REMEMBERED:
+                blocks.clear()
+            blocks[block] = out
         return out
 
     def _literal(self, block: bytes, pos: int, mask: int) -> tuple[tuple[bytes, bytes], int]:
@@ -150,7 +178,13 @@ class Decoder:
                 cache[raw] = text
         return text, end
 
+    def _changed(self) -> None:
+        """The dynamic table changed: remembered blocks may read otherwise now."""
+        self._changes += 1
+        self._blocks.clear()
+
     def _add(self, field: tuple[bytes, bytes]) -> None:
+        self._changed()
         size = len(field[0]) + len(field[1]) + _ENTRY_OVERHEAD
         if size > self.max_table_size:  # §4.4: a too-big entry empties the table
             self._table.clear()

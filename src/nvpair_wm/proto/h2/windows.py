@@ -28,12 +28,13 @@ __all__ = ["ReceiveWindows"]
 
 class ReceiveWindows:
     __slots__ = (
-        "_conn_available",
-        "_conn_owed",
         "_conn_window",
         "_limits",
         "_out",
         "buffered",
+        "conn_available",
+        "conn_half",
+        "conn_owed",
         "half_stream",
     )
 
@@ -41,8 +42,10 @@ class ReceiveWindows:
         self._out = out  # the session's outbound frames: WINDOW_UPDATEs are queued there
         self._limits = limits
         self._conn_window = max(DEFAULT_WINDOW, limits.h2_connection_window)
-        self._conn_available = DEFAULT_WINDOW  # what the peer may still send on the connection
-        self._conn_owed = 0  # DATA bytes whose connection window is not yet reopened
+        self.conn_available = DEFAULT_WINDOW  # what the peer may still send on the connection
+        self.conn_owed = 0  # DATA bytes whose connection window is not yet reopened
+        #: The connection window is reopened once this much of it is owed.
+        self.conn_half = self._conn_window // 2
         #: A stream window is reopened once this much of it is owed.
         self.half_stream = max(1, limits.h2_initial_window_size // 2)
         self.buffered = 0  # request-body bytes held across streams
@@ -52,18 +55,18 @@ class ReceiveWindows:
         extra = self._conn_window - DEFAULT_WINDOW
         if extra > 0:
             self._out.append(window_update_frame(0, extra))
-            self._conn_available += extra
+            self.conn_available += extra
 
     def consume(self, flow: int) -> None:
         """``flow`` DATA bytes arrived on the connection (any stream, padding included)."""
-        self._conn_available -= flow
-        if self._conn_available < 0:
+        self.conn_available -= flow
+        if self.conn_available < 0:
             raise H2ConnectionError(ErrorCodes.FLOW_CONTROL_ERROR, "connection window exceeded")
-        self._conn_owed += flow
-        if self._conn_owed >= self._conn_window // 2:
-            self._out.append(window_update_frame(0, self._conn_owed))
-            self._conn_available += self._conn_owed
-            self._conn_owed = 0
+        self.conn_owed += flow
+        if self.conn_owed >= self.conn_half:
+            self._out.append(window_update_frame(0, self.conn_owed))
+            self.conn_available += self.conn_owed
+            self.conn_owed = 0
 
     def settle(self, streams: Iterable[Stream]) -> None:
         """Reopen the stream windows that may be reopened now (see the module docstring)."""
