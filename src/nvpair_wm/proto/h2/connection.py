@@ -627,10 +627,10 @@ class H2ServerSession:
             return
         st = Stream(sid, self._recv_initial, self._peer.initial_window)
         self._streams[sid] = st
-        if isinstance(parsed, Response):
-            self._on_request(st, parsed)
-        else:  # _on_request, inline (every request)
-            self.requests += 1
+        self.requests += 1
+        if isinstance(parsed, Response):  # answered from the header list alone (431, ...)
+            self._answer_early(st, parsed)
+        else:  # inline: every request comes this way
             st.request = parsed
             try:  # a handler crash is OUR bug, answered 500 (never blamed on the peer)
                 early = self._handler.head(parsed)
@@ -720,22 +720,6 @@ class H2ServerSession:
             self._drop(st, _RESET_RECEIVED)
 
     # -- receiving: requests ------------------------------------------------------------------
-
-    def _on_request(self, st: Stream, parsed: Request | Response) -> None:
-        self.requests += 1
-        if isinstance(parsed, Response):  # answered from the header list alone (431, ...)
-            self._answer_early(st, parsed)
-            return
-        st.request = parsed
-        try:  # a handler crash is OUR bug, answered 500 (never blamed on the peer)
-            early = self._handler.head(parsed)
-        except Exception:  # any handler bug: logged as ours, answered 500
-            log.exception("HTTP/2 handler failed")
-            early = error_response(500, "internal error")
-        if early is None and (parsed.content_length or 0) > self._max_body:
-            early = too_large(self._max_body)
-        if early is not None:
-            self._answer_early(st, early)
 
     def _on_data(self, st: Stream, data: bytes, flow: int) -> None:
         st.received += len(data)
