@@ -453,21 +453,25 @@ class _Link:
         if self._stopped or conn is None or not conn.usable:
             self.wake()
             return
-        # PeerDirectory.is_peer and the identity check, inline, on one look at both.
-        ident, pinned = self._owner._fresh.both()
-        own = self._conn_identity
-        fingerprint = self.peer.fingerprint
-        if (
-            ident is None
-            or ident.fingerprint != own
-            or fingerprint == own
-            or fingerprint not in pinned
-        ):
+        if not self._still_peer():
             self.wake()
             return
         self._fill(conn)
         if not self._sending and self.outbox.has_work:
             self.wake()  # backing off: the task keeps the timer
+
+    def _still_peer(self) -> bool:
+        """Our identity is the connection's, and the peer is still pinned and not us
+        (:meth:`PeerDirectory.is_peer`'s test, inline, on one look at both)."""
+        ident, pinned = self._owner._fresh.both()
+        own = self._conn_identity
+        fingerprint = self.peer.fingerprint
+        return (
+            ident is not None
+            and ident.fingerprint == own
+            and fingerprint != own
+            and fingerprint in pinned
+        )
 
     def _fill(self, conn: PeerConnection) -> None:
         """Start a request per free slot while the outbox has a batch; one write for all."""
@@ -511,9 +515,15 @@ class _Link:
         if self.outbox.flush_only or self.conn is None or not self.conn.usable:
             self.wake()
             return
-        # The next batch starts at the end of this tick, not at once: what the broker wrote
-        # meanwhile (read in the same tick) goes with it, in one request instead of two.
-        self.pump_soon()
+        if self.outbox.has_work:
+            # The next batch starts at the end of this tick, not at once: what the broker wrote
+            # meanwhile (read in the same tick) goes with it, in one request instead of two.
+            self.pump_soon()
+        elif not self._still_peer():
+            # What that pump would have found. Nothing to send (the usual case at a low rate):
+            # no pump, so no callback and no extra turn of the loop per response; what the
+            # broker writes next is published to an idle link and sent at once.
+            self.wake()
         if not self._sending and not self._keepalive_armed:
             self.wake()  # the link went idle while the task slept without a PING timer
 
