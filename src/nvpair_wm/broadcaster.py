@@ -15,11 +15,12 @@ One task per peer link keeps a connection open (connecting again as soon as it i
 backoff while the peer does not answer) and sleeps otherwise. Requests start, one per free
 slot while the outbox has a batch: at once when frames are published to an idle link (one read
 from the broker, one request), at the end of the event-loop tick in which a response came back
-(a busy link accumulates meanwhile), and when the task wakes. Before each
+if frames are waiting (a busy link accumulates meanwhile), and when the task wakes. Before each
 connection attempt and each batch it re-checks that the peer is still a peer (pinned, not us)
-and that we still have an identity (both read at most once per event-loop tick); the set of
-links is reconciled on every ``nodes:update``, and every ``reconcile_interval`` for changes to
-``trusted/`` and to our own certificate. A node without an identity has no links and sends
+and that we still have an identity (with the node's inotify-watched files one ``FIONREAD`` for
+both, else read at most once per event-loop tick); the set of links is reconciled on every
+``nodes:update``, and every ``reconcile_interval`` for changes to ``trusted/`` and to our own
+certificate. A node without an identity has no links and sends
 nothing; once its files appear, links start at the next reconcile. A rotated identity closes
 the connections made with the old one.
 
