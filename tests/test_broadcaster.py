@@ -28,8 +28,9 @@ from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher
 from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.http.core import Limits, Request, Response, empty_response, error_response
+from nvpair_wm.io.pin_watch import WatchedIdentity, WatchedPins, open_watch
 from nvpair_wm.io.server import InterNodeServer
-from nvpair_wm.pins import Identity, PinSet
+from nvpair_wm.pins import Identity, IdentitySource, PinSet, PinSource
 from tests.conftest import WAIT, RecordingSink, TLSCluster, WmServer
 from tests.frames import event, remove, status_result, workload
 
@@ -133,16 +134,24 @@ class Node:
         limits: BroadcastLimits = FAST,
         cluster_dir: Path | None = None,
         protocols: tuple[str, ...] | None = None,
+        *,
+        watched: bool = False,
         **kw: Any,
     ) -> None:
+        """``watched``: identity and pins behind one inotify descriptor, as node.py makes them."""
         self.dir = cluster_dir or cluster.dirs[name]
         self.table = WorkloadTable()
         self.dispatcher = Dispatcher(self.table, status_result)
         if protocols is not None:  # what a user sets as broadcast.protocols in --config
             limits = dataclasses.replace(limits, protocols=protocols)
-        self.bc = Broadcaster(
-            Identity(self.dir), PinSet(self.dir / "trusted"), self.table.originated, limits, **kw
-        )
+        identity: IdentitySource = Identity(self.dir)
+        pins: PinSource = PinSet(self.dir / "trusted")
+        if watched:
+            watch = open_watch()
+            assert watch is not None, "inotify_init1 failed on Linux"
+            identity = WatchedIdentity(Identity(self.dir), watch)
+            pins = WatchedPins(PinSet(self.dir / "trusted"), watch)
+        self.bc = Broadcaster(identity, pins, self.table.originated, limits, **kw)
 
     def report(self, frame: bytes) -> None:
         """What the broker reports locally goes through the dispatcher to the broadcaster."""
@@ -376,6 +385,51 @@ def test_unpinned_peer_gets_nothing_more_and_is_caught_up_when_pinned_again(
         _, frames = await handler.next()
         # the first thing a sees again is the resync, which carries "2": it was never sent alone
         assert sorted(ids(frames)) == [("1", 1), ("2", 1)]
+        await b.bc.close(1.0)
+
+    run(go())
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["read-per-tick", "inotify"])
+def test_a_removed_pin_or_identity_stops_the_very_next_batch(
+    servers: Servers, tls_cluster: TLSCluster, watched: bool
+) -> None:
+    """Checked as the link starts a batch, in the same call that published it (no reconcile
+    in between). With the node's inotify-watched sources a change is seen by a batch started
+    right after it, in the same tick; with sources read per tick, by one in the next tick."""
+    handler = Scripted()
+    a = servers.start(tls_cluster.dirs["a"], handler=handler)
+    b = Node(tls_cluster, watched=watched)
+    pin = tls_cluster.dirs["b"] / "trusted" / "a.crt"
+    key = tls_cluster.dirs["b"] / "node.key"
+    saved_pin, saved_key = pin.read_bytes(), key.read_bytes()
+
+    async def go() -> None:
+        b.bc.update_nodes([record(tls_cluster, "a", a.port)])
+        await b.bc.start()
+        (link,) = b.bc._links.values()
+        await eventually(lambda: link.conn is not None and link.conn.usable, "a connected")
+        b.report(submitted("1"))
+        assert link.outbox.in_flight == 1  # started at once, inside publish
+        assert ids((await handler.next())[1]) == [("1", 1)]
+        await eventually(lambda: link.outbox.in_flight == 0, "the batch answered")
+        pin.unlink()
+        if not watched:
+            await asyncio.sleep(0)  # the next tick: read again there
+        b.report(submitted("2"))
+        assert (link.outbox.in_flight, link.outbox.depth) == (0, 1)  # not sent: a is unpinned
+        pin.write_bytes(saved_pin)
+        _, frames = await handler.next()
+        assert ("2", 1) in ids(frames)
+        await eventually(lambda: link.outbox.in_flight == 0, "the batch answered")
+        key.unlink()  # our identity gone
+        if not watched:
+            await asyncio.sleep(0)
+        b.report(submitted("3"))
+        assert (link.outbox.in_flight, link.outbox.depth) == (0, 1)
+        key.write_bytes(saved_key)
+        _, frames = await handler.next()
+        assert ("3", 1) in ids(frames)
         await b.bc.close(1.0)
 
     run(go())

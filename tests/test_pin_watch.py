@@ -163,3 +163,37 @@ def test_pins_and_identity_share_one_descriptor(tmp_path: Path) -> None:
     (d / "node.key").unlink()  # and the other way round
     assert not watched_pins.is_pinned(b)
     assert watched_ident.current() is None
+
+
+def test_one_look_at_both_sources_through_their_shared_descriptor(tmp_path: Path) -> None:
+    """The broadcaster's look before each batch (``_PerTick.both``): one ``FIONREAD`` while
+    nothing changed, every change seen by the very next look, a symlinked pin read per look."""
+    from nvpair_wm.broadcaster import _PerTick  # noqa: PLC0415 - the private reader under test
+
+    dirs = init_cluster(tmp_path / "c", ["a", "b"])
+    d = dirs["a"]
+    watch = open_watch()
+    assert watch is not None, "inotify_init1 failed on Linux"
+    pins = CountingPins(d / "trusted")
+    ident = CountingIdentity(d)
+    fresh = _PerTick(WatchedIdentity(ident, watch), WatchedPins(pins, watch))
+    b = cert_fingerprint((dirs["b"] / "node.crt").read_bytes())
+    for _ in range(20):
+        own, pinned = fresh.both()
+        assert own is not None and b in pinned
+    assert (pins.scans, ident.reads) == (1, 1)
+
+    (d / "trusted" / "b.crt").unlink()
+    assert b not in fresh.both()[1]
+    (d / "node.key").unlink()
+    assert fresh.both()[0] is None
+
+    target = tmp_path / "elsewhere.crt"
+    target.write_bytes((dirs["b"] / "node.crt").read_bytes())
+    (d / "trusted" / "b.crt").symlink_to(target)
+    assert b in fresh.both()[1]
+    scans = pins.scans
+    pem, _ = make_self_signed("e")
+    target.write_bytes(pem)  # outside trusted/: no event; read per look, so seen all the same
+    assert b not in fresh.both()[1]
+    assert pins.scans == scans + 1

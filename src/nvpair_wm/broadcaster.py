@@ -15,11 +15,12 @@ One task per peer link keeps a connection open (connecting again as soon as it i
 backoff while the peer does not answer) and sleeps otherwise. Requests start, one per free
 slot while the outbox has a batch: at once when frames are published to an idle link (one read
 from the broker, one request), at the end of the event-loop tick in which a response came back
-(a busy link accumulates meanwhile), and when the task wakes. Before each
+if frames are waiting (a busy link accumulates meanwhile), and when the task wakes. Before each
 connection attempt and each batch it re-checks that the peer is still a peer (pinned, not us)
-and that we still have an identity (both read at most once per event-loop tick); the set of
-links is reconciled on every ``nodes:update``, and every ``reconcile_interval`` for changes to
-``trusted/`` and to our own certificate. A node without an identity has no links and sends
+and that we still have an identity (with the node's inotify-watched files one ``FIONREAD`` for
+both, else read at most once per event-loop tick); the set of links is reconciled on every
+``nodes:update``, and every ``reconcile_interval`` for changes to ``trusted/`` and to our own
+certificate. A node without an identity has no links and sends
 nothing; once its files appear, links start at the next reconcile. A rotated identity closes
 the connections made with the old one.
 
@@ -45,6 +46,7 @@ from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm.dispatch import Outbound
 from nvpair_wm.errors import ClientError, PinRefused, ResponseTimeout
 from nvpair_wm.io.client import Outcome, PeerConnection, Response, open_connection
+from nvpair_wm.io.pin_watch import Watch, WatchedIdentity, WatchedPins, shared_watch
 from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
 from nvpair_wm.peers import Peer, PeerDirectory, diff
 from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
@@ -100,28 +102,54 @@ def bad_frames(body: bytes, count: int) -> frozenset[int] | None:
 
 
 class _PerTick:
-    """The identity and the pin set, read at most once per event-loop tick.
+    """The identity and the pin set, read again only when they may have changed.
 
-    With the node's inotify-watched sources (:mod:`nvpair_wm.io.pin_watch`) a read is one
-    ``FIONREAD`` each; with plain ones a few ``stat`` calls (and a ``scandir`` for the pins).
-    Re-checked before every batch, they were once most of a broadcast's cost at a low event
-    rate. The next tick reads again, so a removed pin or a rotated identity is seen by the next
-    batch started after it. Outside a running loop nothing is cached.
+    With the node's inotify-watched sources sharing one descriptor
+    (:mod:`nvpair_wm.io.pin_watch`), a look is one ``FIONREAD`` for both (:meth:`both`): the
+    answer read last stands while nothing was queued since, so a removed pin or a rotated
+    identity is seen by the very next look. With other sources (a few ``stat`` calls and a
+    ``scandir`` per read) they are read at most once per event-loop tick: re-checked before
+    every batch, they were once most of a broadcast's cost at a low event rate; the next tick
+    reads again, so a change is seen by the next batch started after it. Outside a running
+    loop nothing is cached.
     """
 
-    __slots__ = ("_ident", "_identity", "_loop", "_pinned", "_pins", "_stale")
+    __slots__ = ("_both", "_identity", "_loop", "_pins", "_seen", "_stale", "_watch")
 
     def __init__(self, identity: IdentitySource, pins: PinSource) -> None:
         self._identity = identity
         self._pins = pins
-        self._ident: NodeIdentity | None = None
-        self._pinned: frozenset[str] = frozenset()
+        self._both: tuple[NodeIdentity | None, frozenset[str]] = (None, frozenset())
         self._stale = True
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._watch = shared_watch(identity, pins)
+        self._seen = -1  # the watch's generation _both was read at; -1: not cached
+
+    def both(self) -> tuple[NodeIdentity | None, frozenset[str]]:
+        """Our identity and the pins, as they are now (see the class docstring)."""
+        watch = self._watch
+        if watch is not None:
+            if watch.unchanged_since(self._seen):
+                return self._both
+            return self._read_watched(watch)
+        if self._stale:
+            self._refresh()
+        return self._both
+
+    def _read_watched(self, watch: Watch) -> tuple[NodeIdentity | None, frozenset[str]]:
+        # The generation first: an event queued while the sources read moves it past the one
+        # kept, and the next look reads again.
+        seen = watch.generation()
+        identity, pins = self._identity, self._pins
+        both = self._both = (identity.current(), pins.current())
+        settled = isinstance(identity, WatchedIdentity) and identity.settled
+        settled = settled and isinstance(pins, WatchedPins) and pins.settled
+        # Not cached by the sources (a symlink among the files, a path unwatchable): read per look.
+        self._seen = seen if settled else -1
+        return both
 
     def _refresh(self) -> None:
-        self._ident = self._identity.current()
-        self._pinned = self._pins.current()
+        self._both = (self._identity.current(), self._pins.current())
         loop = self._loop
         if loop is None or not loop.is_running():
             # Looked up once per loop: on Python 3.11 each asyncio.get_running_loop() is a
@@ -137,17 +165,13 @@ class _PerTick:
         self._stale = True
 
     def identity(self) -> NodeIdentity | None:
-        if self._stale:
-            self._refresh()
-        return self._ident
+        return self.both()[0]
 
     def pins(self) -> frozenset[str]:
-        if self._stale:
-            self._refresh()
-        return self._pinned
+        return self.both()[1]
 
     def is_pinned(self, fingerprint: str) -> bool:
-        return fingerprint in self.pins()
+        return fingerprint in self.both()[1]
 
 
 class _TickIdentity:
@@ -430,18 +454,25 @@ class _Link:
         if self._stopped or conn is None or not conn.usable:
             self.wake()
             return
-        owner = self._owner
-        ident = owner._identity.current()
-        if (
-            ident is None
-            or ident.fingerprint != self._conn_identity
-            or not owner._directory.is_peer(self.peer)
-        ):
+        if not self._still_peer():
             self.wake()
             return
         self._fill(conn)
         if not self._sending and self.outbox.has_work:
             self.wake()  # backing off: the task keeps the timer
+
+    def _still_peer(self) -> bool:
+        """Our identity is the connection's, and the peer is still pinned and not us
+        (:meth:`PeerDirectory.is_peer`'s test, inline, on one look at both)."""
+        ident, pinned = self._owner._fresh.both()
+        own = self._conn_identity
+        fingerprint = self.peer.fingerprint
+        return (
+            ident is not None
+            and ident.fingerprint == own
+            and fingerprint != own
+            and fingerprint in pinned
+        )
 
     def _fill(self, conn: PeerConnection) -> None:
         """Start a request per free slot while the outbox has a batch; one write for all."""
@@ -485,9 +516,15 @@ class _Link:
         if self.outbox.flush_only or self.conn is None or not self.conn.usable:
             self.wake()
             return
-        # The next batch starts at the end of this tick, not at once: what the broker wrote
-        # meanwhile (read in the same tick) goes with it, in one request instead of two.
-        self.pump_soon()
+        if self.outbox.has_work:
+            # The next batch starts at the end of this tick, not at once: what the broker wrote
+            # meanwhile (read in the same tick) goes with it, in one request instead of two.
+            self.pump_soon()
+        elif not self._still_peer():
+            # What that pump would have found. Nothing to send (the usual case at a low rate):
+            # no pump, so no callback and no extra turn of the loop per response; what the
+            # broker writes next is published to an idle link and sent at once.
+            self.wake()
         if not self._sending and not self._keepalive_armed:
             self.wake()  # the link went idle while the task slept without a PING timer
 
@@ -538,7 +575,7 @@ class Broadcaster:
         rng: random.Random | None = None,
     ) -> None:
         self.limits = limits
-        tick = _PerTick(identity, pins)
+        tick = self._fresh = _PerTick(identity, pins)
         self._identity: IdentitySource = _TickIdentity(tick)
         self._pins: PinSource = _TickPins(tick)
         self._originated = originated

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from nvpair_wm.pins import NodeIdentity
 
-__all__ = ["Watch", "WatchedIdentity", "WatchedPins", "open_watch"]
+__all__ = ["Watch", "WatchedIdentity", "WatchedPins", "open_watch", "shared_watch"]
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,12 @@ class Watch:
 
     def watch(self, path: Path, mask: int) -> bool:
         return bool(self._add(self.fd, os.fsencode(path), mask | _IN_MASK_ADD) >= 0)
+
+    def unchanged_since(self, generation: int) -> bool:
+        """Nothing queued, and nothing drained since :meth:`generation` returned
+        ``generation``: one ``FIONREAD``."""
+        fcntl.ioctl(self.fd, termios.FIONREAD, self.queued)
+        return self.queued == _NOTHING_QUEUED and self.generation_seen == generation
 
     def generation(self) -> int:
         """A number that moves when an event was queued since the last call (they are drained).
@@ -158,6 +164,11 @@ class WatchedPins:
             self._cached = pins
         return pins
 
+    @property
+    def settled(self) -> bool:
+        """The last answer is cached: it stands until the watch sees a change."""
+        return self._cached is not None
+
     def is_pinned(self, fingerprint: str) -> bool:
         cached = self._cached
         ino = self._inotify
@@ -207,6 +218,11 @@ class WatchedIdentity:
             self._cached = (ident,)
         return ident
 
+    @property
+    def settled(self) -> bool:
+        """The last answer is cached: it stands until the watch sees a change."""
+        return self._cached is not None
+
     def _watch(self, ino: Watch) -> bool:
         """Watch the directory, its parent and both files; False when a change could go
         unseen (the directory missing or unwatchable, or a file a symlink or unwatchable)."""
@@ -227,3 +243,17 @@ class WatchedIdentity:
             if stat.S_ISLNK(mode) or not ino.watch(path, _FILE_MASK):
                 return False
         return True
+
+
+def shared_watch(identity: object, pins: object) -> Watch | None:
+    """The one descriptor both sources watch through, or None (not both watched, or not by
+    the same descriptor): then a reader of both cannot tell with one ``FIONREAD`` that
+    neither changed."""
+    if (
+        isinstance(identity, WatchedIdentity)
+        and isinstance(pins, WatchedPins)
+        and identity._inotify is not None
+        and identity._inotify is pins._inotify
+    ):
+        return identity._inotify
+    return None
