@@ -568,7 +568,8 @@ def test_a_compaction_that_cannot_write_leaves_the_log_as_it_was(tmp_path: Path)
 
 def test_node_journals_what_it_publishes_and_compacts_on_its_timer(tmp_path: Path) -> None:
     """The wiring in node.py: ``publish`` journals; the timer task syncs and compacts (in a
-    child process, compactor.py) once the appends outnumber what was kept; a new Node reloads the newest."""
+    child process, compactor.py) once the appends outnumber what was kept; a new Node reloads
+    the newest."""
     cdir = init_cluster(tmp_path / "cluster", ["node-a"])["node-a"]
     limits = JournalLimits(fsync_interval=0.01, compact_min_records=10)
     config = Config(cluster_dir=cdir, journal=limits)
