@@ -727,8 +727,8 @@ def test_same_outcomes_as_the_model_with_caps_and_expiry(seed: int) -> None:
         if rng.random() < 0.1:
             run_id = rng.choice((None, "r1", "r2", "r3"))
             local = rng.random() < 0.5
-            got = t.remove(origin, wid, run_id, now, local=local)
-            assert got == m.remove(origin, wid, run_id), step
+            removed = t.remove(origin, wid, run_id, now, local=local)
+            assert removed == m.remove(origin, wid, run_id), step
         else:
             run = rng.choice(("r1", "r2", "r3", "r4"))
             seq = rng.randint(1, 5)
