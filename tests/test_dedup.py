@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import random
 import sys
+from collections import Counter
 from typing import Any
 
 import pytest
 from msgspec.structs import replace
 from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 
-from nvpair_wm.dedup import Removal, TableLimits, WorkloadTable
+from nvpair_wm.dedup import Removal, TableLimits, WorkloadTable, _Ids
 from nvpair_wm.dispatch import outbound_event
 from nvpair_wm.events import Outbound, lifecycle_frame
 from tests.frames import info
@@ -65,12 +66,19 @@ def check_invariants(t: WorkloadTable) -> None:
     keys = [k for gen in gens for k in gen]
     assert len(keys) == len(set(keys))
     assert not t._tombs.cur.keys() & t._tombs.prev.keys()
-    # The id → (origin, run) index only points at workloads that are still held, holds one
-    # pair per origin, and a list only for several origins.
-    assert len(t._runs) <= len(t)
+    # The id index has an entry for exactly the ids held: a pair when one workload holds the
+    # id, else the count of those holding it and at most one (origin, run) per origin, each
+    # held (the newest of its origin, which tests/test_dedup.py's Model checks).
+    holders = Counter(wid for _run, wid in keys)
+    assert set(t._runs) == set(holders)
     for wid, entry in t._runs.items():
-        pairs = entry if isinstance(entry, list) else [entry]
-        assert isinstance(entry, tuple) or len(entry) >= 2
+        if isinstance(entry, tuple):
+            assert holders[wid] == 1
+            pairs = [entry]
+        else:
+            assert entry.held == holders[wid] >= 1
+            assert not (entry.held == 1 and entry.newest)  # that is a pair
+            pairs = entry.newest
         assert len({origin for origin, _ in pairs}) == len(pairs)
         for _origin, run in pairs:
             assert held(t, run, wid)
@@ -598,13 +606,26 @@ class TestRepresentation:
         table.observe(ev(origin="node-a", run="ra1"), 0)
         table.observe(ev(origin="node-b", run="rb1"), 0)
         table.observe(ev(origin="node-a", run="ra2"), 0)  # a newer run for node-a
-        assert sorted(table._runs["1"]) == [("node-a", "ra2"), ("node-b", "rb1")]
+        entry = table._runs["1"]
+        assert isinstance(entry, _Ids) and entry.held == 3
+        assert sorted(entry.newest) == [("node-a", "ra2"), ("node-b", "rb1")]
         check_invariants(table)
         assert table.remove("node-b", "1", None, 1)[1].run_id == "rb1"
-        assert table._runs["1"] == ("node-a", "ra2")  # back to a single pair
+        assert table._newest("node-a", "1") == "ra2"
         assert table.remove("node-a", "1", None, 1)[1].run_id == "ra2"
-        assert "1" not in table._runs  # ra1 is held, but it is not the newest run seen
+        # ra1 is held, but it is not the newest run seen: no removal without runId finds it.
+        assert table._newest("node-a", "1") is None
         assert held(table, "ra1", "1")
+        check_invariants(table)
+        table.remove("node-a", "1", "ra1", 2)
+        assert "1" not in table._runs  # no workload holds the id any more
+        check_invariants(table)
+
+    def test_one_holder_left_is_a_pair_again(self, table: WorkloadTable) -> None:
+        table.observe(ev(origin="node-a", run="ra1"), 0)
+        table.observe(ev(origin="node-b", run="rb1"), 0)
+        table.remove("node-b", "1", "rb1", 1)
+        assert table._runs["1"] == ("node-a", "ra1")
         check_invariants(table)
 
 
@@ -679,3 +700,49 @@ def test_same_outcomes_as_the_model(seed: int) -> None:
             check_invariants(t)
             assert len(t) == len(m.seqs)
     check_invariants(t)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_same_outcomes_as_the_model_with_caps_and_expiry(seed: int) -> None:
+    # The same model, with what the table forgot (evicted at its small cap, or expired)
+    # forgotten by the model too after every step: duplicates, stale events, removals and the
+    # newest run must agree on everything the table still holds; the index stays exact.
+    rng = random.Random(seed)
+    t = WorkloadTable(
+        TableLimits(
+            terminal_ttl=30.0,
+            live_ttl=80.0,
+            tombstone_ttl=1e9,
+            max_workloads=25,
+            max_tombstones=10**6,
+        )
+    )
+    m = Model()
+    now = 0.0
+    expired = 0
+    for step in range(6_000):
+        now += rng.random()
+        origin = rng.choice(("node-a", "node-b"))
+        wid = str(rng.randint(1, 12))
+        if rng.random() < 0.1:
+            run_id = rng.choice((None, "r1", "r2", "r3"))
+            local = rng.random() < 0.5
+            removed = t.remove(origin, wid, run_id, now, local=local)
+            assert removed == m.remove(origin, wid, run_id), step
+        else:
+            run = rng.choice(("r1", "r2", "r3", "r4"))
+            seq = rng.randint(1, 5)
+            state = rng.choice(("queued", "running", "completed", "failed"))
+            info = ev(id=wid, run=run, seq=seq, state=state, origin=origin)
+            expected = m.observe(origin, run, wid, seq)
+            got = observe_local(t, info, now) if rng.random() < 0.3 else t.observe(info, now)
+            assert got == expected, step
+        if rng.random() < 0.05:
+            expired += t.expire(now)
+        for key in [k for k in m.seqs if not held(t, *k)]:
+            del m.seqs[key]  # evicted or expired: forgotten
+        for okey in [k for k, run in m.newest.items() if not held(t, run, k[1])]:
+            del m.newest[okey]
+        assert len(t) == len(m.seqs)
+        check_invariants(t)
+    assert t.evicted > 50 and expired > 50  # both ways of forgetting were exercised

@@ -35,6 +35,7 @@ from nvpair_wm.journal import (
     decode_log,
     encode_log,
     encode_outbound,
+    encode_outbounds,
     encode_record,
     fsync_and_close,
     open_journal,
@@ -669,6 +670,9 @@ def test_encode_outbound_is_encode_record_of_record_of() -> None:
         assert encode_outbound(out, T0) == encode_record(record_of(out, T0))
         kinds.add(record_of(out, T0).kind)
     assert kinds == {LIVE, TERMINAL_EVENT, REMOVAL}
+    # The whole read's encoder: the same records, in order, in one string.
+    assert encode_outbounds(outs, T0) == (b"".join(encode_outbound(o, T0) for o in outs), 4)
+    assert encode_outbounds([], T0) == (b"", 0)
 
 
 def test_a_compaction_folds_with_the_cyclic_gc_paused(

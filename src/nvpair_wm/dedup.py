@@ -51,9 +51,12 @@ Memory per workload: the (runId, id) key tuple (runId interned, so one string pe
 dict slot, and the newest seq (a small int, shared) for remote workloads, or the newest encoded
 event (an :class:`Outbound`, which ``originated`` replays) for local ones. A removal without
 runId needs the newest run of (originatedFrom, id): an index keyed by the id string alone (the
-same string object as in the key) maps it to a shared (originatedFrom, runId) pair, and to a
-small list of pairs only when several origins hold the same id. The index covers exactly the
-workloads held, and is cleaned as they go.
+same string object as in the key) has an entry for every id the table holds under any run. When
+one workload holds the id, the entry is its shared (originatedFrom, runId) pair (it is the
+newest of its origin); when several do (ids restart at 1 in every run), an :class:`_Ids` counts
+them and names the newest run still held of each origin. The index covers exactly the workloads
+held, and is cleaned as they go. It also spares a new workload's key the lookups in the older
+generations: an id the index does not hold is in none of them.
 """
 
 from __future__ import annotations
@@ -116,6 +119,21 @@ def _tomb_runs(tomb: _Tomb) -> Sequence[str]:
 V = TypeVar("V")
 
 
+class _Ids:
+    """The index entry of an id that several workloads hold (several runs, or origins):
+    ``held`` counts them; ``newest`` has, per origin, the (originatedFrom, runId) of its newest
+    run while that workload is held (one whose newer run went is not replaced by an older one)."""
+
+    __slots__ = ("held", "newest")
+
+    def __init__(self, held: int, newest: list[_Pair]) -> None:
+        self.held = held
+        self.newest = newest
+
+
+_Index = _Pair | _Ids
+
+
 class _Generations(Generic[V]):
     """One class of entries: the current and the previous generation, and the time of the
     newest event in each (``now`` of the last insertion; an upper bound once entries left)."""
@@ -174,9 +192,9 @@ class WorkloadTable:
         self._live: _Generations[_Value] = _Generations(lim.live_ttl)
         self._done: _Generations[_Value] = _Generations(lim.terminal_ttl)
         self._tombs: _Generations[_Tomb] = _Generations(lim.tombstone_ttl)
-        # id → (originatedFrom, runId) of the newest run held for each origin holding that id:
-        # one shared pair, or a list of pairs (one per origin) when several origins hold it.
-        self._runs: dict[str, _Pair | list[_Pair]] = {}
+        # id → the workloads holding it: the one's shared (originatedFrom, runId) pair, or, for
+        # several, their count and the newest run held of each origin (module docstring).
+        self._runs: dict[str, _Index] = {}
         # runId → its pair (a cache, cleared whenever a generation is dropped).
         self._pairs: dict[str, _Pair] = {}
         self.duplicates = 0
@@ -212,10 +230,13 @@ class WorkloadTable:
         live, done = self._live, self._done
         gen = live.cur
         value = gen.get(key)
+        entry: _Index | None = None
         if value is None:
             gen = done.cur
             value = gen.get(key)
-            if value is None:
+            # An id the index does not hold is in no generation: a new workload's key is not
+            # looked up in the previous ones (large at the cap, and out of the caches).
+            if value is None and (entry := self._runs.get(wid)) is not None:
                 gen = live.prev
                 value = gen.get(key)
                 if value is None:
@@ -223,7 +244,7 @@ class WorkloadTable:
                     value = gen.get(key)
         target = done if info.state in TERMINAL else live
         if value is None:
-            self._insert(info, target, now, replay)
+            self._insert(info, target, now, replay, entry)
             return APPLIED
         seq = info.seq
         if isinstance(value, int):
@@ -262,8 +283,15 @@ class WorkloadTable:
         return APPLIED
 
     def _insert(
-        self, info: WorkloadInfo, target: _Generations[_Value], now: float, replay: Outbound | None
+        self,
+        info: WorkloadInfo,
+        target: _Generations[_Value],
+        now: float,
+        replay: Outbound | None,
+        entry: _Index | None,
     ) -> None:
+        """Record a new workload; ``entry`` is its id's index entry (None: no workload holds
+        the id)."""
         wid = info.id
         run = info.runId
         origin = info.originatedFrom
@@ -275,22 +303,21 @@ class WorkloadTable:
         target.cur[key] = replay if replay is not None else info.seq
         target.cur_last = now
         runs = self._runs
-        entry = runs.get(wid)
         if entry is None:
             runs[wid] = pair
         elif isinstance(entry, tuple):
-            if entry[0] == pair[0]:  # a newer run of this (origin, id)
-                del runs[wid]
-                runs[wid] = pair
-            else:
-                runs[wid] = [entry, pair]
+            # A second workload holds the id: re-keyed on this event's id string, as in observe.
+            del runs[wid]
+            runs[wid] = _Ids(2, [pair] if entry[0] == pair[0] else [entry, pair])
         else:
-            for i, other in enumerate(entry):
-                if other[0] == pair[0]:
-                    entry[i] = pair
+            entry.held += 1
+            newest = entry.newest
+            for i, other in enumerate(newest):
+                if other[0] == pair[0]:  # a newer run of this (origin, id)
+                    newest[i] = pair
                     break
             else:
-                entry.append(pair)
+                newest.append(pair)
         live, done = self._live, self._done  # len(self), inlined: this runs once per new workload
         over = len(live.cur) + len(live.prev) + len(done.cur) + len(done.prev) - self._max_workloads
         if over > 0:
@@ -419,25 +446,29 @@ class WorkloadTable:
             return None
         if isinstance(entry, tuple):
             return entry[1] if entry[0] == origin else None
-        for pair in entry:
+        for pair in entry.newest:
             if pair[0] == origin:
                 return pair[1]
         return None
 
     def _unindex(self, key: _Key) -> None:
-        """(runId, id) is no longer held: drop it from the index if it is there."""
+        """(runId, id) is no longer held: count it out of the index."""
         run, wid = key
         runs = self._runs
         entry = runs.get(wid)
         if entry is None:
             return
-        if isinstance(entry, tuple):
+        if isinstance(entry, tuple):  # it was the only workload holding the id
             if entry[1] == run:
                 del runs[wid]
             return
-        for i, pair in enumerate(entry):
+        newest = entry.newest
+        for i, pair in enumerate(newest):
             if pair[1] == run:
-                del entry[i]
-                if len(entry) == 1:
-                    runs[wid] = entry[0]
-                return
+                del newest[i]
+                break
+        entry.held -= 1
+        if entry.held == 0:
+            del runs[wid]
+        elif entry.held == 1 and newest:  # the one left is its origin's newest: a pair again
+            runs[wid] = newest[0]

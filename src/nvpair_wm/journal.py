@@ -247,6 +247,29 @@ def encode_outbound(out: Outbound, at: float) -> bytes:
     return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
 
 
+def encode_outbounds(items: Iterable[Outbound], at: float) -> tuple[bytes, int]:
+    """The records of several outbound items, in order, as one string, and how many there are:
+    ``b"".join(encode_outbound(out, at) for out in items)`` in one pass (no call per record, the
+    header joined with the payload once, with all the others). What the journal appends per
+    read from the broker."""
+    parts: list[bytes] = []
+    add = parts.append
+    fields, frame, crc32, join = _FIELDS.pack, _FRAME.pack, zlib.crc32, b"".join
+    terminal = _TERMINAL_PREFIXES
+    for out in items:
+        origin, wid, run = out.key
+        o, w, r = origin.encode(), wid.encode(), run.encode()
+        if out.seq == _INF:  # a removal (see sync.REMOVAL_SEQ)
+            payload = join((fields(REMOVAL, at, len(o), len(w), len(r)), o, w, r))
+        else:
+            body = out.body
+            kind = TERMINAL_EVENT if body.startswith(terminal) else LIVE
+            payload = join((fields(kind, at, len(o), len(w), len(r)), o, w, r, body))
+        add(frame(len(payload), crc32(payload)))
+        add(payload)
+    return join(parts), len(parts) // 2
+
+
 def _parse(payload: bytes) -> Record | str:
     """The record in a payload whose checksum held, or why it is not one."""
     if len(payload) < _FIELDS.size:
@@ -691,10 +714,9 @@ class Journal:
         fd = self._fd
         if fd is None:
             return
-        encoded = [encode_outbound(out, at) for out in items]
-        if not encoded:
+        data, count = encode_outbounds(items, at)
+        if not count:
             return
-        data = b"".join(encoded)
         try:
             _write_all(fd, data)
             if self.limits.fsync_interval <= 0:
@@ -705,7 +727,7 @@ class Journal:
             self._fail("write to", exc)
             return
         self._size += len(data)
-        self._appended += len(encoded)
+        self._appended += count
 
     def sync(self) -> None:
         """fsync what was written since the last sync (the group commit)."""
