@@ -48,7 +48,8 @@ from nvpair_wm.events import (
     Outbound,
     lifecycle_frame,
     translate,
-    upsert,
+    upsert_line,
+    upsert_line_from,
 )
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,6 @@ __all__ = [
 
 # What peers may send; anything else decodes but is answered -32601 on this channel.
 PEER_TYPES: Final = (*LIFECYCLE_TYPES, WorkloadsRemove)
-_PEER_ITEMS: Final = (RpcError, *PEER_TYPES)  # items the peer loop handles as they are
 
 
 @dataclass(slots=True)
@@ -289,37 +289,47 @@ class Dispatcher:
         to_broker: list[bytes] = []
         answers: list[Any] = []
         bad = False
-        items = decoded.items
+        items: list[Any] = decoded.items
         self.counters.framesIn += len(items)
         ch.framesIn += len(items)
         table = self.table
-        for index, decoded_item in enumerate(items):
-            item = decoded_item
-            if not isinstance(item, _PEER_ITEMS):
-                item = _not_from_peers(item)
-            if isinstance(item, RpcError):
-                self._refused(item, ch, "peer")
-                bad = True
-                answers.append(item.response(index if decoded.batch else None))
-                continue
-            if isinstance(item, LIFECYCLE_TYPES):
-                info = translate(item)
+        state_of = STATE_OF.get
+        # A single frame read whole: its compact encoding, reused for its upsert line.
+        encoded = decoded.encoded
+        for index, item in enumerate(items):
+            state = state_of(type(item))  # None: not a lifecycle frame
+            if state is not None:
+                info = item.params.workloadInfo
+                if info.state != state:
+                    info = translate(item)
+                    encoded = None  # the frame relayed is not the one received
                 outcome = table.observe(info, now)
                 if outcome == "applied":
-                    to_broker.append(codec.encode_line(upsert(info)))
+                    line = None
+                    if encoded is not None and item.id is UNSET:
+                        line = upsert_line_from(type(item), encoded)
+                    to_broker.append(line or upsert_line(info))
                     ch.applied += 1  # _count's usual case, inline (one call less per event)
                 else:
                     self._count(ch, outcome)
-            else:
-                assert isinstance(item, WorkloadsRemove)
-                p = item.params
-                run = p.runId if isinstance(p.runId, str) else None
-                outcome, removal = table.remove(p.originatedFrom, p.workloadId, run, now)
-                if outcome == "applied":
-                    to_broker.append(codec.encode_line(removal_frame(removal)))
-                self._count(ch, outcome)
-            rid = getattr(item, "id", msgspec.UNSET)  # _answer, inline: events are notifications
-            if rid is not msgspec.UNSET:
+                rid = item.id  # _answer, inline: events are notifications
+                if rid is not UNSET:
+                    answers.append(codec.event_response(rid, outcome))
+                continue
+            if not isinstance(item, WorkloadsRemove):  # an error, or not a peer's frame
+                err = item if isinstance(item, RpcError) else _not_from_peers(item)
+                self._refused(err, ch, "peer")
+                bad = True
+                answers.append(err.response(index if decoded.batch else None))
+                continue
+            p = item.params
+            run = p.runId if isinstance(p.runId, str) else None
+            outcome, removal = table.remove(p.originatedFrom, p.workloadId, run, now)
+            if outcome == "applied":
+                to_broker.append(codec.encode_line(removal_frame(removal)))
+            self._count(ch, outcome)
+            rid = item.id
+            if rid is not UNSET:
                 answers.append(codec.event_response(rid, outcome))
         if not answers:
             return PeerResult(202, None, to_broker)
