@@ -174,6 +174,9 @@ def test_decode_equals_the_element_wise_path(max_batch: int) -> None:
         with _ElementWise():
             want = codec.decode(body, max_batch)
         assert got == want, body
+        if body.lstrip()[:1] != b"[":  # one frame: as the element-wise step reads it
+            item, encoded = codec._decode_one(body)
+            assert got == codec.Decoded([item], False, False, encoded), body
 
 
 def test_upsert_line_equals_encoding_the_frame() -> None:

@@ -88,12 +88,13 @@ def _around(frame: object, marker: bytes = b"918273645") -> tuple[bytes, bytes]:
     return head, tail
 
 
-_encode: Final = msgspec.json.Encoder().encode
+# The compact JSON of a WorkloadInfo (one encoder, kept: no encoder made per call).
+encode_info: Final = msgspec.json.Encoder().encode
 _MARK: Final[Any] = 918273645  # stands for a WorkloadInfo in the frames _around encodes
-_UPSERT_HEAD, _UPSERT_TAIL = _around(
+UPSERT_HEAD, _UPSERT_TAIL = _around(
     WorkloadsUpsert(jsonrpc="2.0", params=UpsertParams(workloadInfo=_MARK))
 )
-_LINE_TAIL: Final = _UPSERT_TAIL + b"\n"
+UPSERT_LINE_TAIL: Final = _UPSERT_TAIL + b"\n"
 
 
 def _relay_heads() -> dict[type[LifecycleFrame], int]:
@@ -113,7 +114,7 @@ RELAY_HEAD: Final = _relay_heads()
 def upsert_line(info: WorkloadInfo) -> bytes:
     """The ``workloads:upsert`` line for ``info``: the bytes of
     ``codec.encode_line(upsert(info))`` with one encode and no frame objects."""
-    return _UPSERT_HEAD + _encode(info) + _LINE_TAIL
+    return UPSERT_HEAD + encode_info(info) + UPSERT_LINE_TAIL
 
 
 def upsert_line_from(frame_type: type[LifecycleFrame], encoded: bytes) -> bytes | None:
@@ -124,4 +125,4 @@ def upsert_line_from(frame_type: type[LifecycleFrame], encoded: bytes) -> bytes 
     head = RELAY_HEAD.get(frame_type)
     if head is None:
         return None
-    return _UPSERT_HEAD + encoded[head:] + b"\n"
+    return UPSERT_HEAD + encoded[head:] + b"\n"
