@@ -79,10 +79,13 @@ def upsert(info: WorkloadInfo) -> WorkloadsUpsert:
     return WorkloadsUpsert(jsonrpc="2.0", params=UpsertParams(workloadInfo=info))
 
 
-def _around(frame: object, marker: bytes = b"918273645") -> tuple[bytes, bytes]:
+_MARK: Final[Any] = 918273645  # stands for a WorkloadInfo in the frames _around encodes
+
+
+def _around(frame: object) -> tuple[bytes, bytes]:
     """What the encoding of ``frame`` holds before and after its ``workloadInfo``, found by
-    encoding the frame with a marker number in its place."""
-    head, found, tail = msgspec.json.encode(frame).partition(marker)
+    encoding the frame with :data:`_MARK` in its place."""
+    head, found, tail = msgspec.json.encode(frame).partition(str(_MARK).encode())
     if not found:  # pragma: no cover - the generated types changed shape
         raise RuntimeError(f"no workloadInfo marker in {frame!r}")
     return head, tail
@@ -90,7 +93,6 @@ def _around(frame: object, marker: bytes = b"918273645") -> tuple[bytes, bytes]:
 
 # The compact JSON of a WorkloadInfo (one encoder, kept: no encoder made per call).
 encode_info: Final = msgspec.json.Encoder().encode
-_MARK: Final[Any] = 918273645  # stands for a WorkloadInfo in the frames _around encodes
 UPSERT_HEAD, _UPSERT_TAIL = _around(
     WorkloadsUpsert(jsonrpc="2.0", params=UpsertParams(workloadInfo=_MARK))
 )
