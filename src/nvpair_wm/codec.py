@@ -106,6 +106,7 @@ KNOWN_METHODS: Final = frozenset(INBOUND_FRAME_TYPES)
 
 _frame_decoder: Final = msgspec.json.Decoder(InboundFrame)
 _batch_decoder: Final = msgspec.json.Decoder(list[msgspec.Raw])
+_whole_batch_decoder: Final = msgspec.json.Decoder(list[InboundFrame])
 _any_decoder: Final = msgspec.json.Decoder()
 _encoder: Final = msgspec.json.Encoder()
 
@@ -649,6 +650,31 @@ def decode_whole(raw: bytes) -> tuple[Any, bytes] | None:
     return None
 
 
+def _whole_batch(payload: bytes, max_batch: int) -> list[Any] | None:
+    """The frames of a batch that the strict pass reads whole, element by element, as
+    :func:`_decode_one` would return them, found with one typed decode and one encode of the
+    whole array (no call, copy or encode per element); None for anything else (an element it
+    refuses, one with members the types skip, an empty or over-long batch): the element-wise
+    path then.
+
+    :func:`_fully_read`'s rule holds for the array as a whole: each element's text is at least
+    as long as its re-encoding, and holds at least as many quote marks, with equality exactly
+    when it was read whole; the array's brackets and commas are the same on both sides and its
+    whitespace adds length but no quote marks. So the sums are equal only when every element's
+    are. Every element's type must be countable, or one's filled-in default could hide
+    another's skipped member."""
+    try:
+        frames = _whole_batch_decoder.decode(payload)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if not frames or len(frames) > max_batch or not _COUNTABLE.issuperset(map(type, frames)):
+        return None
+    canonical = _encoder.encode(frames)
+    if len(canonical) == len(payload) or _same_quotes(payload, canonical):
+        return frames
+    return None
+
+
 def _reread(raw: bytes, frame: Any) -> Item:
     """The generic re-read of a frame the strict pass refused (``frame`` None) or did not read
     whole: the contract applied to every member, and errors explained."""
@@ -720,6 +746,9 @@ def decode(payload: bytes, max_batch: int = MAX_BATCH_FRAMES) -> Decoded:
         head = payload.lstrip()[:1]
     if head != b"[":
         return _decode_single(payload)
+    whole = _whole_batch(payload, max_batch)
+    if whole is not None:
+        return Decoded(whole, batch=True)
     try:
         # Splitting makes one Raw view per element, in C; nothing is decoded or copied yet.
         views = _batch_decoder.decode(payload)

@@ -38,7 +38,7 @@ from nvpair_wm_schema.nodes_update_schema import NodesUpdate
 from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 from nvpair_wm_schema.workloads_remove_schema import RemoveParams, WorkloadsRemove
 
-from nvpair_wm import codec
+from nvpair_wm import codec, events
 from nvpair_wm.codec import METHOD_NOT_FOUND, RpcError
 from nvpair_wm.dedup import Outcome, Removal, WorkloadTable
 from nvpair_wm.events import (
@@ -48,7 +48,7 @@ from nvpair_wm.events import (
     Outbound,
     lifecycle_frame,
     translate,
-    upsert,
+    upsert_line_from,
 )
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,6 @@ __all__ = [
 
 # What peers may send; anything else decodes but is answered -32601 on this channel.
 PEER_TYPES: Final = (*LIFECYCLE_TYPES, WorkloadsRemove)
-_PEER_ITEMS: Final = (RpcError, *PEER_TYPES)  # items the peer loop handles as they are
 
 
 @dataclass(slots=True)
@@ -289,38 +288,51 @@ class Dispatcher:
         to_broker: list[bytes] = []
         answers: list[Any] = []
         bad = False
-        items = decoded.items
+        items: list[Any] = decoded.items
         self.counters.framesIn += len(items)
         ch.framesIn += len(items)
         table = self.table
-        for index, decoded_item in enumerate(items):
-            item = decoded_item
-            if not isinstance(item, _PEER_ITEMS):
-                item = _not_from_peers(item)
-            if isinstance(item, RpcError):
-                self._refused(item, ch, "peer")
-                bad = True
-                answers.append(item.response(index if decoded.batch else None))
-                continue
-            if isinstance(item, LIFECYCLE_TYPES):
-                info = translate(item)
-                outcome = table.observe(info, now)
+        observe, state_of, append = table.observe, STATE_OF.get, to_broker.append
+        encode_info, head, tail = events.encode_info, events.UPSERT_HEAD, events.UPSERT_LINE_TAIL
+        # A single frame read whole: its compact encoding, reused for its upsert line.
+        encoded = decoded.encoded
+        applied = 0
+        for index, item in enumerate(items):
+            state = state_of(type(item))  # None: not a lifecycle frame
+            if state is not None:
+                info = item.params.workloadInfo
+                if info.state != state:
+                    info = translate(item)
+                    encoded = None  # the frame relayed is not the one received
+                outcome = observe(info, now)
                 if outcome == "applied":
-                    to_broker.append(codec.encode_line(upsert(info)))
-                    ch.applied += 1  # _count's usual case, inline (one call less per event)
+                    line = None
+                    if encoded is not None and item.id is UNSET:
+                        line = upsert_line_from(type(item), encoded)
+                    append(line or head + encode_info(info) + tail)  # upsert_line, inline
+                    applied += 1  # _count's usual case, added once
                 else:
                     self._count(ch, outcome)
-            else:
-                assert isinstance(item, WorkloadsRemove)
-                p = item.params
-                run = p.runId if isinstance(p.runId, str) else None
-                outcome, removal = table.remove(p.originatedFrom, p.workloadId, run, now)
-                if outcome == "applied":
-                    to_broker.append(codec.encode_line(removal_frame(removal)))
-                self._count(ch, outcome)
-            rid = getattr(item, "id", msgspec.UNSET)  # _answer, inline: events are notifications
-            if rid is not msgspec.UNSET:
+                rid = item.id  # _answer, inline: events are notifications
+                if rid is not UNSET:
+                    answers.append(codec.event_response(rid, outcome))
+                continue
+            if not isinstance(item, WorkloadsRemove):  # an error, or not a peer's frame
+                err = item if isinstance(item, RpcError) else _not_from_peers(item)
+                self._refused(err, ch, "peer")
+                bad = True
+                answers.append(err.response(index if decoded.batch else None))
+                continue
+            p = item.params
+            run = p.runId if isinstance(p.runId, str) else None
+            outcome, removal = table.remove(p.originatedFrom, p.workloadId, run, now)
+            if outcome == "applied":
+                to_broker.append(codec.encode_line(removal_frame(removal)))
+            self._count(ch, outcome)
+            rid = item.id
+            if rid is not UNSET:
                 answers.append(codec.event_response(rid, outcome))
+        ch.applied += applied
         if not answers:
             return PeerResult(202, None, to_broker)
         out = answers if decoded.batch else answers[0]

@@ -7,7 +7,7 @@ generated types, which are the allow-list of what leaves this process.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 from nvpair_wm_schema.workload_events_schema import (
@@ -77,3 +77,54 @@ def lifecycle_frame(info: WorkloadInfo) -> LifecycleFrame:
 
 def upsert(info: WorkloadInfo) -> WorkloadsUpsert:
     return WorkloadsUpsert(jsonrpc="2.0", params=UpsertParams(workloadInfo=info))
+
+
+_MARK: Final[Any] = 918273645  # stands for a WorkloadInfo in the frames _around encodes
+
+
+def _around(frame: object) -> tuple[bytes, bytes]:
+    """What the encoding of ``frame`` holds before and after its ``workloadInfo``, found by
+    encoding the frame with :data:`_MARK` in its place."""
+    head, found, tail = msgspec.json.encode(frame).partition(str(_MARK).encode())
+    if not found:  # pragma: no cover - the generated types changed shape
+        raise RuntimeError(f"no workloadInfo marker in {frame!r}")
+    return head, tail
+
+
+# The compact JSON of a WorkloadInfo (one encoder, kept: no encoder made per call).
+encode_info: Final = msgspec.json.Encoder().encode
+UPSERT_HEAD, _UPSERT_TAIL = _around(
+    WorkloadsUpsert(jsonrpc="2.0", params=UpsertParams(workloadInfo=_MARK))
+)
+UPSERT_LINE_TAIL: Final = _UPSERT_TAIL + b"\n"
+
+
+def _relay_heads() -> dict[type[LifecycleFrame], int]:
+    heads: dict[type[LifecycleFrame], int] = {}
+    for typ in LIFECYCLE_TYPES:
+        head, tail = _around(typ(jsonrpc="2.0", params=LifecycleParams(workloadInfo=_MARK)))
+        if tail == _UPSERT_TAIL:
+            heads[typ] = len(head)
+    return heads
+
+
+# Per lifecycle type, the length of what its compact encoding (as a notification: no id) holds
+# before its workloadInfo; after it, it ends as an upsert does.
+RELAY_HEAD: Final = _relay_heads()
+
+
+def upsert_line(info: WorkloadInfo) -> bytes:
+    """The ``workloads:upsert`` line for ``info``: the bytes of
+    ``codec.encode_line(upsert(info))`` with one encode and no frame objects."""
+    return UPSERT_HEAD + encode_info(info) + UPSERT_LINE_TAIL
+
+
+def upsert_line_from(frame_type: type[LifecycleFrame], encoded: bytes) -> bytes | None:
+    """The ``workloads:upsert`` line for a lifecycle notification of ``frame_type`` whose
+    compact encoding is ``encoded`` and whose workloadInfo already has the state its method
+    sets: that workloadInfo's bytes are reused as they are (None when the type's encoding has
+    another shape)."""
+    head = RELAY_HEAD.get(frame_type)
+    if head is None:
+        return None
+    return UPSERT_HEAD + encoded[head:] + b"\n"
