@@ -671,7 +671,8 @@ def test_encode_outbound_is_encode_record_of_record_of() -> None:
         kinds.add(record_of(out, T0).kind)
     assert kinds == {LIVE, TERMINAL_EVENT, REMOVAL}
     # The whole read's encoder: the same records, in order, in one string.
-    assert encode_outbounds(outs, T0) == (b"".join(encode_outbound(o, T0) for o in outs), 4)
+    records = b"".join(encode_record(record_of(o, T0)) for o in outs)
+    assert encode_outbounds(outs, T0) == (records, 4)
     assert encode_outbounds([], T0) == (b"", 0)
 
 

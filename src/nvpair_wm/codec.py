@@ -591,14 +591,16 @@ def _fully_read(raw: bytes, frame: Any) -> bytes | None:
     if type(frame) not in _COUNTABLE:
         return None
     canonical = _encoder.encode(frame)
-    if len(canonical) == len(raw) or _same_quotes(raw, canonical):
+    if _read_whole(raw, canonical):
         return canonical
     return None
 
 
-def _same_quotes(raw: bytes, canonical: bytes) -> bool:
-    """The quote-mark count of :func:`_fully_read`: ``raw`` read whole when it holds as many
-    as its re-encoding ``canonical`` (``\\u0022`` counted as one)."""
+def _read_whole(raw: bytes, canonical: bytes) -> bool:
+    """:func:`_fully_read`'s rule: ``raw`` was read whole when it is as long as its re-encoding
+    ``canonical`` or holds as many quote marks (``\\u0022`` counted as one)."""
+    if len(canonical) == len(raw):
+        return True
     quotes = raw.count(b'"')
     if b"\\" in raw:
         quotes += raw.count(b"\\u0022")
@@ -645,7 +647,7 @@ def decode_whole(raw: bytes) -> tuple[Any, bytes] | None:
     if type(frame) not in _COUNTABLE:
         return None
     canonical = _encoder.encode(frame)
-    if len(canonical) == len(raw) or _same_quotes(raw, canonical):
+    if _read_whole(raw, canonical):
         return frame, canonical
     return None
 
@@ -670,7 +672,7 @@ def _whole_batch(payload: bytes, max_batch: int) -> list[Any] | None:
     if not frames or len(frames) > max_batch or not _COUNTABLE.issuperset(map(type, frames)):
         return None
     canonical = _encoder.encode(frames)
-    if len(canonical) == len(payload) or _same_quotes(payload, canonical):
+    if _read_whole(payload, canonical):
         return frames
     return None
 
