@@ -167,6 +167,27 @@ def test_bodies_take_the_shortcut_and_not() -> None:
     assert any(b[:1] != b"[" for b in whole)  # leading whitespace: the quote count's case
 
 
+def test_single_frame_bodies_take_the_lone_notification_shortcut_and_not() -> None:
+    """``Dispatcher.peer``'s shortcut (one compact lifecycle notification in its method's
+    state, read whole) is taken by many single-frame bodies and refused by many others (an
+    id, another state, not read whole, not lifecycle), so the comparison below covers both."""
+    taken = refused = 0
+    for body in BODIES:
+        if body[:1] != b"{":
+            continue
+        whole = codec.decode_whole(body)
+        item = whole[0] if whole is not None else None
+        if (
+            isinstance(item, LIFECYCLE_TYPES)
+            and item.id is UNSET
+            and item.params.workloadInfo.state == translate(item).state
+        ):
+            taken += 1
+        else:
+            refused += 1
+    assert taken > 20 and refused > 20, (taken, refused)
+
+
 @pytest.mark.parametrize("max_batch", [10_000, 5])
 def test_decode_equals_the_element_wise_path(max_batch: int) -> None:
     for body in BODIES:
@@ -273,6 +294,7 @@ def test_peer_equals_the_general_path(max_batch: int) -> None:
         got, want = fast.peer(body), _reference_peer(ref, body)
         assert (got.status, got.body, got.to_broker) == (want.status, want.body, want.to_broker)
         assert fast.counters == ref.counters, body
+        assert fast.peer_counters == ref.peer_counters, body
         applied += len(got.to_broker)
     assert applied > 80
     # A relayed event whose state the method changes still reads as translated.

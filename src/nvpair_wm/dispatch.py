@@ -272,8 +272,34 @@ class Dispatcher:
     # -- inter-node channel (peer → manager) ------------------------------------------------
 
     def peer(self, body: bytes) -> PeerResult:
-        decoded = codec.decode(body, self.max_batch)
         ch = self.peer_counters
+        # What a peer sends one event at a time: one compact frame, which the strict pass reads
+        # whole (codec.decode_whole is codec.decode's result for it, without its envelope).
+        whole = codec.decode_whole(body) if body[:1] == b"{" else None
+        if whole is not None:
+            item, encoded = whole
+            state = STATE_OF.get(type(item))
+            if (
+                state is not None
+                and item.id is UNSET
+                and (info := item.params.workloadInfo).state == state
+            ):
+                # The loop below for a lone lifecycle notification in its method's state
+                # (relayed unchanged, no answer), without its lists, enumerate and envelope.
+                self.counters.framesIn += 1
+                ch.framesIn += 1
+                outcome = self.table.observe(info, self._clock())
+                if outcome != "applied":
+                    self._count(ch, outcome)
+                    return PeerResult(202, None, [])
+                ch.applied += 1
+                line = upsert_line_from(type(item), encoded)
+                if line is None:
+                    line = events.UPSERT_HEAD + events.encode_info(info) + events.UPSERT_LINE_TAIL
+                return PeerResult(202, None, [line])
+            decoded = codec.Decoded([item], False, False, encoded)
+        else:
+            decoded = codec.decode(body, self.max_batch)
         if decoded.too_many:
             # 413, as for a body over the byte limit: the retry rule for peers (schema/README.md)
             # is "on 413, send smaller batches"; a 400 would name no frame to drop.
