@@ -277,7 +277,7 @@ class Dispatcher:
         # whole (codec.decode_whole is codec.decode's result for it, without its envelope).
         whole = codec.decode_whole(body) if body[:1] == b"{" else None
         if whole is not None:
-            item, encoded = whole
+            item, compact = whole
             state = STATE_OF.get(type(item))
             if (
                 state is not None
@@ -293,11 +293,11 @@ class Dispatcher:
                     self._count(ch, outcome)
                     return PeerResult(202, None, [])
                 ch.applied += 1
-                line = upsert_line_from(type(item), encoded)
+                line = upsert_line_from(type(item), compact)
                 if line is None:
                     line = events.UPSERT_HEAD + events.encode_info(info) + events.UPSERT_LINE_TAIL
                 return PeerResult(202, None, [line])
-            decoded = codec.Decoded([item], False, False, encoded)
+            decoded = codec.Decoded([item], False, False, compact)
         else:
             decoded = codec.decode(body, self.max_batch)
         if decoded.too_many:
