@@ -136,6 +136,10 @@ def _bodies(seed: int = 9) -> list[bytes]:
     rng = random.Random(seed)
     elements, usual = _frames(rng)
     bodies = list(elements)
+    # Batches of one, as nvpair-wm's broadcaster sends one event (and spaced, and of two).
+    bodies += [b"[" + e + b"]" for e in elements]
+    bodies += [b"[ " + e + b" ]" for e in usual[::3]]
+    bodies += [b"[" + a + b"," + b + b"]" for a, b in zip(usual[::4], usual[1::4], strict=False)]
     for _ in range(300):
         pool = usual if rng.random() < 0.5 else elements
         parts = [rng.choice(pool) for _ in range(rng.randint(1, 12))]
@@ -167,15 +171,19 @@ def test_bodies_take_the_shortcut_and_not() -> None:
     assert any(b[:1] != b"[" for b in whole)  # leading whitespace: the quote count's case
 
 
-def test_single_frame_bodies_take_the_lone_notification_shortcut_and_not() -> None:
-    """``Dispatcher.peer``'s shortcut (one compact lifecycle notification in its method's
-    state, read whole) is taken by many single-frame bodies and refused by many others (an
-    id, another state, not read whole, not lifecycle), so the comparison below covers both."""
+@pytest.mark.parametrize("shape", ["frame", "batch of one"])
+def test_single_frame_bodies_take_the_lone_notification_shortcut_and_not(shape: str) -> None:
+    """``Dispatcher.peer``'s shortcut (one lifecycle notification in its method's state, read
+    whole, alone or alone in a batch) is taken by many such bodies and refused by many others
+    (an id, another state, not read whole, not lifecycle), so the comparison below covers both."""
     taken = refused = 0
     for body in BODIES:
-        if body[:1] != b"{":
+        if shape == "frame" and body[:1] == b"{":
+            whole = codec.decode_whole(body)
+        elif shape == "batch of one" and body[:1] == b"[" and body[-1:] == b"]":
+            whole = codec.decode_whole(body[1:-1])
+        else:
             continue
-        whole = codec.decode_whole(body)
         item = whole[0] if whole is not None else None
         if (
             isinstance(item, LIFECYCLE_TYPES)

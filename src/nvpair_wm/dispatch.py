@@ -273,9 +273,15 @@ class Dispatcher:
 
     def peer(self, body: bytes) -> PeerResult:
         ch = self.peer_counters
-        # What a peer sends one event at a time: one compact frame, which the strict pass reads
-        # whole (codec.decode_whole is codec.decode's result for it, without its envelope).
-        whole = codec.decode_whole(body) if body[:1] == b"{" else None
+        # What a peer sends one event at a time: one compact frame (Go peers, curl), or a batch
+        # of one (nvpair-wm's broadcaster at a low rate), which the strict pass reads whole
+        # (codec.decode_whole is codec.decode's result for the frame, without its envelope).
+        head = body[:1]
+        whole = None
+        if head == b"{":
+            whole = codec.decode_whole(body)
+        elif head == b"[" and body[-1:] == b"]" and b"},{" not in body and self.max_batch:
+            whole = codec.decode_whole(body[1:-1])  # None when it holds more than one frame
         if whole is not None:
             item, compact = whole
             state = STATE_OF.get(type(item))
@@ -297,7 +303,10 @@ class Dispatcher:
                 if line is None:
                     line = events.UPSERT_HEAD + events.encode_info(info) + events.UPSERT_LINE_TAIL
                 return PeerResult(202, None, [line])
-            decoded = codec.Decoded([item], False, False, compact)
+            if head == b"{":
+                decoded = codec.Decoded([item], False, False, compact)
+            else:  # a batch of one (its answers are arrays, its errors have an index)
+                decoded = codec.decode(body, self.max_batch)
         else:
             decoded = codec.decode(body, self.max_batch)
         if decoded.too_many:
