@@ -180,6 +180,7 @@ def test_single_frame_bodies_take_the_lone_notification_shortcut_and_not(shape: 
     for body in BODIES:
         if shape == "frame" and body[:1] == b"{":
             whole = codec.decode_whole(body)
+            assert (whole is None) == (codec.decode_frame(body)[1] is None)
         elif shape == "batch of one" and body[:1] == b"[" and body[-1:] == b"]":
             whole = codec.decode_whole(body[1:-1])
         else:
@@ -206,6 +207,7 @@ def test_decode_equals_the_element_wise_path(max_batch: int) -> None:
         if body.lstrip()[:1] != b"[":  # one frame: as the element-wise step reads it
             item, encoded = codec._decode_one(body)
             assert got == codec.Decoded([item], False, False, encoded), body
+            assert codec.decode_frame(body) == (item, encoded), body  # its inline copy
 
 
 def test_upsert_line_equals_encoding_the_frame() -> None:
