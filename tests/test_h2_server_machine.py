@@ -30,6 +30,7 @@ from nvpair_wm.errors import H2ConnectionError
 from nvpair_wm.http.core import Limits, Request, Response
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.h2.hpack import Decoder, encode_fields
+from nvpair_wm.proto.h2.streams import Stream
 from tests.test_proto import Recorder
 
 FP = "ab" * 32
@@ -306,6 +307,56 @@ def test_a_request_gets_202_and_the_body_reaches_the_handler() -> None:
     assert p.statuses() == [(1, b"202")]
     assert p.handler.completed == [("/e", b"{}")]
     assert p.session.open_streams == 0
+
+
+@pytest.mark.parametrize("window", [64 * 1024 - 1, 4096])
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_body_in_its_one_frame_equals_a_body_buffered(
+    declared: bool, window: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shortcut for a body that comes whole in the DATA frame ending the stream (handed
+    on without the stream's buffer) against the general path (the same body ended by an empty
+    DATA frame, or split in two): the same bodies reach the handler, the same answers and the
+    same window credit go out, nothing stays buffered. With the small window a 3000-byte body
+    is over half of it: even in one frame it takes the general path (its window is settled)."""
+    whole: list[bool] = []  # per request: did the body skip the buffer (the shortcut)?
+    on_end = H2ServerSession._on_end
+
+    def spy(self: H2ServerSession, st: Stream, body: bytes | None = None) -> None:
+        whole.append(body is not None)
+        on_end(self, st, body)
+
+    monkeypatch.setattr(H2ServerSession, "_on_end", spy)
+    bodies = [b"{}", b"", b'{"k":"' + b"v" * 3000 + b'"}']
+    if window > 4096:
+        bodies.append(b"x" * 12_000)
+    results = []
+    for shape in ("one frame", "then empty END_STREAM", "split in two"):
+        p = Peer(Limits(h2_initial_window_size=window))
+        for i, body in enumerate(bodies):
+            sid = 1 + 2 * i
+            fields = [*REQUEST, ("content-length", str(len(body)))] if declared else REQUEST
+            wire = p.headers(sid, fields, flags=0x4)
+            if shape == "one frame":
+                wire += raw(0, 0x1, sid, body)
+            elif shape == "then empty END_STREAM":
+                wire += raw(0, 0x0, sid, body) + raw(0, 0x1, sid)
+            else:
+                half = len(body) // 2
+                wire += raw(0, 0x0, sid, body[:half]) + raw(0, 0x1, sid, body[half:])
+            p.feed(wire)
+        assert p.session.open_streams == 0
+        assert p.session._windows.buffered == 0
+        credit = sum(f.window_increment for f in p.got if isinstance(f, WindowUpdateFrame))
+        results.append((p.handler.completed, p.statuses(), credit))
+    assert results[0][0] == [("/e", body) for body in bodies]
+    assert results[0] == results[1] == results[2]
+    n = len(bodies)
+    # The shortcut took every one-frame body with a content-length (what peers send) but one
+    # over half the small window, and in the other shapes only an empty body (nothing buffered
+    # when its empty END_STREAM came).
+    assert whole[:n] == [(declared or not b) and (window > 4096 or len(b) < 2048) for b in bodies]
+    assert whole[n:] == [not b for b in bodies] * 2
 
 
 def test_a_repeated_header_block_is_parsed_once_and_still_checked() -> None:

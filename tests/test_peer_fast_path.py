@@ -136,6 +136,10 @@ def _bodies(seed: int = 9) -> list[bytes]:
     rng = random.Random(seed)
     elements, usual = _frames(rng)
     bodies = list(elements)
+    # Batches of one, as nvpair-wm's broadcaster sends one event (and spaced, and of two).
+    bodies += [b"[" + e + b"]" for e in elements]
+    bodies += [b"[ " + e + b" ]" for e in usual[::3]]
+    bodies += [b"[" + a + b"," + b + b"]" for a, b in zip(usual[::4], usual[1::4], strict=False)]
     for _ in range(300):
         pool = usual if rng.random() < 0.5 else elements
         parts = [rng.choice(pool) for _ in range(rng.randint(1, 12))]
@@ -167,6 +171,32 @@ def test_bodies_take_the_shortcut_and_not() -> None:
     assert any(b[:1] != b"[" for b in whole)  # leading whitespace: the quote count's case
 
 
+@pytest.mark.parametrize("shape", ["frame", "batch of one"])
+def test_single_frame_bodies_take_the_lone_notification_shortcut_and_not(shape: str) -> None:
+    """``Dispatcher.peer``'s shortcut (one lifecycle notification in its method's state, read
+    whole, alone or alone in a batch) is taken by many such bodies and refused by many others
+    (an id, another state, not read whole, not lifecycle), so the comparison below covers both."""
+    taken = refused = 0
+    for body in BODIES:
+        if shape == "frame" and body[:1] == b"{":
+            whole = codec.decode_whole(body)
+            assert (whole is None) == (codec.decode_frame(body)[1] is None)
+        elif shape == "batch of one" and body[:1] == b"[" and body[-1:] == b"]":
+            whole = codec.decode_whole(body[1:-1])
+        else:
+            continue
+        item = whole[0] if whole is not None else None
+        if (
+            isinstance(item, LIFECYCLE_TYPES)
+            and item.id is UNSET
+            and item.params.workloadInfo.state == translate(item).state
+        ):
+            taken += 1
+        else:
+            refused += 1
+    assert taken > 20 and refused > 20, (taken, refused)
+
+
 @pytest.mark.parametrize("max_batch", [10_000, 5])
 def test_decode_equals_the_element_wise_path(max_batch: int) -> None:
     for body in BODIES:
@@ -177,6 +207,7 @@ def test_decode_equals_the_element_wise_path(max_batch: int) -> None:
         if body.lstrip()[:1] != b"[":  # one frame: as the element-wise step reads it
             item, encoded = codec._decode_one(body)
             assert got == codec.Decoded([item], False, False, encoded), body
+            assert codec.decode_frame(body) == (item, encoded), body  # its inline copy
 
 
 def test_upsert_line_equals_encoding_the_frame() -> None:
@@ -273,6 +304,7 @@ def test_peer_equals_the_general_path(max_batch: int) -> None:
         got, want = fast.peer(body), _reference_peer(ref, body)
         assert (got.status, got.body, got.to_broker) == (want.status, want.body, want.to_broker)
         assert fast.counters == ref.counters, body
+        assert fast.peer_counters == ref.peer_counters, body
         applied += len(got.to_broker)
     assert applied > 80
     # A relayed event whose state the method changes still reads as translated.

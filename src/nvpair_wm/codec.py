@@ -627,6 +627,22 @@ def _decode_one(raw: bytes) -> tuple[Item, bytes | None]:
     return _reread(raw, frame), None
 
 
+def decode_frame(raw: bytes) -> tuple[Item, bytes | None]:
+    """One frame (a payload that is not a batch): the item :func:`decode` makes of it, and its
+    compact encoding when the strict pass read it whole (else None). :func:`_decode_one` with
+    :func:`_strict` and :func:`_fully_read` inline: this runs for every request a peer sends
+    one frame in."""
+    try:
+        frame = _frame_decoder.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return _reread(raw, None), None
+    if type(frame) in _COUNTABLE:
+        canonical = _encoder.encode(frame)
+        if _read_whole(raw, canonical):
+            return frame, canonical
+    return _reread(raw, frame), None
+
+
 def _decode_single(raw: bytes) -> Decoded:
     """A payload that is one frame, keeping its encoding (:attr:`Decoded.encoded`)."""
     item, encoded = _decode_one(raw)

@@ -272,8 +272,44 @@ class Dispatcher:
     # -- inter-node channel (peer → manager) ------------------------------------------------
 
     def peer(self, body: bytes) -> PeerResult:
-        decoded = codec.decode(body, self.max_batch)
         ch = self.peer_counters
+        # What a peer sends one event at a time: one frame (Go peers, curl), or a batch of one
+        # (nvpair-wm's broadcaster at a low rate). codec.decode_frame / decode_whole give the
+        # item codec.decode would, without its envelope, with the compact encoding when the
+        # strict pass read the frame whole.
+        head = body[:1]
+        item: Any = None
+        compact: bytes | None = None
+        if head == b"{":  # one frame: decoded once, whole or not
+            item, compact = codec.decode_frame(body)
+        elif head == b"[" and body[-1:] == b"]" and b"},{" not in body and self.max_batch:
+            whole = codec.decode_whole(body[1:-1])  # None when it holds more than one frame
+            if whole is not None:
+                item, compact = whole
+        if compact is not None:
+            state = STATE_OF.get(type(item))
+            if (
+                state is not None
+                and item.id is UNSET
+                and (info := item.params.workloadInfo).state == state
+            ):
+                # The loop below for a lone lifecycle notification in its method's state
+                # (relayed unchanged, no answer), without its lists, enumerate and envelope.
+                self.counters.framesIn += 1
+                ch.framesIn += 1
+                outcome = self.table.observe(info, self._clock())
+                if outcome != "applied":
+                    self._count(ch, outcome)
+                    return PeerResult(202, None, [])
+                ch.applied += 1
+                line = upsert_line_from(type(item), compact)
+                if line is None:
+                    line = events.UPSERT_HEAD + events.encode_info(info) + events.UPSERT_LINE_TAIL
+                return PeerResult(202, None, [line])
+        if head == b"{":
+            decoded = codec.Decoded([item], False, False, compact)
+        else:  # a batch (of one: its answers are arrays, its errors have an index)
+            decoded = codec.decode(body, self.max_batch)
         if decoded.too_many:
             # 413, as for a body over the byte limit: the retry rule for peers (schema/README.md)
             # is "on 413, send smaller batches"; a 400 would name no frame to drop.

@@ -340,9 +340,10 @@ class BrokerChannel:
         end = self._batch
         if end is None:
             end = self._batch = for_loop(asyncio.get_running_loop())
-        if end.deferring:
+        queue = end.queue
+        if queue or end.deferring:  # (the usual answer without the property's call)
             self._batched = list(frames)
-            end.defer(self._write_batched)
+            queue.append(self._write_batched)  # end.defer, inline
             return True
         self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
         self._dispatcher.wrote_to_broker(len(frames))

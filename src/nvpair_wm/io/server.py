@@ -218,6 +218,7 @@ class ServerConnection(asyncio.BufferedProtocol):
             return  # closing: the peer's leftovers are dropped
         end = self._batch
         end.active = True
+        rearm = False
         try:
             tls = self.tls
             session = self.session
@@ -233,7 +234,7 @@ class ServerConnection(asyncio.BufferedProtocol):
                     session.receive_data(plain, now)
                 if tls.peer_closed and not self.closed:
                     self._feed(b"", now)
-                self._flush(now)
+                rearm = self._flush_out(now)
             elif tls is not None:  # TLS copies the ciphertext into its BIO straight away
                 self._received(None, nbytes)
             else:  # plaintext sessions may keep what they are given
@@ -242,6 +243,8 @@ class ServerConnection(asyncio.BufferedProtocol):
             end.active = False
             if end.queue:  # callback_done's call only when something was deferred
                 end.callback_done()
+        if rearm:  # _flush's timer half, once the answer (and the broker write) went out
+            self._rearm_open()
 
     def data_received(self, data: bytes | memoryview) -> None:
         """Feed what the peer sent (TLS records, or plaintext without TLS)."""
@@ -367,8 +370,14 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def _flush(self, now: float) -> None:
         """Write what the machines produced; close when the session is over; re-arm."""
+        if self._flush_out(now):
+            self._rearm_open()
+
+    def _flush_out(self, now: float) -> bool:
+        """:meth:`_flush` up to the timer: True when the timer is still to be re-armed
+        (:meth:`_rearm_open`), False when the connection is closing or closed."""
         if self.closed:
-            return
+            return False
         session = self.session
         if session is not None:
             out = session.data_to_send()
@@ -379,20 +388,27 @@ class ServerConnection(asyncio.BufferedProtocol):
                     except TLSError as exc:
                         log.debug("TLS write to %s failed: %s", self.peername, exc)
                         self.abort()
-                        return
+                        return False
                 else:
                     self._write(out)
             finished = session.done if isinstance(session, H2ServerSession) else session.closed
             if finished and self._linger_until is None:
                 self._begin_close(now)
-                return
+                return False
         tls = self.tls
         if tls is not None:  # _write_tls, inline (every answer's path)
             records = tls.data_to_send()
             if records:
                 self._write(records)
+        return True
+
+    def _rearm_open(self) -> None:
+        """The timer after a flush: an open session's next deadline, inline (every answer's
+        path); else :meth:`_rearm`."""
+        session = self.session
         if session is not None and self._linger_until is None and self._write_stalled_since is None:
-            # _rearm and _deadline, inline for an open session (every answer's path)
+            if self.closed:
+                return
             when = session.next_deadline()
             if when is not None and (self._timer is None or when < self._timer_at):
                 self._set_timer(when)

@@ -211,8 +211,9 @@ class TLSMachine:
             n = read(raw, buf + filled, _READ_BUFFER - filled)
             if n > 0:
                 filled += n
-                # Nothing decrypted left and no input: another SSL_read could only say so.
-                if not _lib.SSL_pending(raw) and _lib.BIO_get_mem_data(bio, _NULL) <= 0:
+                # No input and nothing decrypted left: another SSL_read could only say so.
+                # (Input first: a request's HEADERS record is usually followed by its DATA.)
+                if _lib.BIO_get_mem_data(bio, _NULL) <= 0 and not _lib.SSL_pending(raw):
                     break
                 if filled > _READ_BUFFER - _RECORD:  # keep a whole record's room
                     chunks.append(_ffi.buffer(buf, filled)[:])

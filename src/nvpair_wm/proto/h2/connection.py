@@ -527,11 +527,17 @@ class H2ServerSession:
         ):
             # _on_data for a lone stream's body within its limits, inline (every request).
             st.received = received
-            st.owed += flow
+            owed = st.owed = st.owed + flow
+            if flags & END_STREAM and not st.body and owed < self._windows.half_stream:
+                # The whole body in this one frame (what every peer sends): handed on as it
+                # is, without the buffer's copy in and out (it would hold it only till _on_end,
+                # and no window is settled meanwhile).
+                self._on_end(st, data)
+                return
             if data:
                 st.body += data
                 self._windows.buffered += len(data)
-            if st.owed >= self._windows.half_stream:
+            if owed >= self._windows.half_stream:
                 self._windows.settle(self._streams.values())
         else:
             self._on_data(st, data, flow)
@@ -745,7 +751,9 @@ class H2ServerSession:
             # (A lone stream's window is due only once half of it is owed: settle's rule.)
             self._windows.settle(self._streams.values())
 
-    def _on_end(self, st: Stream) -> None:
+    def _on_end(self, st: Stream, whole: bytes | None = None) -> None:
+        """The peer ended the stream; ``whole``: the body, when it came in the frame that ended
+        it and was never buffered (``st.body`` is then empty)."""
         st.remote_done = True
         st.body_deadline = None
         request = st.request
@@ -753,10 +761,13 @@ class H2ServerSession:
             self._malformed(st, "body shorter than content-length")
             return
         if st.mode == "body" and st.out is None and request is not None:
-            body = bytes(st.body)
-            if st.body:  # _release_body, inline (every request's end)
-                self._windows.buffered -= len(st.body)
-                st.body = bytearray()
+            if whole is not None:
+                body = whole
+            else:
+                body = bytes(st.body)
+                if st.body:  # _release_body, inline (every buffered request's end)
+                    self._windows.buffered -= len(st.body)
+                    st.body = bytearray()
             streams = self._streams
             if len(streams) > 1 or st.sid not in streams:  # else nothing to settle
                 self._windows.settle(streams.values())
