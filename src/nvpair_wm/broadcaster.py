@@ -456,40 +456,44 @@ class _Link:
         sort it out."""
         self._pump_pending = False
         conn = self.conn
-        if self._stopped or conn is None or not conn.usable or not self._still_peer(both):
+        if self._stopped or conn is None or not conn.usable:
+            self.wake()
+            return
+        # Still a peer: our identity is the connection's, and the peer is still pinned and not
+        # us (PeerDirectory.is_peer's test, inline, on one look at both).
+        ident, pinned = self._owner._fresh.both() if both is None else both
+        own = self._conn_identity
+        fingerprint = self.peer.fingerprint
+        if ident is None or ident.fingerprint != own or fingerprint == own:
+            self.wake()
+            return
+        if fingerprint not in pinned:
             self.wake()
             return
         self._fill(conn, checked=True)
         if not self._sending and self.outbox.has_work:
             self.wake()  # backing off: the task keeps the timer
 
-    def _still_peer(self, both: _Both | None = None) -> bool:
-        """Our identity is the connection's, and the peer is still pinned and not us
-        (:meth:`PeerDirectory.is_peer`'s test, inline, on one look at both, or on ``both``)."""
-        ident, pinned = self._owner._fresh.both() if both is None else both
-        own = self._conn_identity
-        fingerprint = self.peer.fingerprint
-        return (
-            ident is not None
-            and ident.fingerprint == own
-            and fingerprint != own
-            and fingerprint in pinned
-        )
-
     def _fill(self, conn: PeerConnection, *, checked: bool = False) -> None:
         """Start a request per free slot while the outbox has a batch; one write for all.
         ``checked``: the caller has just seen that ``conn`` is usable."""
         outbox = self.outbox
         lim = self._limits
-        cap = conn.capacity(lim.max_in_flight)
         # A body that fits the server's stream window is sent whole at once: no round trip for
         # WINDOW_UPDATE per request, no DATA written piecemeal as the window reopens.
         window = conn.body_window()
         started = False
-        # The usual fill at a low rate is one batch, and then an empty outbox: ``has_work`` ends
-        # the loop without asking the connection and the outbox again.
-        while self._sending < cap and (checked or conn.usable):
+        # A link with no request in progress may start one (capacity() is at least 1): the
+        # connection is asked for its capacity only for a second one. The usual fill at a low
+        # rate is one batch, and then an empty outbox: ``has_work`` ends the loop without
+        # asking the connection and the outbox again.
+        cap = 0
+        while checked or conn.usable:
             checked = False
+            if self._sending:
+                cap = cap or conn.capacity(lim.max_in_flight)
+                if self._sending >= cap:
+                    break
             batch = outbox.next_batch(window)
             if batch is None:
                 break
@@ -516,7 +520,10 @@ class _Link:
         """A request ended (called by the connection): account for it, start the next."""
         self._sending -= 1
         if isinstance(outcome, Response):
-            self._answered(batch, outcome)
+            if 200 <= outcome.status < 300 and self._owner.delivery is None:
+                self.outbox.delivered(batch)  # _answered's first case, inline: the usual one
+            else:
+                self._answered(batch, outcome)
         else:
             self.outbox.failed(batch, str(outcome))
         if self._stopped:

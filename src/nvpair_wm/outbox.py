@@ -484,8 +484,12 @@ class PeerOutbox:
     def delivered(self, batch: Batch, bad: frozenset[int] = frozenset(), detail: str = "") -> None:
         """The peer took the batch (2xx), or applied all of it but the frames at ``bad`` (a 400
         names them: they are refused for good and counted as dropped)."""
-        self._settle(batch)
-        self.sent += len(batch.snapshot) + len(batch.queued) - len(bad)
+        # _settle, inline: once per response.
+        queued = batch.queued
+        self._inflight_batches -= 1
+        self._inflight_frames -= len(queued)
+        self._inflight_bytes -= batch.queued_bytes
+        self.sent += len(batch.snapshot) + len(queued) - len(bad)
         if bad:
             self.dropped += len(bad)
             self._error(detail or f"{len(bad)} frames refused")
