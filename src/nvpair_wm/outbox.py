@@ -412,7 +412,10 @@ class PeerOutbox:
         """The next request's frames, or None (nothing to send, or backing off). ``max_bytes``:
         a tighter bound on the body than this link's own (the connection's body window)."""
         queue = self._queue
-        sync = self._sync_pending()
+        # _sync_pending(), inline
+        sync = not self.flush_only and (
+            self._sync_now or (self._sync_when_idle and not queue and not self.snapshot)
+        )
         if not queue and self.snapshot is None and not sync:
             return None  # nothing at all
         retry_at = self.retry.retry_at
