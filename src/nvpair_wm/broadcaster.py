@@ -18,7 +18,8 @@ from the broker, one request), at the end of the event-loop tick in which a resp
 if frames are waiting (a busy link accumulates meanwhile), and when the task wakes. Before each
 connection attempt and each batch it re-checks that the peer is still a peer (pinned, not us)
 and that we still have an identity (with the node's inotify-watched files one ``FIONREAD`` for
-both, else read at most once per event-loop tick); the set of links is reconciled on every
+both, and one for all the links a publish starts batches on; else read at most once per
+event-loop tick); the set of links is reconciled on every
 ``nodes:update``, and every ``reconcile_interval`` for changes to ``trusted/`` and to our own
 certificate. A node without an identity has no links and sends
 nothing; once its files appear, links start at the next reconcile. A rotated identity closes
