@@ -435,6 +435,82 @@ def test_a_removed_pin_or_identity_stops_the_very_next_batch(
     run(go())
 
 
+@pytest.mark.parametrize("watched", [False, True])
+def test_one_look_per_publish_gives_each_link_its_own_verdict(
+    servers: Servers, tls_cluster: TLSCluster, watched: bool
+) -> None:
+    """Broadcaster.publish looks at the pins once for all its links: a pin removed just before
+    stops that peer's very next batch, and only that peer's; put back, that peer is caught up."""
+    ha, hc = Scripted(), Scripted()
+    a = servers.start(tls_cluster.dirs["a"], handler=ha)
+    c = servers.start(tls_cluster.dirs["c"], handler=hc)
+    b = Node(tls_cluster, watched=watched)
+    pin = tls_cluster.dirs["b"] / "trusted" / "a.crt"
+    saved = pin.read_bytes()
+
+    async def go() -> None:
+        b.bc.update_nodes([record(tls_cluster, "a", a.port), record(tls_cluster, "c", c.port)])
+        await b.bc.start()
+        links = {lk.peer.node_id: lk for lk in b.bc._links.values()}
+        await eventually(
+            lambda: all(lk.conn is not None and lk.conn.usable for lk in links.values()),
+            "a and c connected",
+        )
+        b.report(submitted("1"))
+        assert [links[n].outbox.in_flight for n in "ac"] == [1, 1]  # both at once, in publish
+        assert ids((await ha.next())[1]) == [("1", 1)]
+        assert ids((await hc.next())[1]) == [("1", 1)]
+        await eventually(lambda: links["c"].outbox.idle and links["a"].outbox.idle, "answered")
+        pin.unlink()
+        if not watched:
+            await asyncio.sleep(0)  # sources read per tick: the next tick reads again
+        b.report(submitted("2"))
+        assert (links["a"].outbox.in_flight, links["a"].outbox.depth) == (0, 1)  # unpinned
+        assert links["c"].outbox.in_flight == 1  # still pinned: sent at once
+        assert ids((await hc.next())[1]) == [("2", 1)]
+        pin.write_bytes(saved)
+        frames: list[Any] = []
+        while ("2", 1) not in ids(frames):
+            frames += (await ha.next())[1]  # a snapshot when re-added, or the queued frame
+        await b.bc.close(1.0)
+
+    run(go())
+
+
+def test_a_burst_to_an_idle_link_starts_as_many_requests_as_it_may(
+    servers: Servers, tls_cluster: TLSCluster
+) -> None:
+    """Frames published together to an idle link start one request per batch at once, up to
+    max_in_flight (the link asks the connection for its capacity after the first request)."""
+    release = threading.Event()
+    handler = Scripted(block=release)
+    a = servers.start(tls_cluster.dirs["a"], handler=handler)
+    limits = dataclasses.replace(FAST, max_batch_frames=1, max_in_flight=2)
+    b = Node(tls_cluster, limits=limits)
+
+    async def go() -> None:
+        b.bc.update_nodes([record(tls_cluster, "a", a.port)])
+        await b.bc.start()
+        (link,) = b.bc._links.values()
+        await eventually(lambda: link.conn is not None and link.conn.usable, "a connected")
+        await eventually(lambda: link.outbox.idle, "the first snapshot (empty) settled")
+        items = [b.dispatcher.local(submitted(str(i))).outbound[0] for i in range(3)]
+        b.bc.publish(items)
+        assert (link.outbox.in_flight, link.outbox.depth) == (2, 1)
+        release.set()
+        got: list[Any] = []
+        for _ in range(3):
+            got += ids((await handler.next())[1])
+        assert sorted(got) == [("0", 1), ("1", 1), ("2", 1)]
+        await eventually(lambda: link.outbox.idle, "all answered")
+        await b.bc.close(1.0)
+
+    try:
+        run(go())
+    finally:
+        release.set()
+
+
 def test_server_with_the_wrong_certificate_gets_nothing(
     servers: Servers, tls_cluster: TLSCluster
 ) -> None:

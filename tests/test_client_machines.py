@@ -33,6 +33,7 @@ from nvpair_wm.proto.exchanges import (
 )
 from nvpair_wm.proto.h1client import H1ClientSession
 from nvpair_wm.proto.h2.client import H2ClientSession
+from nvpair_wm.proto.h2.frames import window_update_frame
 
 PATH = "/v1/workloads/events"
 AUTHORITY = b"10.0.0.2:14320"
@@ -201,6 +202,32 @@ def test_h2_body_waits_for_the_window() -> None:
     assert any(isinstance(e, h2.events.StreamEnded) for e in server.events)
     server.respond(sid)
     assert responses(client.receive_data(server.out(), 0.0)) == {sid: 202}
+
+
+@pytest.mark.parametrize("size", [1, 300, 16_383, 16_384, 16_385, 65_535])
+def test_h2_body_sent_at_once_is_what_the_windowed_path_sends(size: int) -> None:
+    """start_request writes a body that fits the windows and the frame size as one DATA frame
+    itself (the usual request); the general path (_pump, here after the connection window
+    reopens) must produce the same bytes and leave the same windows."""
+    body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    fast, server = connected()
+    sid = fast.start_request(PATH, body, 0.0, 10.0)
+    fast_out = fast.data_to_send()
+    general, _ = connected()
+    window = general._send_window
+    general._send_window = 0  # spent by earlier requests: the body waits in _pump
+    assert general.start_request(PATH, body, 0.0, 10.0) == sid
+    general_out = general.data_to_send()
+    general.receive_data(window_update_frame(0, window), 0.0)  # reopened: _pump sends it
+    general_out += general.data_to_send()
+    assert fast_out == general_out
+    assert fast._send_window == general._send_window
+    st_fast, st_general = fast._streams[sid], general._streams[sid]
+    assert (st_fast.offset, st_fast.send_window) == (st_general.offset, st_general.send_window)
+    assert not fast._sending and not general._sending  # nothing left waiting for window
+    got = server.h2.receive_data(fast_out)  # and a conforming server reads it as the request
+    data = b"".join(e.data for e in got if isinstance(e, h2.events.DataReceived))
+    assert data == body and any(isinstance(e, h2.events.StreamEnded) for e in got)
 
 
 def test_h2_early_response_stops_the_body_with_rst_stream_no_error() -> None:

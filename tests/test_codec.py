@@ -79,6 +79,30 @@ def error(payload: bytes) -> RpcError:
 # -- LineBuffer ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"x",
+        b"x\r",
+        b"x\r\r",
+        b"\r",
+        b"",
+        b" \t",
+        b"12345678",
+        b"123456789",
+        b"1234567\r",
+        b"12345678\r",
+    ],
+)
+def test_one_whole_line_takes_the_same_path_as_lines_split_out_of_a_read(line: bytes) -> None:
+    """feed()'s shortcut for a read that is one whole line (nothing held) frames it as the
+    general path does the same line after another in one read."""
+    fast = LineBuffer(max_frame=8).feed(line + b"\n")
+    general = LineBuffer(max_frame=8).feed(b"a\n" + line + b"\n")
+    assert general[0] == b"a"
+    assert fast == general[1:]
+
+
 class TestLineBuffer:
     def test_one_frame(self) -> None:
         assert LineBuffer().feed(b'{"a":1}\n') == [b'{"a":1}']

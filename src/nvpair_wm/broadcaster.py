@@ -18,7 +18,8 @@ from the broker, one request), at the end of the event-loop tick in which a resp
 if frames are waiting (a busy link accumulates meanwhile), and when the task wakes. Before each
 connection attempt and each batch it re-checks that the peer is still a peer (pinned, not us)
 and that we still have an identity (with the node's inotify-watched files one ``FIONREAD`` for
-both, else read at most once per event-loop tick); the set of links is reconciled on every
+both, and one for all the links a publish starts batches on; else read at most once per
+event-loop tick); the set of links is reconciled on every
 ``nodes:update``, and every ``reconcile_interval`` for changes to ``trusted/`` and to our own
 certificate. A node without an identity has no links and sends
 nothing; once its files appear, links start at the next reconcile. A rotated identity closes
@@ -101,6 +102,9 @@ def bad_frames(body: bytes, count: int) -> frozenset[int] | None:
     return frozenset(bad) if bad else None
 
 
+_Both = tuple[NodeIdentity | None, frozenset[str]]  # our identity and the pins, one look
+
+
 class _PerTick:
     """The identity and the pin set, read again only when they may have changed.
 
@@ -125,7 +129,7 @@ class _PerTick:
         self._watch = shared_watch(identity, pins)
         self._seen = -1  # the watch's generation _both was read at; -1: not cached
 
-    def both(self) -> tuple[NodeIdentity | None, frozenset[str]]:
+    def both(self) -> _Both:
         """Our identity and the pins, as they are now (see the class docstring)."""
         watch = self._watch
         if watch is not None:
@@ -257,14 +261,15 @@ class _Link:
     def wake(self) -> None:
         self._wake.set()
 
-    def publish(self, items: list[Outbound]) -> None:
+    def publish(self, items: list[Outbound], both: _Both | None = None) -> None:
         """Queue frames. An idle link sends them at once (the broker channel publishes what
         one read delivered in one call: one read, one request); a busy one lets them
         accumulate until a response comes back, which then starts the next (larger) batches:
-        fewer requests per frame under load."""
+        fewer requests per frame under load. ``both``: our identity and the pins as the
+        broadcaster looked at them for this publish (else the link looks itself)."""
         self.outbox.push(items)
         if not self._sending and not self._pump_pending:
-            self._pump()
+            self._pump(both)
 
     def pump_soon(self) -> None:
         """Start batches at the end of this event-loop tick, without waking the task."""
@@ -446,44 +451,50 @@ class _Link:
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _pump(self) -> None:
+    def _pump(self, both: _Both | None = None) -> None:
         """Start batches if the connection is up and the peer still a peer (pinned, not us,
-        with our identity of this moment); otherwise let the task sort it out."""
+        with our identity of this moment, or of ``both`` when given); otherwise let the task
+        sort it out."""
         self._pump_pending = False
         conn = self.conn
         if self._stopped or conn is None or not conn.usable:
             self.wake()
             return
-        if not self._still_peer():
+        # Still a peer: our identity is the connection's, and the peer is still pinned and not
+        # us (PeerDirectory.is_peer's test, inline, on one look at both).
+        ident, pinned = self._owner._fresh.both() if both is None else both
+        own = self._conn_identity
+        fingerprint = self.peer.fingerprint
+        if ident is None or ident.fingerprint != own or fingerprint == own:
             self.wake()
             return
-        self._fill(conn)
+        if fingerprint not in pinned:
+            self.wake()
+            return
+        self._fill(conn, checked=True)
         if not self._sending and self.outbox.has_work:
             self.wake()  # backing off: the task keeps the timer
 
-    def _still_peer(self) -> bool:
-        """Our identity is the connection's, and the peer is still pinned and not us
-        (:meth:`PeerDirectory.is_peer`'s test, inline, on one look at both)."""
-        ident, pinned = self._owner._fresh.both()
-        own = self._conn_identity
-        fingerprint = self.peer.fingerprint
-        return (
-            ident is not None
-            and ident.fingerprint == own
-            and fingerprint != own
-            and fingerprint in pinned
-        )
-
-    def _fill(self, conn: PeerConnection) -> None:
-        """Start a request per free slot while the outbox has a batch; one write for all."""
+    def _fill(self, conn: PeerConnection, *, checked: bool = False) -> None:
+        """Start a request per free slot while the outbox has a batch; one write for all.
+        ``checked``: the caller has just seen that ``conn`` is usable."""
         outbox = self.outbox
         lim = self._limits
-        cap = conn.capacity(lim.max_in_flight)
         # A body that fits the server's stream window is sent whole at once: no round trip for
         # WINDOW_UPDATE per request, no DATA written piecemeal as the window reopens.
         window = conn.body_window()
         started = False
-        while self._sending < cap and conn.usable:
+        # A link with no request in progress may start one (capacity() is at least 1): the
+        # connection is asked for its capacity only for a second one. The usual fill at a low
+        # rate is one batch, and then an empty outbox: ``has_work`` ends the loop without
+        # asking the connection and the outbox again.
+        cap = 0
+        while checked or conn.usable:
+            checked = False
+            if self._sending:
+                cap = cap or conn.capacity(lim.max_in_flight)
+                if self._sending >= cap:
+                    break
             batch = outbox.next_batch(window)
             if batch is None:
                 break
@@ -501,6 +512,8 @@ class _Link:
                 break
             self._sending += 1
             started = True
+            if not outbox.has_work:
+                break
         if started:
             conn.flush()
 
@@ -508,7 +521,10 @@ class _Link:
         """A request ended (called by the connection): account for it, start the next."""
         self._sending -= 1
         if isinstance(outcome, Response):
-            self._answered(batch, outcome)
+            if 200 <= outcome.status < 300 and self._owner.delivery is None:
+                self.outbox.delivered(batch)  # _answered's first case, inline: the usual one
+            else:
+                self._answered(batch, outcome)
         else:
             self.outbox.failed(batch, str(outcome))
         if self._stopped:
@@ -520,11 +536,9 @@ class _Link:
             # The next batch starts at the end of this tick, not at once: what the broker wrote
             # meanwhile (read in the same tick) goes with it, in one request instead of two.
             self.pump_soon()
-        elif not self._still_peer():
-            # What that pump would have found. Nothing to send (the usual case at a low rate):
-            # no pump, so no callback and no extra turn of the loop per response; what the
-            # broker writes next is published to an idle link and sent at once.
-            self.wake()
+        # Nothing to send (the usual case at a low rate): no pump, so no callback and no extra
+        # turn of the loop per response, and no look at the pins: the next batch looks before
+        # it starts, and a link that is no longer a peer is dropped by the next reconcile.
         if not self._sending and not self._keepalive_armed:
             self.wake()  # the link went idle while the task slept without a PING timer
 
@@ -601,10 +615,16 @@ class Broadcaster:
         """Local events and removals, for every peer's queue."""
         if not items or self._closing:
             return
+        links = self._links
         if self.delivery is not None:  # --metrics: delivery latency
-            self.delivery.enqueued(items, len(self._links))
-        for link in self._links.values():
-            link.publish(items)
+            self.delivery.enqueued(items, len(links))
+        if not links:
+            return
+        # One look at our identity and the pins for every link (one FIONREAD with the watched
+        # sources, not one per link): no turn of the event loop comes between the links.
+        both = self._fresh.both()
+        for link in links.values():
+            link.publish(items, both)
 
     def status(self) -> list[PeerStatus]:
         """One PeerStatus per current peer, ordered by nodeId."""

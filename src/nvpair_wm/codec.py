@@ -144,9 +144,14 @@ class LineBuffer:
         out: list[bytes | TooLarge] = []
         if not self._buf and not self._discarding and data.find(b"\n") == len(data) - 1:
             # One whole line and nothing held (the usual read at a low rate): no buffer copy,
-            # no split. An empty ``data`` finds -1 == -1 and emits nothing.
+            # no split, and _emit inline. An empty ``data`` finds -1 == -1 and emits nothing.
             if data:
-                self._emit(data[:-1], out)
+                if len(data) > self.max_frame + 1:
+                    out.append(TOO_LARGE)
+                    return out
+                line = data[:-2] if data.endswith(b"\r\n") else data[:-1]
+                if line and not line.isspace():
+                    out.append(line)
             return out
         if self._discarding:
             nl = data.find(b"\n")

@@ -215,8 +215,9 @@ class Dispatcher:
         ``nodes:update``): the caller hands those to :meth:`local` after publishing what came
         before. The usual line, one lifecycle notification, is handled inline and its counters
         are added once per call; any other line goes through :meth:`local`."""
-        result = LocalResult()
-        replies, outbound = result.replies, result.outbound
+        replies: list[bytes] = []
+        outbound: list[Outbound] = []
+        result = LocalResult(replies, outbound)  # no default factories to call
         now = self._clock()
         decode, observe = codec.decode_whole, self.table.observe
         state_of, intern = STATE_OF.get, sys.intern

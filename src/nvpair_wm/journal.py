@@ -501,7 +501,10 @@ def collection_paused() -> Iterator[None]:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
+    n = os.write(fd, data)
+    if n == len(data):  # the usual answer for a regular file: no view, no slicing
+        return
+    view = memoryview(data)[n:]
     while view:
         view = view[os.write(fd, view) :]
 

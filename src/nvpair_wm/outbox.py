@@ -49,7 +49,7 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from nvpair_wm_schema.manager_status_schema import PeerStatus
@@ -166,15 +166,31 @@ class RetryRun:
         self.exhausted = False
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Batch:
     """Frames that go out in one request: ``snapshot`` ones first, then ``queued`` ones."""
 
-    snapshot: list[Outbound] = field(default_factory=list)
-    queued: list[Outbound] = field(default_factory=list)
-    size: int = 2  # bytes of the body: "[" + frames joined by "," + "]"
-    queued_bytes: int = 0  # bytes of the ``queued`` frames (counted in flight by the outbox)
-    generation: int = 0  # RetryRun.generation when the batch was sent
+    snapshot: list[Outbound]
+    queued: list[Outbound]
+    size: int  # bytes of the body: "[" + frames joined by "," + "]"
+    queued_bytes: int  # bytes of the ``queued`` frames (counted in flight by the outbox)
+    generation: int  # RetryRun.generation when the batch was sent
+
+    def __init__(
+        self,
+        snapshot: list[Outbound] | None = None,
+        queued: list[Outbound] | None = None,
+        size: int = 2,
+        queued_bytes: int = 0,
+        generation: int = 0,
+    ) -> None:
+        # Written out, not generated: a generated __init__ with default factories is several
+        # calls, and one Batch is made per request (per event and peer at a low rate).
+        self.snapshot = [] if snapshot is None else snapshot
+        self.queued = [] if queued is None else queued
+        self.size = size
+        self.queued_bytes = queued_bytes
+        self.generation = generation
 
     def __len__(self) -> int:
         return len(self.snapshot) + len(self.queued)
@@ -274,7 +290,11 @@ class PeerOutbox:
     @property
     def has_work(self) -> bool:
         """Frames to send, or a snapshot to take, now or once the backoff is over."""
-        return bool(self.depth) or self._sync_pending()
+        # depth > 0, or _sync_pending() (whose queue and snapshot tests are then true), inline:
+        # asked once or twice per request.
+        if self._queue or self.snapshot:
+            return True
+        return not self.flush_only and (self._sync_now or self._sync_when_idle)
 
     def push(self, items: Iterable[Outbound]) -> None:
         """Queue local events/removals, coalescing by workload; drop what does not fit."""
@@ -391,16 +411,24 @@ class PeerOutbox:
     def next_batch(self, max_bytes: int | None = None) -> Batch | None:
         """The next request's frames, or None (nothing to send, or backing off). ``max_bytes``:
         a tighter bound on the body than this link's own (the connection's body window)."""
-        if not self._queue and self.snapshot is None and not self._sync_pending():
-            return None  # nothing at all (the usual answer to a fill's second ask)
-        if self._clock() < self.retry.retry_at:
+        queue = self._queue
+        # _sync_pending(), inline
+        sync = not self.flush_only and (
+            self._sync_now or (self._sync_when_idle and not queue and not self.snapshot)
+        )
+        if not queue and self.snapshot is None and not sync:
+            return None  # nothing at all
+        retry_at = self.retry.retry_at
+        # Not backing off (0.0 after a success): no clock read.
+        if retry_at and self._clock() < retry_at:
             return None
-        if self._sync_pending():
+        if sync:
             self._start_snapshot()
         batch = Batch()
         max_frames = self.limits.max_batch_frames
         max_bytes = self.batch_bytes if max_bytes is None else min(max_bytes, self.batch_bytes)
         snap = self.snapshot
+        frames = 0
         if snap is not None and not self.flush_only:
             while (item := snap.pop()) is not None:
                 if not batch.room(item, max_frames, max_bytes):
@@ -409,9 +437,8 @@ class PeerOutbox:
                 batch.add(item, snapshot=True)
             if not len(snap):
                 self.snapshot = None
-        queue = self._queue
+            frames = len(batch)
         queued_bytes = self._queued_bytes
-        frames = len(batch)
         if queue and (
             frames + len(queue) <= max_frames
             and batch.size + queued_bytes + len(queue) - (0 if frames else 1) <= max_bytes
@@ -441,11 +468,12 @@ class PeerOutbox:
             batch.size = size
             batch.queued_bytes = taken_bytes
             self._queued_bytes -= taken_bytes
-        if not batch:
+        taken = batch.queued
+        if not taken and not batch.snapshot:
             return None
         batch.generation = self.retry.generation
         self._inflight_batches += 1
-        self._inflight_frames += len(batch.queued)
+        self._inflight_frames += len(taken)
         self._inflight_bytes += batch.queued_bytes
         return batch
 
@@ -459,8 +487,12 @@ class PeerOutbox:
     def delivered(self, batch: Batch, bad: frozenset[int] = frozenset(), detail: str = "") -> None:
         """The peer took the batch (2xx), or applied all of it but the frames at ``bad`` (a 400
         names them: they are refused for good and counted as dropped)."""
-        self._settle(batch)
-        self.sent += len(batch) - len(bad)
+        # _settle, inline: once per response.
+        queued = batch.queued
+        self._inflight_batches -= 1
+        self._inflight_frames -= len(queued)
+        self._inflight_bytes -= batch.queued_bytes
+        self.sent += len(batch.snapshot) + len(queued) - len(bad)
         if bad:
             self.dropped += len(bad)
             self._error(detail or f"{len(bad)} frames refused")

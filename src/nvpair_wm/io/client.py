@@ -149,6 +149,11 @@ class PeerConnection(asyncio.Protocol):
         now = self._loop.time()
         self._requests[session.start_request(path, body, now, response_timeout)] = done
         self.last_activity = now
+        # The timer, now: the new request's deadline is the only one added (_rearm, without a
+        # scan of the others for the earliest).
+        when = now + response_timeout
+        if self._timer is None or when < self._timer_at:
+            self._arm(when)
         if not caller_flushes:
             self._flush_soon()
 
@@ -158,7 +163,8 @@ class PeerConnection(asyncio.Protocol):
         handle = self._flush_handle
         if handle is not None:
             handle.cancel()
-        self._flush()
+            self._flush_handle = None
+        self._write_out()  # the timer was armed by request()
 
     async def post(self, path: str, body: bytes, *, response_timeout: float) -> Response:
         """:meth:`request` as a coroutine: the response, or raises :class:`ClientError`."""
@@ -249,7 +255,9 @@ class PeerConnection(asyncio.Protocol):
             self._handle(session.receive_data(plain, now))
         if tls.peer_closed:
             self._handle(session.receive_data(b"", now))
-        self._flush()
+        # What the session answers (SETTINGS ACK, WINDOW_UPDATE, PING ACK...). What it received
+        # set no deadline: the timer stays as it is (one that fires early finds nothing due).
+        self._write_out()
 
     def eof_received(self) -> bool | None:
         self._tls.receive_eof()
@@ -377,14 +385,29 @@ class PeerConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_handle = None
+        if self._write_out():
+            self._rearm()
+
+    def _write_out(self) -> bool:
+        """Encrypt and write what the session has to send; False when the connection is over
+        (or ended because TLS refused it)."""
         session = self._session
         if self.close_reason is not None or session is None:
-            return
+            return False
+        # _send_plain and _write_tls, inline: once per request and per response.
+        tls = self._tls
         out = session.data_to_send()
-        if out and not self._send_plain(out):
-            return
-        self._write_tls()
-        self._rearm()
+        if out:
+            try:
+                tls.send(out)
+            except TLSError as exc:
+                self._handle(self._session_end(f"connection failed: {exc}"))
+                return False
+        out = tls.data_to_send()
+        transport = self._transport
+        if out and transport is not None and not transport.is_closing():
+            transport.write(out)
+        return True
 
     def _send_plain(self, data: bytes) -> bool:
         if not data:
@@ -411,10 +434,13 @@ class PeerConnection(asyncio.Protocol):
         when = session.next_deadline()
         if when is None:
             return  # a timer already set fires early and finds nothing due: harmless
+        if self._timer is None or when < self._timer_at:
+            self._arm(when)
+
+    def _arm(self, when: float) -> None:
+        """The one timer, at ``when`` (one set for later is called off)."""
         timer = self._timer
         if timer is not None:
-            if self._timer_at <= when:
-                return
             timer.cancel()
         self._timer_at = when
         self._timer = self._loop.call_at(when, self._on_timer)

@@ -27,7 +27,9 @@ __all__ = [
 USER_AGENT: Final = b"nvpair-wm"
 
 
-@dataclass(frozen=True, slots=True)
+# Response and ResponseReceived are made once per response: not frozen, whose generated
+# __init__ is an object.__setattr__ call per field. Nothing changes them after they are made.
+@dataclass(slots=True)
 class Response:
     status: int
     headers: list[tuple[bytes, bytes]]
@@ -41,7 +43,7 @@ class Response:
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ResponseReceived:
     """Request ``request`` got its complete response."""
 

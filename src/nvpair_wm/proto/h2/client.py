@@ -274,15 +274,17 @@ class H2ClientSession:
         :class:`LocalProtocolError` over the server's MAX_CONCURRENT_STREAMS (ask
         :meth:`capacity` first).
         """
-        if not self.usable:
+        sid = self._next_sid
+        # usable, inline
+        if self.ended is not None or self._goaway_last is not None or sid > _MAX_STREAM_ID:
             if self.ended is None and self._goaway_last is None:
                 raise ConnectionLost("HTTP/2 stream ids used up")
             raise ConnectionLost(self.ended or "the server sent GOAWAY")
-        if len(self._streams) >= self._max_streams:
+        streams = self._streams
+        if len(streams) >= self._max_streams:
             raise LocalProtocolError(
                 f"HTTP/2 request over the server's {self._max_streams} concurrent streams"
             )
-        sid = self._next_sid
         self._next_sid = sid + 2
         fixed = self._blocks.get(path)
         if fixed is None:
@@ -295,22 +297,25 @@ class H2ClientSession:
         flags = END_HEADERS if body else END_HEADERS | END_STREAM
         out = self._out
         size = len(block)
-        max_frame = self._peer.max_frame_size
+        peer = self._peer
+        max_frame = peer.max_frame_size
         if size <= max_frame:
             out.append(frame_header(size, HEADERS, flags, sid))
             out.append(block)
         else:
             self._split_block(sid, flags, block, max_frame)
-        st = _Stream(
-            sid,
-            now + timeout,
-            timeout,
-            body,
-            send=self._peer.initial_window,
-            recv=self._recv_initial,
-        )
-        self._streams[sid] = st
-        if body:
+        window = peer.initial_window
+        st = _Stream(sid, now + timeout, timeout, body, send=window, recv=self._recv_initial)
+        streams[sid] = st
+        total = len(body)
+        if total and total <= max_frame and total <= window and total <= self._send_window:
+            # The whole body in one DATA frame, as _pump would send it (the usual request).
+            st.offset = total
+            st.send_window = window - total
+            self._send_window -= total
+            out.append(frame_header(total, DATA, END_STREAM, sid))
+            out.append(body)
+        elif body:
             self._pump(st)
         return sid
 
