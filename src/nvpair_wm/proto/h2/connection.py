@@ -385,7 +385,27 @@ class H2ServerSession:
                     and sid > self._highest
                     and sid & 1
                 ):
-                    self._on_header_block(sid, bool(flags & END_STREAM), payload, False, now)
+                    whole = False
+                    if (
+                        not flags & END_STREAM
+                        and not streams
+                        and size - end >= 9
+                        and data[end + 3] == DATA
+                        and data[end + 4] & (END_STREAM | PADDED) == END_STREAM
+                    ):
+                        # A whole request in this read (HEADERS, then DATA ending the stream,
+                        # the way Go, curl and our own client send it): see _whole_request.
+                        dhigh, dlow, _, _, dsid = unpack(data, end)
+                        dend = end + 9 + ((dhigh << 8) | dlow)
+                        whole = (
+                            dsid & 0x7FFF_FFFF == sid
+                            and dend - end - 9 <= max_frame
+                            and dend <= size
+                        )
+                    if not whole:
+                        self._on_header_block(sid, bool(flags & END_STREAM), payload, False, now)
+                    elif self._whole_request(sid, payload, data[end + 9 : dend], now):
+                        pos = dend  # its DATA frame too (else the loop reads it next)
                 else:
                     self._frame(ftype, flags, sid, payload, now)
             elif ftype == DATA and (payload or flags & END_STREAM) and sid in streams:
@@ -592,7 +612,16 @@ class H2ServerSession:
         self, sid: int, end_stream: bool, block: bytes, self_dependent: bool, now: float
     ) -> None:
         # Decoded whatever becomes of the stream: the dynamic table must follow every block.
-        fields = self._decoder.decode(block)
+        self._on_fields(sid, end_stream, self._decoder.decode(block), self_dependent, now)
+
+    def _on_fields(
+        self,
+        sid: int,
+        end_stream: bool,
+        fields: list[tuple[bytes, bytes]],
+        self_dependent: bool,
+        now: float,
+    ) -> None:
         st = self._streams.get(sid)
         if st is not None:
             if self_dependent:
@@ -616,17 +645,7 @@ class H2ServerSession:
             self._refuse(sid)
             self._budgets.refuse(now)
             return
-        # A header list the decoder remembered (a repeated block) parses as it did before:
-        # the Request is only read, never changed, so streams may share it.
-        known = self._parsed.get(id(fields))
-        if known is not None and known[0] is fields:
-            parsed: Request | Response | str = known[1]
-        else:
-            parsed = parse_request(fields, self._limits.max_header_bytes, self.peer_fingerprint)
-            if isinstance(parsed, Request):
-                if len(self._parsed) >= _PARSED_REMEMBERED:
-                    self._parsed.clear()
-                self._parsed[id(fields)] = (fields, parsed)  # the list kept: its id stays its
+        parsed = self._parse(fields)
         if isinstance(parsed, str):
             log.debug("HTTP/2 stream %d malformed: %s", sid, parsed)
             self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)
@@ -653,6 +672,94 @@ class H2ServerSession:
             self._on_end(st)
         else:
             st.body_deadline = now + self._limits.body_timeout
+
+    def _whole_request(self, sid: int, block: bytes, body: bytes, now: float) -> bool:
+        """A new stream's whole request in one read, with no other stream open: its header
+        block (END_HEADERS, no priority, no padding, no END_STREAM) and the DATA frame that
+        ends it (no padding). True if both frames were handled here; False if only the header
+        block was (the DATA frame is then read as usual).
+
+        Handled here, without a :class:`Stream`, when nothing about the request needs one: a
+        body that matches its content-length and fits the limits and windows without owing
+        a WINDOW_UPDATE for the stream, no early answer from ``head``, and a bare answer from
+        ``complete`` (every 202). The frames out, the handler calls and the session's state
+        (windows, remembered streams, counters) are those of the general path, which takes
+        every other case from the point where they part.
+        """
+        fields = self._decoder.decode(block)
+        if self._goaway_last is not None or self._limits.h2_max_concurrent_streams < 1:
+            self._on_fields(sid, False, fields, False, now)
+            return False
+        parsed = self._parse(fields)
+        flow = len(body)
+        windows = self._windows
+        if (
+            not isinstance(parsed, Request)
+            or parsed.content_length not in (None, flow)
+            or flow > self._max_body
+            or flow > self._recv_initial
+            or flow >= windows.half_stream
+            or flow > windows.conn_available
+        ):
+            self._on_fields(sid, False, fields, False, now)
+            return False
+        self._highest = sid
+        self.requests += 1
+        try:  # a handler crash is OUR bug, answered 500 (never blamed on the peer)
+            early = self._handler.head(parsed)
+        except Exception:  # any handler bug: logged as ours, answered 500
+            log.exception("HTTP/2 handler failed")
+            early = error_response(500, "internal error")
+        if early is not None:  # the general path from here: the stream is needed
+            st = Stream(sid, self._recv_initial, self._peer.initial_window)
+            self._streams[sid] = st
+            st.request = parsed
+            self._answer_early(st, early)
+            if self._streams.get(sid) is st:
+                st.body_deadline = now + self._limits.body_timeout
+            return False
+        if flow:  # windows.consume(flow), inline as in _on_data_frame
+            owed = windows.conn_owed + flow
+            if owed >= windows.conn_half:
+                windows.consume(flow)
+            else:
+                windows.conn_available -= flow
+                windows.conn_owed = owed
+        try:  # a handler crash is OUR bug, answered 500 (never blamed on the peer)
+            response = self._handler.complete(parsed, body)
+        except Exception:  # any handler bug: logged as ours, answered 500
+            log.exception("HTTP/2 handler failed")
+            response = error_response(500, "internal error")
+        if response is None or response.headers or response.body:
+            # The stream as the general path has it at _on_end's _respond.
+            st = Stream(sid, self._recv_initial - flow, self._peer.initial_window)
+            st.request = parsed
+            st.received = st.owed = flow
+            st.remote_done = True
+            self._streams[sid] = st
+            self._respond(st, response)
+            return True
+        cached = _BARE_HEADERS.get(response.status) or _bare_headers(response.status)
+        self._out.append(cached[0] + sid.to_bytes(4, "big") + cached[1])
+        closed = self._closed
+        closed[sid] = _ENDED
+        if len(closed) > _CLOSED_MEMORY:
+            del closed[next(iter(closed))]
+        self._idle_since = self._now
+        return True
+
+    def _parse(self, fields: list[tuple[bytes, bytes]]) -> Request | Response | str:
+        """:func:`parse_request`, remembered for header lists the decoder remembered (a
+        repeated block): the Request is only read, never changed, so streams may share it."""
+        known = self._parsed.get(id(fields))
+        if known is not None and known[0] is fields:
+            return known[1]
+        parsed = parse_request(fields, self._limits.max_header_bytes, self.peer_fingerprint)
+        if isinstance(parsed, Request):
+            if len(self._parsed) >= _PARSED_REMEMBERED:
+                self._parsed.clear()
+            self._parsed[id(fields)] = (fields, parsed)  # the list kept: its id stays its
+        return parsed
 
     def _on_trailers(
         self, st: Stream, end_stream: bool, fields: list[tuple[bytes, bytes]], now: float
