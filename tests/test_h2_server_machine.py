@@ -732,3 +732,202 @@ def test_mutated_byte_streams_never_escape_the_machine(
     out += session.data_to_send()
     assert frames_of(out)
     assert session.open_streams <= 3
+
+
+# -- the whole-request path against the general one -------------------------------------------
+
+
+class _Scripted:
+    """A handler that records every call and answers by path: early, with a body, or a bug."""
+
+    max_body = 4096
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, object]] = []
+
+    def head(self, req: Request) -> Response | None:
+        self.calls.append(("head", req.path, (req.content_length, tuple(req.headers))))
+        if req.path == "/early":
+            return Response(403, [], b"no")
+        if req.path == "/head-bug":
+            raise RuntimeError("a bug of ours")
+        return None
+
+    def complete(self, req: Request, body: bytes) -> Response:
+        self.calls.append(("complete", req.path, body))
+        if req.path == "/body":
+            return Response(200, [(b"x-a", b"1")], b"ok")
+        if req.path == "/bug":
+            raise RuntimeError("a bug of ours")
+        return Response(202, [])
+
+
+def _state(s: H2ServerSession) -> tuple[object, ...]:
+    w, b = s._windows, s._budgets
+    return (
+        (w.conn_available, w.conn_owed, w.buffered),
+        (b.resets.count, b.control.count, b.refused.count),
+        dict(s._closed),
+        {
+            sid: (st.recv_window, st.send_window, st.received, st.mode)
+            for sid, st in s._streams.items()
+        },
+        (s._highest, s.requests, s.done, s._idle_since, s.next_deadline()),
+    )
+
+
+def _fields(
+    path: str, length: int | None, extra: list[tuple[str, str]] | None = None
+) -> list[tuple[str, str]]:
+    fields = [(":method", "POST"), (":scheme", "https"), (":path", path), (":authority", "t")]
+    if length is not None:
+        fields.append(("content-length", str(length)))
+    return fields + (extra or [])
+
+
+# (name, path, declared content-length, body, DATA flags, whether the whole-request path
+# serves it without a Stream, with one, or not at all: "fast", "stream", "general").
+WHOLE_CASES = [
+    ("202", "/e", 2, b"{}", 0x1, "fast"),
+    ("202, no content-length", "/e", None, b'{"a":1}', 0x1, "fast"),
+    ("202, empty body", "/e", 0, b"", 0x1, "fast"),
+    ("answer with a body", "/body", 2, b"{}", 0x1, "stream"),
+    ("complete() bug: 500", "/bug", 2, b"{}", 0x1, "stream"),
+    ("content-length over the body", "/e", 5, b"{}", 0x1, "general"),
+    ("content-length under the body", "/e", 1, b"{}", 0x1, "general"),
+    ("body owing a stream WINDOW_UPDATE", "/e", 3000, b"x" * 3000, 0x1, "general"),
+    ("body over max_body", "/e", None, b"x" * 4097, 0x1, "general"),
+    ("declared over max_body", "/e", 5000, b"x" * 10, 0x1, "general"),
+    ("early answer from head()", "/early", 2, b"{}", 0x1, "general"),
+    ("head() bug: 500", "/head-bug", 2, b"{}", 0x1, "general"),
+    ("DATA without END_STREAM", "/e", 2, b"{}", 0x0, "general"),
+    ("padded DATA", "/e", 2, b"\x01{}\x00", 0x9, "general"),
+]
+
+
+@pytest.mark.parametrize("case", WHOLE_CASES, ids=[case[0] for case in WHOLE_CASES])
+def test_whole_request_in_one_read_equals_the_general_path(
+    case: tuple[str, str, int | None, bytes, int, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HEADERS and DATA of each request in one read (the whole-request path where it applies)
+    against the same frames in two reads (always the general path): the same handler calls,
+    the same bytes out, the same windows, budgets, remembered streams and deadlines, request
+    after request (two of the case, then a plain one), with a small stream window so that a
+    2 KiB body owes a WINDOW_UPDATE. Which requests the path served, and how, is checked too."""
+    _, path, declared, body, data_flags, expected = case
+    served: list[tuple[bool, int]] = []  # per whole-request call: (both frames?, streams made)
+    whole_request = H2ServerSession._whole_request
+
+    def spy(self: H2ServerSession, sid: int, block: bytes, data: bytes, now: float) -> bool:
+        before = made[0]
+        result = whole_request(self, sid, block, data, now)
+        served.append((result, made[0] - before))
+        return result
+
+    made = [0]
+    stream_init = Stream.__init__
+
+    def counting(self: Stream, sid: int, recv_window: int, send_window: int) -> None:
+        made[0] += 1
+        stream_init(self, sid, recv_window, send_window)
+
+    monkeypatch.setattr(H2ServerSession, "_whole_request", spy)
+    monkeypatch.setattr(Stream, "__init__", counting)
+    requests = [(path, declared, body, data_flags)] * 2 + [("/e", 2, b"{}", 0x1)]
+    results = []
+    for one_read in (True, False):
+        handler = _Scripted()
+        session = H2ServerSession(handler, Limits(h2_initial_window_size=4096), FP, 0.0)
+        encoder = hpack.Encoder()
+        out = bytearray()
+        states = []
+        session.receive_data(H2_PREFACE + raw(4, 0, 0) + raw(4, 1, 0), 1.0)
+        out += session.data_to_send()
+        for i, (p, n, b, f) in enumerate(requests):
+            sid = 1 + 2 * i
+            headers = raw(1, 0x4, sid, bytes(encoder.encode(_fields(p, n))))
+            data = raw(0, f, sid, b)
+            now = 2.0 + i
+            if one_read:
+                session.receive_data(headers + data, now)
+            else:
+                session.receive_data(headers, now)
+                session.receive_data(data, now)
+            out += session.data_to_send()
+            states.append(_state(session))
+        results.append((handler.calls, bytes(out), states))
+        if one_read:
+            taken = list(served)
+    assert results[0] == results[1]
+    assert served[len(taken) :] == []  # two reads: the path never runs
+    if expected == "general" and data_flags & 0x8:
+        assert taken == [(True, 0)]  # padded: only the plain last request takes it
+    elif expected == "general" and not data_flags & 0x1:
+        # DATA without END_STREAM: not whole; the stream stays open, so neither is the next.
+        assert taken == []
+    elif expected == "general":
+        assert [r for r, _ in taken] == [False, False, True]
+    elif expected == "stream":
+        assert taken == [(True, 1), (True, 1), (True, 0)]
+    else:
+        assert taken == [(True, 0)] * 3
+
+
+def test_whole_request_path_is_not_taken_where_the_general_path_must_decide() -> None:
+    """With another stream open, after GOAWAY, for a DATA frame on another stream or one cut
+    short by the read, and for a malformed or 431 header list, the session answers as the
+    general path does (compared frame by frame with the same bytes fed in two reads)."""
+
+    def run(one_read: bool, limits: Limits, script: list[tuple[bytes, bytes]]) -> list[object]:
+        handler = _Scripted()
+        session = H2ServerSession(handler, limits, FP, 0.0)
+        session.receive_data(H2_PREFACE + raw(4, 0, 0) + raw(4, 1, 0), 1.0)
+        got: list[object] = [session.data_to_send()]
+        for first, second in script:
+            if first == b"goaway":
+                session.goaway(1.5)
+                continue
+            if one_read:
+                session.receive_data(first + second, 2.0)
+            else:
+                session.receive_data(first, 2.0)
+                if second:  # (b"" would be the peer's EOF)
+                    session.receive_data(second, 2.0)
+            got += [session.data_to_send(), _state(session)]
+        got.append(handler.calls)
+        return got
+
+    enc = hpack.Encoder()
+
+    def hdr(sid: int, fields: list[tuple[str, str]], flags: int = 0x4) -> bytes:
+        return raw(1, flags, sid, bytes(enc.encode(fields)))
+
+    # The encoder's dynamic table must be fed once per scenario: build each script once.
+    scripts = [
+        # a request still open (stream 1) when a whole one (stream 3) comes
+        [
+            (hdr(1, _fields("/e", 2)), b""),
+            (hdr(3, _fields("/e", 2)), raw(0, 1, 3, b"{}")),
+            (raw(0, 1, 1, b"{}"), b""),
+        ],
+        # DATA of another stream, and a DATA frame the read cuts short
+        [
+            (hdr(1, _fields("/e", 2)), raw(0, 1, 3, b"{}")),
+            (hdr(5, _fields("/e", 2)), raw(0, 1, 5, b"{}")[:-1]),
+            (b"}", b""),
+        ],
+        # malformed (uppercase name), then a header list over max_header_bytes (431)
+        [
+            (hdr(1, _fields("/e", 2, [("X-Up", "1")])), raw(0, 1, 1, b"{}")),
+            (hdr(3, _fields("/e", 2, [("x-big", "v" * 9000)])), raw(0, 1, 3, b"{}")),
+        ],
+        # after a graceful GOAWAY a new stream is refused
+        [
+            (hdr(1, _fields("/e", 2)), raw(0, 1, 1, b"{}")),
+            (b"goaway", b""),
+            (hdr(3, _fields("/e", 2)), raw(0, 1, 3, b"{}")),
+        ],
+    ]
+    for script in scripts:
+        limits = Limits(max_header_bytes=8192)
+        assert run(True, limits, script) == run(False, limits, script)
