@@ -690,7 +690,8 @@ class H2ServerSession:
         if self._goaway_last is not None or self._limits.h2_max_concurrent_streams < 1:
             self._on_fields(sid, False, fields, False, now)
             return False
-        parsed = self._parse(fields)
+        known = self._parsed.get(id(fields))  # _parse's remembered case, inline (the usual)
+        parsed = known[1] if known is not None and known[0] is fields else self._parse(fields)
         flow = len(body)
         windows = self._windows
         if (
