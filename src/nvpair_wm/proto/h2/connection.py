@@ -513,14 +513,8 @@ class H2ServerSession:
         if sid > self._highest:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
         windows = self._windows
-        if flow:  # windows.consume(flow), inline: the usual frame owes no WINDOW_UPDATE yet
-            windows.conn_available -= flow
-            owed = windows.conn_owed + flow
-            if windows.conn_available < 0 or owed >= windows.conn_half:
-                windows.conn_available += flow
-                windows.consume(flow)
-            else:
-                windows.conn_owed = owed
+        if flow:
+            windows.consume(flow)
         data = payload
         if flags & PADDED:
             start, end = _unpad(payload)
@@ -657,11 +651,7 @@ class H2ServerSession:
             self._answer_early(st, parsed)
         else:  # inline: every request comes this way
             st.request = parsed
-            try:  # a handler crash is OUR bug, answered 500 (never blamed on the peer)
-                early = self._handler.head(parsed)
-            except Exception:  # any handler bug: logged as ours, answered 500
-                log.exception("HTTP/2 handler failed")
-                early = error_response(500, "internal error")
+            early = self._head(parsed)
             if early is None and (parsed.content_length or 0) > self._max_body:
                 early = too_large(self._max_body)
             if early is not None:
@@ -706,11 +696,7 @@ class H2ServerSession:
             return False
         self._highest = sid
         self.requests += 1
-        try:  # a handler crash is OUR bug, answered 500 (never blamed on the peer)
-            early = self._handler.head(parsed)
-        except Exception:  # any handler bug: logged as ours, answered 500
-            log.exception("HTTP/2 handler failed")
-            early = error_response(500, "internal error")
+        early = self._head(parsed)
         if early is not None:  # the general path from here: the stream is needed
             st = Stream(sid, self._recv_initial, self._peer.initial_window)
             self._streams[sid] = st
@@ -719,18 +705,9 @@ class H2ServerSession:
             if self._streams.get(sid) is st:
                 st.body_deadline = now + self._limits.body_timeout
             return False
-        if flow:  # windows.consume(flow), inline as in _on_data_frame
-            owed = windows.conn_owed + flow
-            if owed >= windows.conn_half:
-                windows.consume(flow)
-            else:
-                windows.conn_available -= flow
-                windows.conn_owed = owed
-        try:  # a handler crash is OUR bug, answered 500 (never blamed on the peer)
-            response = self._handler.complete(parsed, body)
-        except Exception:  # any handler bug: logged as ours, answered 500
-            log.exception("HTTP/2 handler failed")
-            response = error_response(500, "internal error")
+        if flow:
+            windows.consume(flow)
+        response = self._complete(parsed, body)
         if response is None or response.headers or response.body:
             # The stream as the general path has it at _on_end's _respond.
             st = Stream(sid, self._recv_initial - flow, self._peer.initial_window)
@@ -748,6 +725,23 @@ class H2ServerSession:
             del closed[next(iter(closed))]
         self._idle_since = self._now
         return True
+
+    def _head(self, request: Request) -> Response | None:
+        """The handler's ``head``; a crash in it is OUR bug, answered 500 (never blamed on
+        the peer)."""
+        try:
+            return self._handler.head(request)
+        except Exception:  # any handler bug: logged as ours, answered 500
+            log.exception("HTTP/2 handler failed")
+            return error_response(500, "internal error")
+
+    def _complete(self, request: Request, body: bytes) -> Response | None:
+        """The handler's ``complete``; a crash in it is answered as in :meth:`_head`."""
+        try:
+            return self._handler.complete(request, body)
+        except Exception:  # any handler bug: logged as ours, answered 500
+            log.exception("HTTP/2 handler failed")
+            return error_response(500, "internal error")
 
     def _parse(self, fields: list[tuple[bytes, bytes]]) -> Request | Response | str:
         """:func:`parse_request`, remembered for header lists the decoder remembered (a
@@ -879,11 +873,7 @@ class H2ServerSession:
             streams = self._streams
             if len(streams) > 1 or st.sid not in streams:  # else nothing to settle
                 self._windows.settle(streams.values())
-            try:  # a handler crash is OUR bug, answered 500 (never blamed on the peer)
-                response = self._handler.complete(request, body)
-            except Exception:  # any handler bug: logged as ours, answered 500
-                log.exception("HTTP/2 handler failed")
-                response = error_response(500, "internal error")
+            response = self._complete(request, body)
             if response is None or response.headers or response.body:
                 self._respond(st, response)
             else:
