@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         f"nproc {env['machine']['nproc']}  {env['machine']['cpu']}  "
         f"{'quick' if args.quick else 'full'}: {reps} reps, {warmup} warm-up"
     )
+    sched = env["machine"]["kernel_sched_params"]
+    console.print(f"kernel scheduler parameters: {' '.join(sched) if sched else 'none'}")
     idle = estimate(names, args.quick)
     factor = load_factor()
     expected = idle * factor

@@ -394,6 +394,17 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def kernel_sched_params() -> list[str]:
+    """The scheduler words of the kernel command line (``sched*``, e.g. a VM's
+    ``sched_vcpu_pack=15``): they decide where a woken process runs, which the latency figures
+    of two processes on two vCPUs follow (bench/README.md, issue 9 after the eighth round)."""
+    try:
+        words = Path("/proc/cmdline").read_text().split()
+    except OSError:
+        return []
+    return [w for w in words if w.startswith("sched")]
+
+
 def environment() -> dict[str, Any]:
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -406,6 +417,7 @@ def environment() -> dict[str, Any]:
             "cpu": cpu_model(),
             "platform": platform.platform(),
             "mem_total_kib": _mem_total_kib(),
+            "kernel_sched_params": kernel_sched_params(),
         },
         "loadavg_at_start": loadavg(),
     }
