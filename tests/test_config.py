@@ -25,6 +25,7 @@ from nvpair_wm import config
 from nvpair_wm.config import Config, ConfigError
 from nvpair_wm.dedup import TableLimits
 from nvpair_wm.http.core import Limits
+from nvpair_wm.journal import JournalLimits
 from nvpair_wm.local import BrokerLimits, DialSchedule
 from nvpair_wm.outbox import BroadcastLimits
 from nvpair_wm.pins import PinLimits
@@ -45,6 +46,7 @@ def test_every_field_of_every_limits_dataclass_is_a_key() -> None:
         ("http", Limits),
         ("broadcast", BroadcastLimits),
         ("pins", PinLimits),
+        ("journal", JournalLimits),
     ]:
         for f in dataclasses.fields(cls):
             assert f"{section}.{f.name}" in names
@@ -57,7 +59,7 @@ def test_every_key_has_a_unit_rule_and_a_meaning() -> None:
         assert key.meaning, f"{key.name}: no trailing comment in its dataclass, no MEANINGS entry"
         base = config._base(key.kind)
         if base is float:
-            assert key.unit == "s", key.name
+            assert key.unit == config.UNITS.get(key.name, "s"), key.name
         elif base is int and key.name != "port":
             assert key.unit in ("bytes", "count"), key.name
 
@@ -69,6 +71,17 @@ def test_units_of_a_few_keys() -> None:
     assert units["http.h2_max_resets_per_window"] == units["table.max_workloads"] == "count"
     assert units["http.h2_max_decoded_header_list"] == "bytes"
     assert units["broker.dial_timeout"] == units["table.live_ttl"] == "s"
+    assert units["journal.compact_growth"] == config.unit("journal.compact_growth", float)
+    assert units["journal.compact_growth"] == "ratio"  # a float, yet not seconds
+
+
+def test_compact_growth_is_a_ratio_from_0_to_100() -> None:
+    """Both ends accepted (0: compact_min_records alone decides), an integer too; the README
+    table shows it as a ratio, with its default."""
+    for text, want in [("0", 0.0), ("100", 100.0), ("2", 2.0), ("2.5", 2.5)]:
+        cfg = config.loads(f"[journal]\ncompact_growth = {text}\n")
+        assert cfg.journal == JournalLimits(compact_growth=want), text
+    assert "| `journal.compact_growth` | 3 | ratio | compact once " in config.markdown_table()
 
 
 def test_readme_table_is_generated_from_the_dataclasses() -> None:
@@ -147,6 +160,8 @@ def test_ints_are_accepted_for_seconds() -> None:
         ("[http]\nidle_timeout = -1.0\n", "http.idle_timeout", "greater than 0"),
         ("[http]\nidle_timeout = nan\n", "http.idle_timeout", "finite"),
         ("[http]\nidle_timeout = 1e300\n", "http.idle_timeout", "at most"),
+        ("[journal]\ncompact_growth = -0.5\n", "journal.compact_growth", "at least 0, got -0.5"),
+        ("[journal]\ncompact_growth = 100.5\n", "journal.compact_growth", "at most 100, got"),
         ("[http]\nh2_max_frame_size = 1000\n", "http.h2_max_frame_size", "at least 16384"),
         ("[http]\nmax_connections = 4294967296\n", "http.max_connections", "at most"),
         ("port = 65536\n", "port", "at most 65535"),
@@ -303,6 +318,12 @@ BAD: list[tuple[str, Callable[[Path], list[str]], str, str]] = [
         lambda t: ["--config", _bad_config(t, "[table]\nmax_workloads = 0\n")],
         "--config",
         "table.max_workloads: must be at least 1",
+    ),
+    (
+        "config growth out of range",
+        lambda t: ["--config", _bad_config(t, "[journal]\ncompact_growth = 101\n")],
+        "--config",
+        "journal.compact_growth: must be at most 100, got 101",
     ),
     (
         "config bad bind",

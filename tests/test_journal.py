@@ -443,8 +443,9 @@ def test_disabled_journal_touches_nothing(tmp_path: Path) -> None:
 
 
 def test_compaction_bounds_the_file(tmp_path: Path) -> None:
-    """Many events of a few workloads: the file is compacted once the appends outnumber what
-    the last compaction kept, and then holds one record per workload."""
+    """Many events of a few workloads: the file is compacted once the appends reach
+    ``compact_min_records`` (over ``compact_growth`` times the 3 records the last compaction
+    kept), and then holds one record per workload."""
     limits = JournalLimits(compact_min_records=100)
     journal, _ = open_journal(tmp_path, limits, LIMITS, T0)
     assert journal is not None
@@ -473,7 +474,8 @@ def test_a_log_of_distinct_workloads_is_not_rescanned_as_it_grows(tmp_path: Path
     """Told how many records the table keeps, the count trigger waits for garbage: appends of
     new workloads (which a compaction would keep in place) never make one due; once at least
     half of what was appended since superseded something, it is due."""
-    limits = JournalLimits(compact_min_records=10)  # 40 workloads: under the table's cap
+    # 40 workloads: under the table's cap; the second 40 appends reach 1 x the 40 kept
+    limits = JournalLimits(compact_min_records=10, compact_growth=1.0)
     journal, _ = open_journal(tmp_path, limits, LIMITS, T0)
     assert journal is not None
     table = WorkloadTable(LIMITS)
@@ -497,6 +499,59 @@ def test_a_log_of_distinct_workloads_is_not_rescanned_as_it_grows(tmp_path: Path
     assert journal.compaction_due(T0 + 1, len(table) + table.tombstones)
     journal.compact(T0 + 1)
     assert len(decode_log((tmp_path / JOURNAL_FILE).read_bytes())[0]) == 50
+    journal.close()
+
+
+def compacted(tmp_path: Path, limits: JournalLimits, kept: int) -> tuple[Journal, Dispatcher]:
+    """A journal whose last compaction was a real rewrite that kept ``kept`` records (two
+    events of each of ``kept`` workloads, folded to the newest), and the dispatcher that wrote
+    them (its table holds those workloads)."""
+    journal, _ = open_journal(tmp_path, limits, LIMITS, T0)
+    assert journal is not None
+    disp = dispatcher(WorkloadTable(LIMITS))
+    for seq in (1, 2):
+        frames = [
+            event_frame("workload:started", workload(id=f"w{i}", seq=seq)) for i in range(kept)
+        ]
+        journal.append(outbounds(disp, *frames), T0)
+    journal.compact(T0 + 1)
+    assert len(decode_log((tmp_path / JOURNAL_FILE).read_bytes())[0]) == kept
+    return journal, disp
+
+
+@pytest.mark.parametrize(
+    ("growth", "kept", "min_records", "due_at"),
+    [
+        (1.0, 30, 1, 30),  # as many appends as were kept: the behaviour before compact_growth
+        (3.0, 30, 1, 90),  # the default
+        (2.5, 7, 1, 18),  # 17.5 appends: the ceiling
+        (0.1, 30, 1, 3),  # under 1: fewer appends than were kept
+        (2.2, 25, 1, 55),  # 2.2 * 25 is 55.00000000000001 in floats: 55, not 56
+        (1.1, 50, 1, 55),  # 55.00000000000001 too
+        (0.0, 30, 5, 5),  # 0: compact_min_records alone decides
+        (3.0, 30, 100, 100),  # compact_min_records over compact_growth times what was kept
+    ],
+)
+def test_the_count_trigger_waits_for_compact_growth_times_what_was_kept(
+    tmp_path: Path, growth: float, kept: int, min_records: int, due_at: int
+) -> None:
+    """After a compaction that kept K records, appends that supersede them make the next one
+    due by count at exactly max(ceil(compact_growth x K), compact_min_records), not one
+    before; the garbage rule (at least half of the appends garbage by the table's count) still
+    holds it back, and the time trigger is not reached (the shortest TTL is 10 s)."""
+    limits = JournalLimits(compact_min_records=min_records, compact_growth=growth)
+    journal, disp = compacted(tmp_path, limits, kept)
+    for n in range(1, due_at + 1):
+        frame = event_frame("workload:started", workload(id=f"w{n % kept}", seq=3 + n // kept))
+        journal.append(outbounds(disp, frame), T0 + 1)
+        assert journal.compaction_due(T0 + 2) == (n == due_at), n  # not told: the count alone
+        assert journal.compaction_due(T0 + 2, kept) == (n == due_at), n  # the table: K live
+    # Told that the table keeps more, the same appends are not garbage enough: at least half
+    # of them (half of due_at, rounded up) must be.
+    half = (due_at + 1) // 2
+    assert journal.compaction_due(T0 + 2, kept + due_at - half)
+    assert not journal.compaction_due(T0 + 2, kept + due_at - half + 1)
+    assert not journal.compaction_due(T0 + 2, kept + due_at)  # every append a new workload
     journal.close()
 
 
@@ -569,8 +624,8 @@ def test_a_compaction_that_cannot_write_leaves_the_log_as_it_was(tmp_path: Path)
 
 def test_node_journals_what_it_publishes_and_compacts_on_its_timer(tmp_path: Path) -> None:
     """The wiring in node.py: ``publish`` journals; the timer task syncs and compacts (in a
-    child process, compactor.py) once the appends outnumber what was kept; a new Node reloads
-    the newest."""
+    child process, compactor.py) once the appends reach ``compact_min_records`` (nothing was
+    kept); a new Node reloads the newest."""
     cdir = init_cluster(tmp_path / "cluster", ["node-a"])["node-a"]
     limits = JournalLimits(fsync_interval=0.01, compact_min_records=10)
     config = Config(cluster_dir=cdir, journal=limits)
@@ -624,8 +679,8 @@ def test_group_commit_off_the_loop_syncs_a_duplicate(tmp_path: Path) -> None:
 def test_a_compaction_with_nothing_to_drop_writes_nothing(tmp_path: Path) -> None:
     """Distinct workloads, none expired: the log already is its compaction. The job writes no
     temporary file, the log is left byte for byte (with what was appended meanwhile), and it
-    counts as a compaction (not due again until as many records are appended)."""
-    limits = JournalLimits(compact_min_records=4)
+    counts as a compaction (not due again until as many records are appended, growth 1)."""
+    limits = JournalLimits(compact_min_records=4, compact_growth=1.0)
     journal, _ = open_journal(tmp_path, limits, LIMITS, T0)
     assert journal is not None
     disp = dispatcher(WorkloadTable(LIMITS))

@@ -9,8 +9,9 @@ discovered with :func:`dataclasses.fields`, so a field added to any of those dat
 settable, checked and documented (README table) without a change here.
 
 Units: seconds for every float, bytes for sizes (``*_bytes``, bodies, windows, budgets), a plain
-count otherwise (:func:`unit`). A value of the wrong type, out of range, or an unknown key is a
-:class:`ConfigError` naming the key; the command line turns it into one line and exit 2.
+count otherwise (:func:`unit`), except the keys in :data:`UNITS` (``journal.compact_growth`` is
+a ratio). A value of the wrong type, out of range, or an unknown key is a :class:`ConfigError`
+naming the key; the command line turns it into one line and exit 2.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ RANGES: Final[dict[str, tuple[float, float]]] = {
     "http.h2_connection_window": (65_535, _H2_MAX),
     "pins.max_file_bytes": (1, 2**31 - 1),
     "journal.fsync_interval": (0.0, _SECONDS_MAX),  # 0: fsync every write
+    "journal.compact_growth": (0.0, 100.0),  # 0: compact_min_records alone decides
 }
 
 #: Allowed values of string keys (each element, for lists).
@@ -137,6 +139,7 @@ UNITS: Final[dict[str, str]] = {
     "port": "",
     "max_frame": "bytes",
     "http.h2_max_decoded_header_list": "bytes",
+    "journal.compact_growth": "ratio",
 }
 
 #: Meanings for fields whose dataclass line carries no (or no self-explanatory) comment.

@@ -30,13 +30,15 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
   forgotten by now (a record whose TTL, ``terminal_ttl`` / ``live_ttl`` / ``tombstone_ttl`` by
   its class, has passed since it was written) and keeps the newest ``max_workloads`` events and
   ``max_tombstones`` removals. It runs at start (when there is anything to drop), when the
-  records appended since the last
-  compaction outnumber those it kept (and at least :attr:`JournalLimits.compact_min_records`)
+  records appended since the last compaction reach :attr:`JournalLimits.compact_growth`
+  (default 3) times those it kept (and at least :attr:`JournalLimits.compact_min_records`)
   and at least half of them are garbage by the table's count (the file holds that many more
   records than the table has workloads and tombstones: a log of distinct workloads is not
   rescanned just because it grew), and once per shortest TTL if anything was appended. So the
-  file holds at most about ``2 (max_workloads + max_tombstones) + compact_min_records``
-  records, and each compaction's cost is paid for by as many appends (amortised O(1) per
+  file holds at most about
+  ``(1 + compact_growth) (max_workloads + max_tombstones) + compact_min_records`` records
+  (for a ``compact_growth`` of at least 1; twice the caps below that, by the garbage rule),
+  and each compaction is paid for by ``compact_growth`` times as many appends (amortised O(1) per
   event). A compaction (:class:`Compaction`) reads the log as it was when it began and writes
   the result to a temporary file (about 3 µs of CPU per record read; records are folded by
   their keys, their bytes copied, bodies never decoded), while the loop goes on appending to
@@ -95,6 +97,7 @@ import errno
 import fcntl
 import gc
 import logging
+import math
 import os
 import struct
 import sys
@@ -160,6 +163,9 @@ class JournalLimits:
     broker gets its reply. Compaction is checked on the same timer, or every
     ``compaction_check_interval`` seconds when ``fsync_interval`` is 0.
     ``compact_min_records``: the log is not compacted below this many appended records.
+    ``compact_growth``: the appends since the last compaction that make the next one due, as a
+    multiple of the records it kept (1: as many; 0: ``compact_min_records`` alone decides);
+    the larger, the rarer the compactions and the larger the file (see the module docstring).
     ``compaction_timeout`` (seconds): a compaction child running longer is killed (one warning;
     the journal appends on and the next check retries)."""
 
@@ -167,6 +173,7 @@ class JournalLimits:
     fsync_interval: float = 1.0  # group commit period; 0: fsync every write before the answer
     compaction_check_interval: float = 1.0  # when fsync_interval is 0
     compact_min_records: int = 4096  # appended records before a compaction is worth it
+    compact_growth: float = 3.0  # compact once appends reach this many times what the last one kept
     compaction_timeout: float = 60.0  # a compaction child running longer is killed; next retries
 
 
@@ -767,20 +774,28 @@ class Journal:
         """Whether to compact now. ``live``: how many records the table would keep (its
         workloads and tombstones, an upper bound on what a compaction keeps); 0 if unknown.
 
-        By count: once the appends since the last compaction outnumber what it kept (so each
-        compaction is paid for by as many appends), and at least half of those appends are
-        garbage by the table's count (the file holds that many more records than the table
-        keeps). A log of distinct workloads, which a compaction would leave as it is, is then
-        not rescanned over and over as it grows; it is bounded all the same (under twice
+        By count: once the appends since the last compaction reach ``compact_growth`` times
+        what it kept (so each compaction is paid for by that many times as many appends; the
+        product rounded to 6 decimals before its ceiling, so that float noise never asks for
+        one more) and ``compact_min_records``, and at least half of those appends are garbage
+        by the table's count (the file holds that many more records than the table keeps). A
+        log of distinct workloads, which a compaction would leave as it is, is then not
+        rescanned over and over as it grows; it is bounded all the same (under twice
         ``live``). By time: once per shortest TTL when anything was appended."""
         if self._fd is None or not self._appended or self._compacting:
             return False
         appended = self._appended
-        if appended >= max(self._kept, self.limits.compact_min_records):
+        if appended >= self._count_trigger:
             garbage = self._kept + appended - live
             if 2 * garbage >= appended:
                 return True
         return wall - self._compacted_at >= self._min_ttl
+
+    @property
+    def _count_trigger(self) -> int:
+        """The appends since the last compaction that make one due by count."""
+        grown = math.ceil(round(self.limits.compact_growth * self._kept, 6))
+        return max(grown, self.limits.compact_min_records)
 
     def begin_compaction(self, wall: float) -> Compaction | None:
         if self._fd is None or self._compacting:
