@@ -162,6 +162,7 @@ def test_ints_are_accepted_for_seconds() -> None:
         ("[http]\nidle_timeout = 1e300\n", "http.idle_timeout", "at most"),
         ("[journal]\ncompact_growth = -0.5\n", "journal.compact_growth", "at least 0, got -0.5"),
         ("[journal]\ncompact_growth = 100.5\n", "journal.compact_growth", "at most 100, got"),
+        ('[journal]\ncompact_growth = "3"\n', "journal.compact_growth", "expected a number, got"),
         ("[http]\nh2_max_frame_size = 1000\n", "http.h2_max_frame_size", "at least 16384"),
         ("[http]\nmax_connections = 4294967296\n", "http.max_connections", "at most"),
         ("port = 65536\n", "port", "at most 65535"),

@@ -275,10 +275,10 @@ def _describe(value: object) -> str:
     return f"{what} ({shown if len(shown) <= 40 else shown[:37] + '...'})"
 
 
-def _expected(kind: Any) -> str:
+def _expected(name: str, kind: Any) -> str:
     base = _base(kind)
     if base is float:
-        return "a number of seconds"
+        return "a number of seconds" if unit(name, kind) == "s" else "a number"
     if base is int:
         return "an integer"
     if base is Path:
@@ -295,7 +295,7 @@ def _expected(kind: Any) -> str:
 def coerce(name: str, kind: Any, value: object) -> Any:
     """``value`` (from TOML or a flag) as the field's type, range-checked; ConfigError if not."""
     base = _base(kind)
-    bad_type = ConfigError(name, f"expected {_expected(kind)}, got {_describe(value)}")
+    bad_type = ConfigError(name, f"expected {_expected(name, kind)}, got {_describe(value)}")
     if base is bool:
         if not isinstance(value, bool):
             raise bad_type
@@ -356,7 +356,7 @@ def _build(cls: type, table: Mapping[str, object], prefix: str, base: Any) -> An
                 raise ConfigError(name, f"expected a table [{name}], got {_describe(value)}")
             changes[key] = _build(kind, value, name + ".", getattr(base, key))
         elif isinstance(value, dict):
-            raise ConfigError(name, f"expected {_expected(kind)}, got a table")
+            raise ConfigError(name, f"expected {_expected(name, kind)}, got a table")
         else:
             changes[key] = coerce(name, kind, value)
     return dataclasses.replace(base, **changes)
