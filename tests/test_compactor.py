@@ -361,6 +361,50 @@ def test_a_real_node_compacts_in_a_child_and_keeps_every_event(tmp_path: Path) -
     assert all(json.loads(raw)["jsonrpc"] == "2.0" for r in runs for raw in r.stdout_log)
 
 
+def test_a_real_node_waits_for_compact_growth_times_what_it_kept(tmp_path: Path) -> None:
+    """``journal.compact_growth = 2`` in a real ``nvpair-wm``'s --config: after a restart that
+    kept 40 records (40 workloads, nothing to drop), 79 superseding events (under 2 x 40) leave
+    the log alone through many checks (one per ``fsync_interval``), and the 80th makes the next
+    check compact all 120 records to 40. With the old rule (growth 1) it would have compacted
+    after 40 of them, reading 80 records."""
+    every = 0.05  # the node's check: fsync_interval
+    cluster = Cluster(
+        tmp_path / "c",
+        1,
+        config={
+            "journal.compact_growth": 2,
+            "journal.compact_min_records": 10,
+            "journal.fsync_interval": every,
+        },
+    )
+    try:
+        a = cluster["node-a"]
+        a.start()
+        ids = [f"w{i}" for i in range(40)]
+        a.send_all(event("workload:started", workload("node-a", w, 1)) for w in ids)
+        assert a.status()["counters"]["workloads"] == 40  # distinct: no garbage, no compaction
+        assert a.stop() == 0
+        a.start()
+        a.wait_log("journal: reloaded 40 records")
+        superseding = [
+            event("workload:started", workload("node-a", w, s)) for s in (2, 3) for w in ids
+        ]
+        a.send_all(superseding[:79])
+        assert a.status()["counters"]["workloads"] == 40  # every line dispatched, journaled
+        time.sleep(20 * every)  # what does not happen can only be waited for: 20 checks
+        assert a.log_lines("journal: compacted") == []
+        path = a.cluster_dir / JOURNAL_FILE
+        assert len(decode_log(path.read_bytes())[0]) == 40 + 79  # as appended
+        a.send_all(superseding[79:])
+        compacted = a.wait_log("journal: compacted")
+        assert "120 records read, 40 kept" in compacted, compacted
+        assert newest_in(path) == dict.fromkeys(ids, 3)
+        assert a.stop() == 0
+    finally:
+        cluster.close()
+    assert cluster.errors() == []
+
+
 def test_catching_up_off_the_loop_installs_the_same_file(tmp_path: Path) -> None:
     """``Compaction.catch_up`` (the node's worker thread) copies most of what was appended
     during the compaction; ``finish_compaction`` then copies only the rest: the installed file
