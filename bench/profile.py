@@ -1,7 +1,7 @@
 """Profile a daemon process under a benchmark's load with py-spy, and say where the time goes.
 
     python -m bench.profile internode [h2|h2_b100|h1|h1_b100|hs] [--server ours|hypercorn]
-    python -m bench.profile realpeer [h2_1|h2_32|h1_8] [--server ours|hypercorn]
+    python -m bench.profile realpeer [h2_1|h2_32|h1_8] [--server ours|hypercorn] [--pin]
     python -m bench.profile propagation [max|low] [--node a|b]
     python -m bench.profile local_channel
     options: --seconds S (8), --rate HZ (500), --out FILE (raw collapsed stacks)
@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.harness import Context
@@ -143,6 +144,11 @@ def main() -> None:
     p.add_argument("--rate", type=int, default=500)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument(
+        "--pin",
+        action="store_true",
+        help="realpeer: pin the server and the generator to cores apart, as the benchmark does",
+    )
+    p.add_argument(
         "--nonblocking",
         action="store_true",
         help="do not pause the process per sample (cheaper, but stacks can come out torn)",
@@ -180,17 +186,27 @@ def _internode(ctx: Context, root: Path, args: argparse.Namespace, out: Path) ->
 
 
 def _realpeer(ctx: Context, root: Path, args: argparse.Namespace, out: Path) -> None:
-    from bench.realpeer import LOADS, RealPeerBench  # noqa: PLC0415
+    from bench.realpeer import LOADS, RealPeerBench, cores_apart, pin  # noqa: PLC0415
 
     load = next(x for x in LOADS if x.key == (args.what or "h2_1"))
     bench = RealPeerBench(ctx, root)
     try:
         server = bench.start_ours() if args.server == "ours" else bench.start_hypercorn()
+        server_core, gen_core = cores_apart()
+        if args.pin:
+            pin(server.pid, server_core)
+        gens = bench.go_generators(server, load)
+
+        def pin_generators() -> None:
+            for p in gens.procs:
+                pin(p.pid, gen_core)
+
         n, seconds, (user, system) = _window(
-            bench.go_generators(server, load), server.pid, args, out
+            gens, server.pid, args, out, pin_generators if args.pin else None
         )
         print(
-            f"{server.label} {load.label}: {n / seconds:,.0f} requests/s while profiled, "
+            f"{server.label} {load.label}{' (pinned apart)' if args.pin else ''}: "
+            f"{n / seconds:,.0f} requests/s while profiled, "
             f"server CPU per request: {user / max(n, 1) * 1e6:.0f} us user + "
             f"{system / max(n, 1) * 1e6:.0f} us system"
             + (" (py-spy included)" if args.rate else "")
@@ -200,14 +216,21 @@ def _realpeer(ctx: Context, root: Path, args: argparse.Namespace, out: Path) -> 
 
 
 def _window(
-    gens: Gens, pid: int, args: argparse.Namespace, out: Path
+    gens: Gens,
+    pid: int,
+    args: argparse.Namespace,
+    out: Path,
+    when_ready: Callable[[], None] | None = None,
 ) -> tuple[int, float, tuple[float, float]]:
     """Run the load, then profile ``pid`` under it (or just wait, with ``--rate 0``).
+    ``when_ready`` runs once the generators are up (the threads they start are there to pin).
 
     Returns the requests done, the seconds and the server's (user, system) CPU seconds of the
     profiled window.
     """
     gens.ready()
+    if when_ready is not None:
+        when_ready()
     gens.command(b"r")
     time.sleep(0.5)  # warm-up: the connections open and settle
     a = gens.sample()

@@ -224,11 +224,17 @@ class RealPeerBench(Bench):
         return gens
 
 
-def _pin(pid: int, core: int) -> None:
+def pin(pid: int, core: int) -> None:
     """Pin a process and all its threads to one core (Go starts threads of its own)."""
     with contextlib.suppress(OSError):
         for tid in os.listdir(f"/proc/{pid}/task"):
             os.sched_setaffinity(int(tid), {core})
+
+
+def cores_apart() -> tuple[int, int]:
+    """The server's core and the generator's: the first and the last this process may use."""
+    cores = sorted(os.sched_getaffinity(0))
+    return cores[0], cores[-1]
 
 
 def run(ctx: Context) -> BenchResult:
@@ -253,15 +259,14 @@ def _measure(bench: RealPeerBench, ctx: Context, res: BenchResult) -> None:
         res.notes.append(f"nginx is not installed, so its rows are missing: {INSTALL_NGINX}")
     else:
         servers.append(nginx)
-    cores = sorted(os.sched_getaffinity(0))
-    server_core, gen_core = cores[0], cores[-1]
+    server_core, gen_core = cores_apart()
     for s in servers:
-        _pin(s.pid, server_core)
+        pin(s.pid, server_core)
     pairs = {f"{s.key}/{ld.key}": bench.go_generators(s, ld) for ld in LOADS for s in servers}
     for g in pairs.values():
         g.ready()
         for p in g.procs:
-            _pin(p.pid, gen_core)
+            pin(p.pid, gen_core)
     runs: dict[str, list[Run]] = {k: [] for k in pairs}
     for g in pairs.values():  # warm-up: one untimed window each (connections open, JIT-free)
         bench.window(g)
