@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import math
 import os
 import random
 import time
@@ -28,6 +30,7 @@ from nvpair_wm.journal import (
     LIVE,
     REMOVAL,
     TERMINAL_EVENT,
+    Compaction,
     Fold,
     Journal,
     JournalLimits,
@@ -44,7 +47,7 @@ from nvpair_wm.journal import (
     scan_log,
 )
 from nvpair_wm.node import Config, Node
-from tests.frames import LIFECYCLE, event_frame, info, line, remove_frame, workload
+from tests.frames import LIFECYCLE, STATES, event_frame, info, line, remove_frame, workload
 
 LIMITS = TableLimits(
     terminal_ttl=10.0, live_ttl=100.0, tombstone_ttl=20.0, max_workloads=50, max_tombstones=50
@@ -72,9 +75,24 @@ def snapshot(table: WorkloadTable) -> tuple[list[bytes], list[Removal]]:
     )
 
 
-def ev_record(wid: str = "1", run: str = "run-a", seq: int = 1, state: str = "queued") -> Record:
-    out = outbound_event(lifecycle_frame(info(id=wid, runId=run, seq=seq, state=state)))
-    return record_of(out, T0)
+def ev_record(
+    wid: str = "1",
+    run: str = "run-a",
+    seq: int = 1,
+    state: str = "queued",
+    *,
+    origin: str = "node-a",
+    at: float = T0,
+) -> Record:
+    frame = lifecycle_frame(info(id=wid, runId=run, seq=seq, state=state, originatedFrom=origin))
+    return record_of(outbound_event(frame), at)
+
+
+def rm_record(
+    wid: str = "1", run: str | None = None, *, origin: str = "node-a", at: float = T0
+) -> Record:
+    """The record of a removal (``run`` None: of every run)."""
+    return record_of(outbound_removal(Removal(origin, wid, run)), at)
 
 
 # -- the record codec ------------------------------------------------------------------------
@@ -94,8 +112,8 @@ class TestCodec:
     def test_round_trip_events_and_removals(self) -> None:
         records = [
             ev_record(wid="ü-1 ✓", run="r\u00e9", state="running"),
-            record_of(outbound_removal(Removal("node-a", "7", "run-x")), T0 + 1.5),
-            record_of(outbound_removal(Removal("node-a", "8", None)), T0 + 2.0),
+            rm_record("7", "run-x", at=T0 + 1.5),
+            rm_record("8", at=T0 + 2.0),
         ]
         decoded, damage = decode_log(encode_log(records))
         assert damage is None
@@ -109,7 +127,7 @@ class TestCodec:
         records. Both must see the same log, and the same damage."""
         records = [
             ev_record(wid="ü-1", state="completed"),
-            record_of(outbound_removal(Removal("node-a", "7", None)), T0 + 1),
+            rm_record("7", at=T0 + 1),
         ]
         data = encode_log(records) + b"\x01\x02"
         spans, damage = scan_log(data)
@@ -196,18 +214,18 @@ class TestFold:
         }
 
     def test_removal_of_a_run_drops_that_run_only(self) -> None:
-        rm = record_of(outbound_removal(Removal("node-a", "1", "run-a")), T0)
+        rm = rm_record("1", "run-a")
         fold = Fold([ev_record(run="run-a"), ev_record(run="run-b"), rm])
         assert list(fold.events[("node-a", "1")]) == ["run-b"]
         assert fold.tombs[("node-a", "1")] == {"run-a": rm}
 
     def test_removal_of_every_run_drops_them_all(self) -> None:
-        rm = record_of(outbound_removal(Removal("node-a", "1", None)), T0)
+        rm = rm_record("1")
         fold = Fold([ev_record(run="run-a"), ev_record(run="run-b"), rm])
         assert fold.events == {} and len(fold) == 1
 
     def test_event_after_a_covering_removal_means_the_tombstone_had_expired(self) -> None:
-        rm = record_of(outbound_removal(Removal("node-a", "1", "run-a")), T0)
+        rm = rm_record("1", "run-a")
         fold = Fold([ev_record(), rm, ev_record(seq=5)])
         assert fold.tombs == {} and len(fold) == 1
         # An event of another run leaves the tombstone alone.
@@ -216,18 +234,15 @@ class TestFold:
 
     def test_removals_of_several_runs_of_one_id_are_all_kept(self) -> None:
         # As the table's tombstone keeps them (ids restart at 1 in every run; found by the soak).
-        rm_a = record_of(outbound_removal(Removal("node-a", "1", "run-a")), T0)
-        rm_b = record_of(outbound_removal(Removal("node-a", "1", "run-b")), T0 + 1)
+        rm_a = rm_record("1", "run-a")
+        rm_b = rm_record("1", "run-b", at=T0 + 1)
         fold = Fold([ev_record(run="run-a"), ev_record(run="run-b"), rm_a, rm_b])
         assert fold.tombs == {("node-a", "1"): {"run-a": rm_a, "run-b": rm_b}} and len(fold) == 2
 
     def test_compaction_applies_each_class_ttl(self) -> None:
-        def at(rec: Record, t: float) -> Record:
-            return Record(rec.kind, t, rec.origin, rec.wid, rec.run, rec.body)
-
-        live = at(ev_record(wid="live"), T0)
-        done = at(ev_record(wid="done", state="completed"), T0)
-        tomb = at(record_of(outbound_removal(Removal("node-a", "gone", None)), 0), T0)
+        live = ev_record(wid="live", at=T0)
+        done = ev_record(wid="done", state="completed", at=T0)
+        tomb = rm_record("gone", at=T0)
         fold = Fold([live, done, tomb])
         # terminal_ttl 10 s, tombstone_ttl 20 s, live_ttl 100 s
         assert fold.compacted(T0 + 9.9, LIMITS) == [live, done, tomb]
@@ -706,6 +721,106 @@ def test_a_compaction_with_nothing_to_drop_writes_nothing(tmp_path: Path) -> Non
     records, damage = decode_log((tmp_path / JOURNAL_FILE).read_bytes())
     assert damage is None and sorted(r.wid for r in records) == [f"{i}" for i in range(8)]
     journal.close()
+
+
+# The differential test's caps, small enough to bite; its ages straddle every TTL (terminal 10 s,
+# tombstone 20 s, live 100 s), include the TTLs themselves (expired: the TTL is exclusive) and
+# repeat, so that many records share a time (how the fold orders equal times is compared too).
+# Its compactions run at several times: at T0 the caps bite (what they keep is younger than
+# live_ttl, so that live_ttl cannot show), at T0 + 97 live_ttl does.
+CAPPED = dataclasses.replace(LIMITS, max_workloads=6, max_tombstones=2)
+AGES = (0.0, 0.5, 3.0, 9.5, 10.0, 15.0, 19.5, 20.0, 50.0, 99.5, 100.0, 150.0, 200.0, 1000.0)
+WALLS = (T0, T0 + 15.0, T0 + 97.0)
+#: Each way a record is dropped after the fold, and the limits without it.
+WITHOUT = {
+    "terminal_ttl": dataclasses.replace(CAPPED, terminal_ttl=math.inf),
+    "live_ttl": dataclasses.replace(CAPPED, live_ttl=math.inf),
+    "tombstone_ttl": dataclasses.replace(CAPPED, tombstone_ttl=math.inf),
+    "max_workloads": dataclasses.replace(CAPPED, max_workloads=10**6),
+    "max_tombstones": dataclasses.replace(CAPPED, max_tombstones=10**6),
+}
+
+
+def random_log(seed: int, n: int) -> list[Record]:
+    """Events (of every lifecycle state, each key's seq moving on) and removals (of one run or
+    of every run) over 3 origins x 8 ids x 3 runs, in random order of age (``T0`` minus one of
+    ``AGES``): many supersede each other, some removals cover earlier events and some events
+    come after a removal that covered them."""
+    rng = random.Random(seed)
+    seqs: dict[tuple[str, str, str], int] = {}
+    records: list[Record] = []
+    for _ in range(n):
+        origin, wid, run = (
+            rng.choice(("node-a", "node-b", "node-c")),
+            f"w{rng.randrange(8)}",
+            f"run-{rng.randrange(3)}",
+        )
+        at = T0 - rng.choice(AGES)
+        if rng.random() < 0.3:
+            records.append(
+                rm_record(wid, run if rng.random() < 0.5 else None, origin=origin, at=at)
+            )
+            continue
+        seqs[origin, wid, run] = seq = seqs.get((origin, wid, run), 0) + 1
+        records.append(ev_record(wid, run, seq, rng.choice(STATES), origin=origin, at=at))
+    return records
+
+
+def covers(removal: Record, event: Record) -> bool:
+    """Whether a removal covers an event (of its run, or of any run if it has none)."""
+    same = (removal.origin, removal.wid) == (event.origin, event.wid)
+    return same and removal.run in ("", event.run)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_compaction_writes_what_a_start_keeps(tmp_path: Path, seed: int) -> None:
+    """The two compactions agree: what :class:`Compaction` writes (spans: keys undecoded,
+    bytes copied) is, byte for byte and so record for record in order, what a start keeps
+    (records decoded, folded, re-encoded) from the same log at the same time."""
+    records = random_log(seed, 300)
+    path = tmp_path / JOURNAL_FILE
+    path.write_bytes(encode_log(records))
+    data = path.read_bytes()
+    for wall in WALLS:
+        # The reference: what a start does (_open_locked).
+        decoded, damage = decode_log(data)
+        assert (decoded, damage) == (records, None)
+        kept = Fold(decoded).compacted(wall, CAPPED)
+        assert len(kept) < len(records)
+        # The fast path: what the node runs (in a child process; here on this thread).
+        job = Compaction(path, len(data), len(records), wall, CAPPED)
+        job.run()
+        assert (job.error, job.failure, job.damage, job.unchanged) == (None, None, None, False)
+        written = job.temp.read_bytes()
+        assert decode_log(written) == (kept, None), wall  # the same records, in the same order
+        # And the same bytes, the stronger statement (equal bytes decode to equal records; equal
+        # records, whose times compare by value, need not be equal bytes): the fast path copies
+        # each record's bytes, the reference re-encodes the decoded record, and the format
+        # leaves the encoder no choice, so these agree too.
+        assert written == encode_log(kept), wall
+        assert (job.read, job.kept, job.size) == (len(records), len(kept), len(written))
+
+    # The log exercised every way a record goes: a generator that made every key distinct or
+    # every record fresh would fail here.
+    events = [r for r in records if not r.is_removal]
+    assert len(events) - len({(r.origin, r.wid, r.run) for r in events}) >= 100  # superseded
+    ways: set[str] = set()
+    for i, rec in enumerate(records):
+        before = records[:i]
+        if rec.is_removal and any(covers(rec, e) for e in before if not e.is_removal):
+            ways.add("removal of every run" if rec.run == "" else "removal of one run")
+        if not rec.is_removal and any(covers(r, rec) for r in before if r.is_removal):
+            ways.add("event after a removal that covered it")
+    assert len(ways) == 3, ways
+    # Each TTL and each cap changed what was kept, at one of the times at least.
+    fold = Fold(records)
+    shown = {
+        name
+        for name, without in WITHOUT.items()
+        for wall in WALLS
+        if fold.compacted(wall, without) != fold.compacted(wall, CAPPED)
+    }
+    assert shown == set(WITHOUT)
 
 
 def test_encode_outbound_is_encode_record_of_record_of() -> None:
