@@ -15,6 +15,7 @@ import math
 import os
 import random
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,22 @@ class TestCodec:
             assert (span.origin, span.wid, span.run) == tuple(
                 x.encode() for x in (rec.origin, rec.wid, rec.run)
             )
+
+    def test_keys_that_are_not_utf8_are_damage_to_a_compaction_as_to_a_start(self) -> None:
+        """A record whose checksum holds but whose keys are not UTF-8 (a foreign writer's)
+        ends a scan where it ends a decode, with the same damage; non-ASCII UTF-8 keys do
+        not."""
+        good = encode_log([ev_record(wid="ü-2", run="r\u00e9")])
+        bad = bytearray(encode_record(rm_record("#")))  # the only "#": its workload id
+        bad[bad.index(b"#")] = 0xFF
+        bad[4:8] = zlib.crc32(bad[8:]).to_bytes(4, "little")  # the frame: length, CRC-32
+        data = good + bytes(bad) + encode_record(ev_record())
+        records, expected = decode_log(data)
+        assert expected is not None and expected.reason == "record strings are not UTF-8"
+        assert (len(records), expected.offset) == (1, len(good))
+        spans, damage = scan_log(data)
+        assert (len(spans), damage) == (1, expected)
+        assert spans[0].wid == "ü-2".encode()
 
     def test_empty_file_is_empty_journal(self) -> None:
         assert decode_log(b"") == ([], None)

@@ -326,29 +326,42 @@ def _walk(data: bytes, *, spans: bool) -> tuple[list[Record] | list[Span], Damag
                 b, c, d = a + lo, a + lo + lw, a + lo + lw + lr
                 if d <= end and (kind in _EVENT_KINDS or (kind == REMOVAL and d == end)):
                     if spans:
-                        item = (kind, at, data[a:b], data[b:c], data[c:d], pos, end)
-                        append(new(Span, item))
-                        pos = end
-                        continue
-                    try:
-                        origin, wid, run = (
-                            data[a:b].decode(),
-                            data[b:c].decode(),
-                            data[c:d].decode(),
-                        )
-                    except UnicodeDecodeError:
-                        pass
+                        o, w, r = data[a:b], data[b:c], data[c:d]
+                        # Keys must be UTF-8 here as in decode_log (ASCII, the usual, is).
+                        if (o.isascii() and w.isascii() and r.isascii()) or _utf8(o, w, r):
+                            append(new(Span, (kind, at, o, w, r, pos, end)))
+                            pos = end
+                            continue
                     else:
-                        append(new(Record, (kind, at, origin, wid, run, data[d:end])))
-                        pos = end
-                        continue
-        found = _record_at(data, pos)
+                        try:
+                            origin, wid, run = (
+                                data[a:b].decode(),
+                                data[b:c].decode(),
+                                data[c:d].decode(),
+                            )
+                        except UnicodeDecodeError:
+                            pass
+                        else:
+                            append(new(Record, (kind, at, origin, wid, run, data[d:end])))
+                            pos = end
+                            continue
+        found = _record_at(data, pos)  # keys that are not UTF-8 too: it names the damage
         if isinstance(found, Damage):
             if data.count(0, pos) == size - pos:  # only zeros from here: never written
                 return items, Damage(pos, "zero-filled tail", True)
             return items, found
         return items, Damage(pos, "record the fast path refused", False)  # pragma: no cover
     return items, None
+
+
+def _utf8(*parts: bytes) -> bool:
+    """Whether every part is UTF-8 (what :func:`_parse` asks of a record's keys)."""
+    try:
+        for part in parts:
+            part.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _record_at(data: bytes, pos: int) -> tuple[Record, int] | Damage:
