@@ -33,6 +33,7 @@ from bench.harness import (
     load_factor,
     loadavg,
     render_summary,
+    sched_params_line,
 )
 from bench.harness import render as render_results
 
@@ -99,8 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         f"nproc {env['machine']['nproc']}  {env['machine']['cpu']}  "
         f"{'quick' if args.quick else 'full'}: {reps} reps, {warmup} warm-up"
     )
-    sched = env["machine"]["kernel_sched_params"]
-    console.print(f"kernel scheduler parameters: {' '.join(sched) if sched else 'none'}")
+    console.print(sched_params_line(env["machine"]["kernel_sched_params"]))
     idle = estimate(names, args.quick)
     factor = load_factor()
     expected = idle * factor

@@ -405,6 +405,11 @@ def kernel_sched_params() -> list[str]:
     return [w for w in words if w.startswith("sched")]
 
 
+def sched_params_line(params: list[str]) -> str:
+    """The line the bench header and ``bench.timeline`` print for :func:`kernel_sched_params`."""
+    return f"kernel scheduler parameters: {' '.join(params) if params else 'none'}"
+
+
 def environment() -> dict[str, Any]:
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from bench.harness import Context
@@ -196,13 +195,8 @@ def _realpeer(ctx: Context, root: Path, args: argparse.Namespace, out: Path) -> 
         if args.pin:
             pin(server.pid, server_core)
         gens = bench.go_generators(server, load)
-
-        def pin_generators() -> None:
-            for p in gens.procs:
-                pin(p.pid, gen_core)
-
         n, seconds, (user, system) = _window(
-            gens, server.pid, args, out, pin_generators if args.pin else None
+            gens, server.pid, args, out, gen_core if args.pin else None
         )
         print(
             f"{server.label} {load.label}{' (pinned apart)' if args.pin else ''}: "
@@ -220,17 +214,19 @@ def _window(
     pid: int,
     args: argparse.Namespace,
     out: Path,
-    when_ready: Callable[[], None] | None = None,
+    gen_core: int | None = None,
 ) -> tuple[int, float, tuple[float, float]]:
     """Run the load, then profile ``pid`` under it (or just wait, with ``--rate 0``).
-    ``when_ready`` runs once the generators are up (the threads they start are there to pin).
+    ``gen_core``: the core the generators are pinned to once up (with the threads they start).
 
     Returns the requests done, the seconds and the server's (user, system) CPU seconds of the
     profiled window.
     """
     gens.ready()
-    if when_ready is not None:
-        when_ready()
+    if gen_core is not None:
+        from bench.realpeer import pin_generators  # noqa: PLC0415
+
+        pin_generators(gens, gen_core)
     gens.command(b"r")
     time.sleep(0.5)  # warm-up: the connections open and settle
     a = gens.sample()

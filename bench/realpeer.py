@@ -231,6 +231,12 @@ def pin(pid: int, core: int) -> None:
             os.sched_setaffinity(int(tid), {core})
 
 
+def pin_generators(gens: Gens, core: int) -> None:
+    """Pin every generator process of ``gens`` (once ready: its threads started) to ``core``."""
+    for p in gens.procs:
+        pin(p.pid, core)
+
+
 def cores_apart() -> tuple[int, int]:
     """The server's core and the generator's: the first and the last this process may use."""
     cores = sorted(os.sched_getaffinity(0))
@@ -265,8 +271,7 @@ def _measure(bench: RealPeerBench, ctx: Context, res: BenchResult) -> None:
     pairs = {f"{s.key}/{ld.key}": bench.go_generators(s, ld) for ld in LOADS for s in servers}
     for g in pairs.values():
         g.ready()
-        for p in g.procs:
-            pin(p.pid, gen_core)
+        pin_generators(g, gen_core)
     runs: dict[str, list[Run]] = {k: [] for k in pairs}
     for g in pairs.values():  # warm-up: one untimed window each (connections open, JIT-free)
         bench.window(g)

@@ -33,7 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.harness import kernel_sched_params
+from bench.harness import kernel_sched_params, sched_params_line
 from bench.propagation import LOW_RATE, Cluster, Driver
 
 INSTALL_PERF = "apt-get install -y linux-perf"
@@ -206,8 +206,7 @@ def report(events: list[Cycle]) -> None:
             same = by_step[f"{who}: onto the waker's CPU"]
             wait = statistics.median(by_step[k])
             print(f"  {who}: {wait:6.0f} us; {sum(same) / len(same):4.0%} (n={len(same)})")
-    sched = kernel_sched_params()
-    print(f"kernel scheduler parameters: {' '.join(sched) if sched else 'none'}")
+    print(sched_params_line(kernel_sched_params()))
 
 
 def main() -> None:

@@ -279,15 +279,10 @@ def _parse(payload: bytes) -> Record | str:
     if end > len(payload) or (kind == REMOVAL and end != len(payload)):
         return "record fields do not add up to its length"
     a, b = _FIELDS.size + lo, _FIELDS.size + lo + lw
-    try:
-        origin, wid, run = (
-            payload[_FIELDS.size : a].decode(),
-            payload[a:b].decode(),
-            payload[b:end].decode(),
-        )
-    except UnicodeDecodeError:
+    keys = _utf8(payload[_FIELDS.size : a], payload[a:b], payload[b:end])
+    if keys is None:
         return "record strings are not UTF-8"
-    return Record(kind, at, origin, wid, run, payload[end:])
+    return Record(kind, at, *keys, payload[end:])
 
 
 def decode_log(data: bytes) -> tuple[list[Record], Damage | None]:
@@ -325,20 +320,16 @@ def _walk(data: bytes, *, spans: bool) -> tuple[list[Record] | list[Span], Damag
                 a = start + hsize
                 b, c, d = a + lo, a + lo + lw, a + lo + lw + lr
                 if d <= end and (kind in _EVENT_KINDS or (kind == REMOVAL and d == end)):
+                    o, w, r = data[a:b], data[b:c], data[c:d]
+                    # Keys must be UTF-8 in both (ASCII, the usual, is: spans skip the decode).
                     if spans:
-                        o, w, r = data[a:b], data[b:c], data[c:d]
-                        # Keys must be UTF-8 here as in decode_log (ASCII, the usual, is).
                         if (o.isascii() and w.isascii() and r.isascii()) or _utf8(o, w, r):
                             append(new(Span, (kind, at, o, w, r, pos, end)))
                             pos = end
                             continue
                     else:
-                        try:
-                            origin, wid, run = (
-                                data[a:b].decode(),
-                                data[b:c].decode(),
-                                data[c:d].decode(),
-                            )
+                        try:  # inline, not _utf8: a start decodes every record
+                            origin, wid, run = o.decode(), w.decode(), r.decode()
                         except UnicodeDecodeError:
                             pass
                         else:
@@ -354,14 +345,12 @@ def _walk(data: bytes, *, spans: bool) -> tuple[list[Record] | list[Span], Damag
     return items, None
 
 
-def _utf8(*parts: bytes) -> bool:
-    """Whether every part is UTF-8 (what :func:`_parse` asks of a record's keys)."""
+def _utf8(origin: bytes, wid: bytes, run: bytes) -> tuple[str, str, str] | None:
+    """A record's keys decoded, or None if one is not UTF-8 (damage, wherever it is read)."""
     try:
-        for part in parts:
-            part.decode()
+        return origin.decode(), wid.decode(), run.decode()
     except UnicodeDecodeError:
-        return False
-    return True
+        return None
 
 
 def _record_at(data: bytes, pos: int) -> tuple[Record, int] | Damage:
