@@ -145,7 +145,8 @@ def main() -> None:
     p.add_argument(
         "--pin",
         action="store_true",
-        help="realpeer: pin the server and the generator to cores apart, as the benchmark does",
+        help="realpeer: pin the server to one core, the generator and the broker drain to the "
+        "other, as the benchmark does",
     )
     p.add_argument(
         "--nonblocking",
@@ -185,7 +186,7 @@ def _internode(ctx: Context, root: Path, args: argparse.Namespace, out: Path) ->
 
 
 def _realpeer(ctx: Context, root: Path, args: argparse.Namespace, out: Path) -> None:
-    from bench.realpeer import LOADS, RealPeerBench, cores_apart, pin  # noqa: PLC0415
+    from bench.realpeer import LOADS, RealPeerBench, cores_apart, pin_server  # noqa: PLC0415
 
     load = next(x for x in LOADS if x.key == (args.what or "h2_1"))
     bench = RealPeerBench(ctx, root)
@@ -193,7 +194,7 @@ def _realpeer(ctx: Context, root: Path, args: argparse.Namespace, out: Path) -> 
         server = bench.start_ours() if args.server == "ours" else bench.start_hypercorn()
         server_core, gen_core = cores_apart()
         if args.pin:
-            pin(server.pid, server_core)
+            pin_server(server, server_core, gen_core)
         gens = bench.go_generators(server, load)
         n, seconds, (user, system) = _window(
             gens, server.pid, args, out, gen_core if args.pin else None

@@ -1,0 +1,55 @@
+"""``realpeer``'s placement (bench/realpeer.py): the server's core is the server's alone, and the
+harness's broker drain runs with the generator. Checked on a real process and a real drain
+thread; the benchmark measures what the placement is worth."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from bench.internode import Server
+from bench.procs import Drain
+from bench.realpeer import cores_apart, pin_server
+
+
+def test_the_server_has_its_core_and_the_broker_drain_goes_with_the_generator() -> None:
+    server_core, client_core = cores_apart()
+    mine = os.sched_getaffinity(0)
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
+    r, w = os.pipe()
+    drain = Drain(r, "test-drain")
+    drain.start()
+    try:
+        assert drain.native_id is not None
+        pin_server(Server("ours", "nvpair-wm", 0, proc.pid, drain), server_core, client_core)
+        assert os.sched_getaffinity(proc.pid) == {server_core}
+        assert os.sched_getaffinity(drain.native_id) == {client_core}
+        assert os.sched_getaffinity(0) == mine  # the caller's thread is left where it was
+        os.write(w, b"a line\nanother\n")  # the pinned drain still drains
+    finally:
+        os.close(w)
+        drain.join(10)
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(10)
+    assert not drain.is_alive()
+    assert drain.lines == 2
+
+
+def test_pin_server_leaves_an_ended_drain_alone() -> None:
+    """nginx's drain reads a pipe with no writer: it has ended before the server is pinned."""
+    server_core, client_core = cores_apart()
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
+    r, w = os.pipe()
+    os.close(w)
+    drain = Drain(r, "test-ended-drain")
+    drain.start()
+    drain.join(10)
+    try:
+        pin_server(Server("nginx", "nginx", 0, proc.pid, drain), server_core, client_core)
+        assert os.sched_getaffinity(proc.pid) == {server_core}
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(10)
