@@ -237,11 +237,11 @@ def pin_server(server: Server, core: int, client_core: int) -> None:
     (the harness's stand-in broker) to ``client_core``, with the generator.
 
     Left to the kernel, the drain wakes where the server's broker write woke it (a pipe write
-    wakes its reader with the sync hint: onto the writer's CPU), so on the server's core, just
-    before the answer goes out: one request in flight then measured 9.6k requests/s for
-    nvpair-wm against 11.2k with the drain beside the generator, and hypercorn (which writes
-    its broker lines too) 3,491 against 3,549 (bench/README.md, "Issue 9 after the ninth
-    round").
+    wakes its reader with the sync hint, and this VM's kernel puts such wake-ups on the
+    writer's CPU), so on the server's core, just before the answer goes out: one request in
+    flight then measured 9.6k requests/s for nvpair-wm against 11.2k with the drain beside the
+    generator, and hypercorn (which writes its broker lines too) 3,491 against 3,549
+    (bench/README.md, "Issue 9 after the ninth round").
     """
     pin(server.pid, core)
     drain = server.drain

@@ -16,7 +16,9 @@ from bench.realpeer import cores_apart, pin_server
 def test_the_server_has_its_core_and_the_broker_drain_goes_with_the_generator() -> None:
     server_core, client_core = cores_apart()
     mine = os.sched_getaffinity(0)
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
     r, w = os.pipe()
     drain = Drain(r, "test-drain")
     drain.start()
@@ -37,10 +39,13 @@ def test_the_server_has_its_core_and_the_broker_drain_goes_with_the_generator() 
     assert drain.lines == 2
 
 
-def test_pin_server_leaves_an_ended_drain_alone() -> None:
-    """nginx's drain reads a pipe with no writer: it has ended before the server is pinned."""
+def test_a_drain_that_has_ended_does_not_stop_the_server_being_pinned() -> None:
+    """nginx's drain reads a pipe with no writer: it has ended (its thread id is gone) before
+    the server is pinned."""
     server_core, client_core = cores_apart()
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
     r, w = os.pipe()
     os.close(w)
     drain = Drain(r, "test-ended-drain")
