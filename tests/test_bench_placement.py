@@ -7,18 +7,34 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+
+import pytest
 
 from bench.internode import Server
 from bench.procs import Drain
 from bench.realpeer import cores_apart, pin_server
 
 
-def test_the_server_has_its_core_and_the_broker_drain_goes_with_the_generator() -> None:
-    server_core, client_core = cores_apart()
-    mine = os.sched_getaffinity(0)
-    proc = subprocess.Popen(
+@pytest.fixture
+def proc() -> Iterator[subprocess.Popen[bytes]]:
+    """A stand-in server process: it lives until its stdin closes."""
+    p = subprocess.Popen(
         [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
     )
+    try:
+        yield p
+    finally:
+        assert p.stdin is not None
+        p.stdin.close()
+        p.wait(10)
+
+
+def test_the_server_has_its_core_and_the_broker_drain_goes_with_the_generator(
+    proc: subprocess.Popen[bytes],
+) -> None:
+    server_core, client_core = cores_apart()
+    mine = os.sched_getaffinity(0)
     r, w = os.pipe()
     drain = Drain(r, "test-drain")
     drain.start()
@@ -32,29 +48,20 @@ def test_the_server_has_its_core_and_the_broker_drain_goes_with_the_generator() 
     finally:
         os.close(w)
         drain.join(10)
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(10)
     assert not drain.is_alive()
     assert drain.lines == 2
 
 
-def test_a_drain_that_has_ended_does_not_stop_the_server_being_pinned() -> None:
+def test_a_drain_that_has_ended_does_not_stop_the_server_being_pinned(
+    proc: subprocess.Popen[bytes],
+) -> None:
     """nginx's drain reads a pipe with no writer: it has ended (its thread id is gone) before
     the server is pinned."""
     server_core, client_core = cores_apart()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
-    )
     r, w = os.pipe()
     os.close(w)
     drain = Drain(r, "test-ended-drain")
     drain.start()
     drain.join(10)
-    try:
-        pin_server(Server("nginx", "nginx", 0, proc.pid, drain), server_core, client_core)
-        assert os.sched_getaffinity(proc.pid) == {server_core}
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(10)
+    pin_server(Server("nginx", "nginx", 0, proc.pid, drain), server_core, client_core)
+    assert os.sched_getaffinity(proc.pid) == {server_core}
