@@ -38,7 +38,7 @@ COMPONENTS = (  # (name, path fragments): the first that matches the innermost f
     ),
     ("h11 library", ("h11/",)),
     ("TLS: pyOpenSSL + OpenSSL", ("OpenSSL/", "cryptography/")),
-    ("nvpair_wm.tls", ("nvpair_wm/tls.py",)),
+    ("nvpair_wm.tls_contexts", ("nvpair_wm/tls_contexts.py",)),
     ("nvpair_wm.http adapters", ("nvpair_wm/http/",)),
     ("nvpair_wm.pins (pin/identity checks)", ("nvpair_wm/pins.py",)),
     ("nvpair_wm.endpoint", ("nvpair_wm/endpoint.py",)),

@@ -24,7 +24,7 @@ from nvpair_wm.proto import tls as tls_module
 from nvpair_wm.proto.h1 import H1Session
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.tls import TLSMachine, pointer_to
-from nvpair_wm.tls import ServerTLS, client_context
+from nvpair_wm.tls_contexts import ServerTLS, client_context
 from tests.conftest import TLSCluster
 
 FP = "ab" * 32

@@ -49,7 +49,7 @@ from nvpair_wm.proto.exchanges import (
 from nvpair_wm.proto.h1client import H1ClientSession
 from nvpair_wm.proto.h2.client import H2ClientSession
 from nvpair_wm.proto.tls import TLSMachine
-from nvpair_wm.tls import ALPN_PROTOCOLS, client_context
+from nvpair_wm.tls_contexts import ALPN_PROTOCOLS, client_context
 
 __all__ = ["Outcome", "PeerConnection", "Response", "open_connection"]
 

@@ -52,7 +52,7 @@ from nvpair_wm.pins import IdentitySource
 from nvpair_wm.proto.h1 import H1Session
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.tls import TLSMachine, pointer_to
-from nvpair_wm.tls import ServerTLS
+from nvpair_wm.tls_contexts import ServerTLS
 
 __all__ = ["DEFAULT_PORT", "H2_PREFACE", "InterNodeServer", "ServerConnection", "bind_sockets"]
 
