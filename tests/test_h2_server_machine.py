@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from nvpair_wm.errors import H2ConnectionError
 from nvpair_wm.http.core import Limits, Request, Response
+from nvpair_wm.proto.h1 import H1Session
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.h2.hpack import Decoder, encode_fields
 from nvpair_wm.proto.h2.streams import Stream
@@ -374,6 +375,21 @@ def test_a_repeated_header_block_is_parsed_once_and_still_checked() -> None:
     p.feed(p.headers(7, fields, flags=0x4) + raw(0, 0x1, 7, b"{}x"))  # longer than declared
     assert p.resets() == [(7, ErrorCodes.PROTOCOL_ERROR)]
     assert len(p.handler.completed) == 3
+
+
+@pytest.mark.parametrize(("second", "status"), [("2", b"202"), ("3", b"400")])
+def test_repeated_content_length_must_agree_as_in_http1(second: str, status: bytes) -> None:
+    """Repeated content-length fields count once when they agree and get 400 when they
+    differ: the rule of HTTP/1.1 here (``h1parse``, RFC 9110 §8.6), not first-wins."""
+    p = Peer()
+    fields = [*REQUEST, ("content-length", "2"), ("content-length", second)]
+    p.feed(p.headers(1, fields, flags=0x4) + raw(0, 0x1, 1, b"{}"))
+    assert p.statuses() == [(1, status)]
+    assert len(p.handler.completed) == (1 if status == b"202" else 0)
+    wire = f"POST /e HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nContent-Length: {second}\r\n"
+    h1 = H1Session(p.handler, Limits(), FP, 0.0)
+    h1.receive_data(wire.encode() + b"\r\n{}", 0.0)
+    assert h1.data_to_send().split(b" ")[1] == status
 
 
 @pytest.mark.parametrize(
