@@ -78,7 +78,7 @@ def parser() -> argparse.ArgumentParser:
         "--config",
         type=Path,
         metavar="FILE",
-        help="TOML file setting any limit or tunable (README: Configuration); flags override it",
+        help="TOML file setting any limit or tunable (docs/configuration.md); flags override it",
     )
     p.add_argument(
         "--port",
