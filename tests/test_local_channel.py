@@ -324,7 +324,7 @@ def test_missing_params_is_invalid_params(wm: WmProcess) -> None:
 
 
 def test_every_documented_flag_is_accepted(tmp_path: Path) -> None:
-    """Each flag of the README's table parses and the process starts (then stdin closes)."""
+    """Each flag of docs/configuration.md's table parses and the process starts (stdin closes)."""
     config = tmp_path / "wm.toml"
     config.write_text("[broadcast]\nmax_in_flight = 4\n")
     done = run_cli(

@@ -80,7 +80,7 @@ def parser() -> argparse.ArgumentParser:
         "--config",
         type=Path,
         metavar="FILE",
-        help="TOML file setting any limit or tunable (README: Configuration); flags override it",
+        help="TOML file setting any limit or tunable (docs/configuration.md); flags override it",
     )
     p.add_argument(
         "--port",
@@ -183,6 +183,7 @@ def bind_problem(addr: str) -> str | None:
 def node_folders(path: Path) -> list[str]:
     """The node folders (each holding a ``node.crt``) in ``path`` when ``path`` itself holds
     none: ``path`` is then the root ``nvpair-wm-cluster init`` made, not one node's folder."""
+
     def holds_a_certificate(folder: Path) -> bool:
         try:
             return stat.S_ISREG(os.stat(folder / CERT_FILE).st_mode)

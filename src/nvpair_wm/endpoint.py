@@ -137,7 +137,7 @@ class EventsEndpoint:
             return error_response(404, "not found")
         if req.method != "POST":
             return error_response(405, "method not allowed", [(b"allow", b"POST")])
-        for name, value in req.headers:  # get_header, inline
+        for name, value in req.headers:  # the first content-type decides
             if name == b"content-type":
                 if value != b"application/json" and not is_json_content_type(value):
                     return error_response(415, "content-type must be application/json")
