@@ -52,6 +52,7 @@ from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
 from nvpair_wm.peers import Peer, PeerDirectory, diff
 from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
 from nvpair_wm.sync import Originated
+from nvpair_wm.tls_contexts import TLSPolicy
 
 if TYPE_CHECKING:
     from nvpair_wm.metrics import DeliveryClock
@@ -393,6 +394,7 @@ class _Link:
                 handshake_timeout=lim.handshake_timeout,
                 tcp_keepalive=lim.tcp_keepalive,
                 max_response_bytes=lim.max_response_bytes,
+                tls_policy=self._owner.tls_policy,
             )
         except PinRefused as exc:
             # Warn once per distinct refusal; the probes that follow repeat it at debug level.
@@ -587,8 +589,10 @@ class Broadcaster:
         limits: BroadcastLimits = BroadcastLimits(),  # noqa: B008 - frozen, shared on purpose
         *,
         rng: random.Random | None = None,
+        tls_policy: TLSPolicy | None = None,
     ) -> None:
         self.limits = limits
+        self.tls_policy = tls_policy or TLSPolicy()
         tick = self._fresh = _PerTick(identity, pins)
         self._identity: IdentitySource = _TickIdentity(tick)
         self._pins: PinSource = _TickPins(tick)

@@ -128,9 +128,10 @@ class Node:
             hosts=hosts,
             limits=config.http,
             is_pinned=pins.is_pinned,
+            tls_policy=config.tls,
         )
         self.broadcaster = Broadcaster(  # the same inotify-watched sources as the server
-            identity, pins, self.table.originated, config.broadcast
+            identity, pins, self.table.originated, config.broadcast, tls_policy=config.tls
         )
         self._stop = asyncio.Event()
         self.metrics: Metrics | None = None
