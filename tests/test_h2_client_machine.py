@@ -112,7 +112,7 @@ def test_against_our_server_graceful_shutdown_lets_requests_in_flight_finish() -
     converse(client, server, 0.0)
     sids = [client.start_request(PATH, b"[]", 1.0, 10.0) for _ in range(3)]
     server.receive_data(client.data_to_send(), 1.0)
-    server.goaway(1.0)
+    server.shutdown(1.0)
     events = converse(client, server, 1.0)
     assert responses(events) == dict.fromkeys(sids, 202)
     assert not client.usable

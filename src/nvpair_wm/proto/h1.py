@@ -209,7 +209,7 @@ class H1Session:
         else:  # discarding a body after an early answer
             self._go(_CLOSED)
 
-    def shutdown(self) -> None:
+    def shutdown(self, now: float) -> None:
         """Graceful shutdown: close now when idle, else after answering what is in flight."""
         self._closing = True
         if self._state is _HEAD and self._head_started is None:

@@ -27,7 +27,7 @@ the payload. The pieces, one concept per module:
 * content-length checked per stream (a mismatch resets that stream with PROTOCOL_ERROR), the
   body limit (413), timeouts (preface, header block, body, a response stuck on a closed
   window, idle); flow control both ways (responses go out as the peer's windows allow).
-* Graceful shutdown (:meth:`H2ServerSession.goaway`): GOAWAY NO_ERROR with the last stream id,
+* Graceful shutdown (:meth:`H2ServerSession.shutdown`): GOAWAY NO_ERROR with the last stream id,
   in-flight streams finish, newer ones are refused, then a final GOAWAY.
 
 An early answer (from ``handler.head``, or 413) is sent at once; the rest of the request body is
@@ -37,7 +37,7 @@ the answer is out (RFC 9113 §8.1).
 
 The driver feeds :meth:`~H2ServerSession.receive_data` (``b""`` = EOF), writes
 :meth:`~H2ServerSession.data_to_send`, arms one timer at :meth:`~H2ServerSession.next_deadline`
-and calls :meth:`~H2ServerSession.handle_timeout`; once :attr:`~H2ServerSession.done` it flushes
+and calls :meth:`~H2ServerSession.handle_timeout`; once :attr:`~H2ServerSession.closed` it flushes
 and closes.
 """
 
@@ -149,7 +149,7 @@ class H2ServerSession:
         "_started",
         "_streams",
         "_windows",
-        "done",
+        "closed",
         "peer_fingerprint",
         "requests",
     )
@@ -205,7 +205,7 @@ class H2ServerSession:
         self._idle_since = now
         self._goaway_last: int | None = None  # set once a graceful GOAWAY went out
         self._drain_deadline: float | None = None
-        self.done = False
+        self.closed = False
         self.requests = 0
 
     # -- the driver's side --------------------------------------------------------------------
@@ -216,7 +216,7 @@ class H2ServerSession:
         return len(self._streams)
 
     def data_to_send(self) -> bytes:
-        if self._goaway_last is not None and not self.done:
+        if self._goaway_last is not None and not self.closed:
             self._check_drained()
         out = self._out
         if not out:
@@ -227,21 +227,21 @@ class H2ServerSession:
 
     def receive_data(self, data: bytes, now: float) -> None:
         """Feed bytes from the peer (``b""``: the peer closed its side)."""
-        if self.done:
+        if self.closed:
             return
         self._now = now
         if not data:
             log.debug("HTTP/2 peer closed the connection")
-            self.done = True
+            self.closed = True
             return
         try:  # what _guarded does, without its call: this is every request's path
             self._receive(data, now)
         except H2ConnectionError as abort:
             self._abort(abort)
 
-    def goaway(self, now: float) -> None:
+    def shutdown(self, now: float) -> None:
         """Begin a graceful shutdown: GOAWAY NO_ERROR, finish in-flight streams, then done."""
-        if self._goaway_last is not None or self.done:
+        if self._goaway_last is not None or self.closed:
             return
         self._now = now
         self._goaway_last = self._highest
@@ -275,7 +275,7 @@ class H2ServerSession:
         return best
 
     def handle_timeout(self, now: float) -> None:
-        if self.done:
+        if self.closed:
             return
         self._now = now
         self._guarded(self._on_timers, now)
@@ -292,7 +292,7 @@ class H2ServerSession:
     def _abort(self, abort: H2ConnectionError) -> None:
         log.info("HTTP/2 GOAWAY %s: %s", ErrorCodes(abort.code).name, abort.reason)
         self._close(abort.code, abort.reason.encode())
-        self.done = True
+        self.closed = True
 
     def _stream_error(self, sid: int, code: int, now: float) -> None:
         """RST_STREAM for a stream error the peer caused; such resets share the reset budget."""
@@ -324,7 +324,7 @@ class H2ServerSession:
         if idle and now >= self._idle_since + limits.idle_timeout:
             log.debug("HTTP/2 connection idle: closing")
             self._close(ErrorCodes.NO_ERROR)
-            self.done = True
+            self.closed = True
             return
         for st in list(self._streams.values()):
             if st.body_deadline is not None and now >= st.body_deadline:
@@ -376,7 +376,7 @@ class H2ServerSession:
                 self._on_data_frame(flags, sid, payload, now)
             else:
                 self._frame(ftype, flags, sid, payload, now)
-            if self.done:
+            if self.closed:
                 return
         reader.keep(data, pos)
 
@@ -454,7 +454,7 @@ class H2ServerSession:
 
     def _on_goaway(self, flags: int, sid: int, payload: bytes, now: float) -> None:
         log.debug("HTTP/2 peer sent GOAWAY %d", int.from_bytes(payload[4:8], "big"))
-        self.done = True
+        self.closed = True
 
     def _on_push_promise(self, flags: int, sid: int, payload: bytes, now: float) -> None:
         raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
@@ -975,7 +975,7 @@ class H2ServerSession:
 
     def _finish_graceful(self) -> None:
         self._close(ErrorCodes.NO_ERROR)
-        self.done = True
+        self.closed = True
 
     def _close(self, code: int, debug: bytes = b"") -> None:
         """Queue the final GOAWAY; its last stream id never exceeds a graceful one sent before."""
