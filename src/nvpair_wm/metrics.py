@@ -315,14 +315,10 @@ class Metrics:
         return generate_latest(self.registry)
 
     async def start(self) -> None:
-        """Bind and serve; an OSError names the flag and the address."""
-        try:
-            self._server = await asyncio.start_server(
-                self._serve, self.host, self.requested_port, limit=self.limits.max_request_head
-            )
-        except OSError as exc:
-            where = f"{self.host}:{self.requested_port}"
-            raise OSError(exc.errno, f"--metrics {where}: {exc.strerror or exc}") from exc
+        """Bind and serve (an OSError as the OS raised it: the node names the flag)."""
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.requested_port, limit=self.limits.max_request_head
+        )
         sock = self._server.sockets[0].getsockname()
         self.port = sock[1]
         host = f"[{sock[0]}]" if ":" in sock[0] else sock[0]
