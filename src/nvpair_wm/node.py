@@ -24,14 +24,15 @@ from nvpair_wm_schema.manager_status_schema import PeerStatus, StatusResult
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
-from nvpair_wm import __version__, codec, config
+from nvpair_wm import __version__, codec
 from nvpair_wm.broadcaster import Broadcaster
 from nvpair_wm.compactor import compact_in_child
-from nvpair_wm.config import Config
+from nvpair_wm.config import Config, metrics_address
 from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.errors import ListenFailed
+from nvpair_wm.http.core import Handler
 from nvpair_wm.io.pin_watch import WatchedIdentity, WatchedPins, open_watch
 from nvpair_wm.io.server import InterNodeServer
 from nvpair_wm.journal import (
@@ -119,10 +120,19 @@ class Node:
             if isinstance(self.identity, Identity)
             else self.identity
         )
+        # Metrics are opt-in: prometheus_client is imported only then. They observe the endpoint
+        # (request durations) and the broadcaster (delivery latency), wired in here as those
+        # are built.
+        self.metrics: Metrics | None = None
+        if config.metrics:
+            from nvpair_wm.metrics import Metrics  # noqa: PLC0415
+
+            self.metrics = Metrics(metrics_address(config.metrics), self.dispatcher.status)
         endpoint = EventsEndpoint(self.dispatcher, pins, self.queue, max_body=config.max_frame)
+        handler: Handler = endpoint if self.metrics is None else self.metrics.timed(endpoint)
         hosts = [config.bind] if config.bind else None
         self.server = InterNodeServer(
-            endpoint,
+            handler,
             identity,
             port=config.port,
             hosts=hosts,
@@ -131,10 +141,14 @@ class Node:
             tls_policy=config.tls,
         )
         self.broadcaster = Broadcaster(  # the same inotify-watched sources as the server
-            identity, pins, self.table.originated, config.broadcast, tls_policy=config.tls
+            identity,
+            pins,
+            self.table.originated,
+            config.broadcast,
+            observer=None if self.metrics is None else self.metrics.delivery,
+            tls_policy=config.tls,
         )
         self._stop = asyncio.Event()
-        self.metrics: Metrics | None = None
 
     def _peers(self) -> list[PeerStatus]:
         return self.broadcaster.status()
@@ -242,12 +256,9 @@ class Node:
     async def start(self) -> None:
         """Start the inter-node parts: the port is bound whether or not there is an identity.
         Raises :class:`ListenFailed` naming the flag whose address cannot be listened on."""
-        if self.config.metrics:  # opt-in: prometheus_client is imported only then
-            from nvpair_wm.metrics import Metrics  # noqa: PLC0415
-
-            address = config.metrics_address(self.config.metrics)
+        if self.metrics is not None:
             try:
-                self.metrics = await Metrics.serve(address, self)
+                await self.metrics.start()
             except OSError as exc:
                 raise ListenFailed(f"--metrics {self.config.metrics}", exc) from exc
         try:
