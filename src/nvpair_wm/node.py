@@ -42,6 +42,7 @@ from nvpair_wm.journal import (
 )
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
+from nvpair_wm.versions import PeerVersions
 
 if TYPE_CHECKING:
     from nvpair_wm.metrics import Metrics
@@ -116,7 +117,12 @@ class Node:
             if isinstance(self.identity, Identity)
             else self.identity
         )
-        endpoint = EventsEndpoint(self.dispatcher, pins, self.queue, max_body=config.max_frame)
+        # What each peer says of its versions, heard in its requests (the endpoint) and in its
+        # responses (the broadcaster); manager:status and the metrics show it.
+        self.versions = PeerVersions()
+        endpoint = EventsEndpoint(
+            self.dispatcher, pins, self.queue, max_body=config.max_frame, versions=self.versions
+        )
         hosts = [config.bind] if config.bind else None
         self.server = InterNodeServer(
             endpoint,
@@ -127,7 +133,7 @@ class Node:
             is_pinned=pins.is_pinned,
         )
         self.broadcaster = Broadcaster(  # the same inotify-watched sources as the server
-            identity, pins, self.table.originated, config.broadcast
+            identity, pins, self.table.originated, config.broadcast, versions=self.versions
         )
         self._stop = asyncio.Event()
         self.metrics: Metrics | None = None
