@@ -32,7 +32,7 @@ from nvpair_wm.proto.exchanges import ClientEvent, ResponseReceived
 from nvpair_wm.proto.h1client import H1ClientSession
 from nvpair_wm.proto.h2.client import H2ClientSession
 from nvpair_wm.proto.tls import TLSMachine
-from nvpair_wm.tls import ServerTLS, client_context
+from nvpair_wm.tls_contexts import ServerTLS, client_context
 
 PATH = "/v1/workloads/events"
 AUTHORITY = b"127.0.0.1:14320"

@@ -34,7 +34,7 @@ from nvpair_wm.pins import Identity, PinSet
 from nvpair_wm.proto.h1 import H1Session
 from nvpair_wm.proto.h2 import H2ServerSession
 from nvpair_wm.proto.tls import TLSMachine
-from nvpair_wm.tls import ServerTLS, client_context
+from nvpair_wm.tls_contexts import ServerTLS, client_context
 
 PATH = "/v1/workloads/events"
 

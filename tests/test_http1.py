@@ -12,9 +12,10 @@ from collections.abc import Callable
 
 import pytest
 
+from nvpair_wm.clusterdir import cert_fingerprint
 from nvpair_wm.http.core import MIB
+from nvpair_wm.io.client import open_connection
 from nvpair_wm.pins import Identity, PinSet
-from nvpair_wm.tls import client_context, connect
 from tests.conftest import WAIT, HTTPSClient, TLSCluster, WmServer, http_request
 from tests.frames import event, workload
 
@@ -22,6 +23,7 @@ StartServer = Callable[..., WmServer]
 Connect = Callable[..., HTTPSClient]
 
 GOOD = event("workload:submitted")
+PATH = "/v1/workloads/events"
 
 
 def test_keep_alive_two_requests_one_connection(
@@ -279,28 +281,30 @@ def test_graceful_shutdown_finishes_the_request_in_flight(
 def test_bounded_load_many_keep_alive_clients(
     start_wm_server: StartServer, tls_cluster: TLSCluster
 ) -> None:
-    """50 connections x 20 requests each, concurrently, through the async client of tls.py."""
+    """50 connections x 20 requests each, concurrently, through the broadcaster's client."""
     wm = start_wm_server()
     ident = Identity(tls_cluster.dirs["b"]).current()
     assert ident is not None
-    ctx = client_context(
-        ident, PinSet(tls_cluster.dirs["b"] / "trusted").is_pinned, alpn=[b"http/1.1"]
-    )
+    server_fp = cert_fingerprint((tls_cluster.server_dir / "node.crt").read_bytes())
+    is_pinned = PinSet(tls_cluster.dirs["b"] / "trusted").is_pinned
     clients, per_client = 50, 20
 
     async def one_client(n: int) -> list[int]:
-        conn = await connect("127.0.0.1", wm.port, ctx, handshake_timeout=WAIT)
+        conn = await open_connection(
+            "127.0.0.1",
+            wm.port,
+            identity=ident,
+            expected_fingerprint=server_fp,
+            is_pinned=is_pinned,
+            alpn=(b"http/1.1",),
+            handshake_timeout=WAIT,
+        )
         statuses: list[int] = []
-        buf = b""
         try:
             for i in range(per_client):
-                conn.write(http_request(event("workload:submitted", workload(id=f"{n}-{i}"))))
-                while b"\r\n\r\n" not in buf:
-                    chunk = await conn.read()
-                    assert chunk, "server closed the connection"
-                    buf += chunk
-                head, buf = buf.split(b"\r\n\r\n", 1)  # 202 has an empty body
-                statuses.append(int(head.split(b" ", 2)[1]))
+                body = event("workload:submitted", workload(id=f"{n}-{i}"))
+                response = await conn.post(PATH, body, response_timeout=WAIT)
+                statuses.append(response.status)
         finally:
             conn.close()
         return statuses

@@ -22,8 +22,10 @@ import pytest
 from OpenSSL import SSL
 
 from nvpair_wm.clusterdir import cert_fingerprint, make_self_signed
+from nvpair_wm.errors import PinRefused
+from nvpair_wm.io.client import PeerConnection, open_connection
 from nvpair_wm.pins import Identity, PinSet
-from nvpair_wm.tls import ServerTLS, TLSError, client_context, connect
+from nvpair_wm.tls_contexts import ALPN_PROTOCOLS, ServerTLS, client_context
 from tests.conftest import HAS_IPV6, WAIT, CertPair, HTTPSClient, TLSCluster, WmServer, http_request
 from tests.frames import event
 
@@ -247,7 +249,7 @@ def test_one_context_per_identity_no_deprecation_and_one_load_log(
         assert ident is not None
         client_context(ident, lambda fp: True)
     loaded = [r for r in caplog.records if "identity loaded" in r.getMessage()]
-    # One line per identity (pins logs it; tls.py does not repeat it): node, rotated, "b".
+    # One line per identity (pins logs it; tls_contexts.py does not repeat it): node, rotated, "b".
     assert len(loaded) == 3, [r.getMessage() for r in loaded]
 
 
@@ -293,37 +295,42 @@ def test_ipv4_and_ipv6_share_the_port(
 def test_client_side_verifies_the_server_by_pin(
     start_wm_server: StartServer, tls_cluster: TLSCluster
 ) -> None:
-    """The broadcaster's half: client_context + connect, over the same TLSConnection."""
+    """The broadcaster's half: client_context inside the client's open_connection."""
     wm = start_wm_server()
     ident = Identity(tls_cluster.dirs["b"]).current()
     assert ident is not None
-    pinned = client_context(ident, PinSet(tls_cluster.dirs["b"] / "trusted").is_pinned)
-    nobody = client_context(ident, lambda fp: False)
+    server_fp = cert_fingerprint((tls_cluster.server_dir / "node.crt").read_bytes())
+    pinned_check = PinSet(tls_cluster.dirs["b"] / "trusted").is_pinned
 
-    async def post(ctx: SSL.Context) -> bytes:
-        conn = await connect("127.0.0.1", wm.port, ctx, handshake_timeout=WAIT)
+    async def dial(is_pinned: Callable[[str], bool], alpn: tuple[bytes, ...]) -> PeerConnection:
+        return await open_connection(
+            "127.0.0.1",
+            wm.port,
+            identity=ident,
+            expected_fingerprint=server_fp,
+            is_pinned=is_pinned,
+            alpn=alpn,
+            handshake_timeout=WAIT,
+        )
+
+    async def post() -> int:
+        conn = await dial(pinned_check, ALPN_PROTOCOLS)
         try:
-            assert conn.alpn == "h2"  # offered first; the server prefers it
-            assert conn.peer_fingerprint == cert_fingerprint(
-                (tls_cluster.server_dir / "node.crt").read_bytes()
-            )
+            assert conn.protocol == "h2"  # offered first; the server prefers it
+            assert conn.server_fingerprint == server_fp
         finally:
             conn.close()
-        http1 = client_context(ident, pinned_check, alpn=[b"http/1.1"])
-        conn = await connect("127.0.0.1", wm.port, http1, handshake_timeout=WAIT)
-        conn.write(http_request(GOOD) + b"")
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = await conn.read()
-            assert chunk
-            data += chunk
-        await conn.aclose(0.5)
-        return data
+        conn = await dial(pinned_check, (b"http/1.1",))
+        try:
+            assert conn.protocol == "http/1.1"
+            response = await conn.post("/v1/workloads/events", GOOD, response_timeout=WAIT)
+        finally:
+            await conn.aclose()
+        return response.status
 
-    pinned_check = PinSet(tls_cluster.dirs["b"] / "trusted").is_pinned
-    assert wm.call(post(pinned)).startswith(b"HTTP/1.1 202 ")
-    with pytest.raises(TLSError):
-        wm.call(connect("127.0.0.1", wm.port, nobody, handshake_timeout=WAIT))
+    assert wm.call(post()) == 202
+    with pytest.raises(PinRefused):
+        wm.call(dial(lambda fp: False, ALPN_PROTOCOLS))
 
 
 def test_no_alpn_http2_preface_is_sniffed_as_prior_knowledge(

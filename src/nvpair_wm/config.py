@@ -6,7 +6,7 @@ The sans-IO modules own their limits as frozen dataclasses (``TableLimits`` in `
 library ``tomllib``). The file mirrors the dataclasses: :class:`Config`'s own scalars are
 top-level keys, each nested dataclass is a table (``[broadcast]``, ``[http]``, ...). Fields are
 discovered with :func:`dataclasses.fields`, so a field added to any of those dataclasses is
-settable, checked and documented (README table) without a change here.
+settable, checked and documented (the table of docs/configuration.md) without a change here.
 
 Units: seconds for every float, bytes for sizes (``*_bytes``, bodies, windows, budgets), a plain
 count otherwise (:func:`unit`), except the keys in :data:`UNITS` (``journal.compact_growth`` is
@@ -216,7 +216,7 @@ def unit(name: str, kind: Any) -> str:
 @functools.cache
 def _comments(cls: type) -> dict[str, str]:
     """Trailing ``# comments`` of a dataclass's field lines, by field name (from its source)."""
-    import inspect  # noqa: PLC0415 - only the README table and --help need it
+    import inspect  # noqa: PLC0415 - only the documented table and --help need it
 
     try:
         source = inspect.getsource(cls)
@@ -472,7 +472,7 @@ def _shown_default(value: object, unit_: str) -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of every key, its default, unit and meaning."""
+    """docs/configuration.md's table of every key, its default, unit and meaning."""
     rows = ["| key | default | unit | meaning |", "| --- | --- | --- | --- |"]
     for key in every_key():
         meaning = key.meaning.replace("|", "\\|")

@@ -173,13 +173,15 @@ class EventsEndpoint:
         if req.method != "POST":
             return error_response(405, "method not allowed", [(b"allow", b"POST")])
         content_type = contract = agent = None
-        for name, value in req.headers:  # one pass for the three fields looked at
+        for name, value in req.headers:  # one pass; the first of each field decides
             if name == b"content-type":
-                content_type = content_type or value
+                if content_type is None:
+                    content_type = value
             elif name == CONTRACT_HEADER:
-                contract = contract or value
-            elif name == b"user-agent":
-                agent = agent or value
+                if contract is None:
+                    contract = value
+            elif name == b"user-agent" and agent is None:
+                agent = value
         self.versions.heard(fp, contract, agent)
         if contract is not None and contract != _OURS:
             refused = _refuse_version(contract)

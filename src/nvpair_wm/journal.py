@@ -20,7 +20,7 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
   rare. ``bench/journal.py`` measures the cost (``python -m bench --only journal``).
 * **fsync** (power failure, not process crash) is a group commit: at most every
   :attr:`JournalLimits.fsync_interval` seconds (default 1 s) if anything was written, in a
-  worker thread (0.6 to 8 ms measured, more on a busy disk: the loop does not wait for it).
+  worker thread (the loop does not wait for the disk).
   So a process crash loses nothing that was answered; a power failure loses at most the last
   ``fsync_interval`` of events (plus the record being written). ``fsync_interval = 0`` syncs
   every write on the loop before the reply is sent (durable on power failure, at the cost of
@@ -30,32 +30,30 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
   forgotten by now (a record whose TTL, ``terminal_ttl`` / ``live_ttl`` / ``tombstone_ttl`` by
   its class, has passed since it was written) and keeps the newest ``max_workloads`` events and
   ``max_tombstones`` removals. It runs at start (when there is anything to drop), when the
-  records appended since the last compaction reach :attr:`JournalLimits.compact_growth`
-  (default 3) times those it kept (and at least :attr:`JournalLimits.compact_min_records`)
-  and at least half of them are garbage by the table's count (the file holds that many more
-  records than the table has workloads and tombstones: a log of distinct workloads is not
-  rescanned just because it grew), and once per shortest TTL if anything was appended. So the
-  file holds at most about
-  ``(1 + compact_growth) (max_workloads + max_tombstones) + compact_min_records`` records
-  (for a ``compact_growth`` of at least 1; twice the caps below that, by the garbage rule),
-  and each compaction is paid for by ``compact_growth`` times as many appends (amortised O(1) per
-  event). A compaction (:class:`Compaction`) reads the log as it was when it began and writes
-  the result to a temporary file (about 3 µs of CPU per record read; records are folded by
-  their keys, their bytes copied, bodies never decoded), while the loop goes on appending to
-  the log. The node runs that part in a **child process** (:mod:`nvpair_wm.compactor`: a
-  fresh interpreter, so that the fold's second of pure Python on a busy node does not hold the
-  GIL against the event loop, as it did in a worker thread), killed after
+  records appended since the last compaction reach :attr:`JournalLimits.compact_growth` (default
+  3) times those it kept (and at least :attr:`JournalLimits.compact_min_records`) and at least
+  half of them are garbage by the table's count (the file holds that many more records than the
+  table has workloads and tombstones: a log of distinct workloads is not rescanned just because
+  it grew), and once per shortest TTL if anything was appended. So the file holds at most about
+  ``(1 + compact_growth) (max_workloads + max_tombstones) + compact_min_records`` records (for a
+  ``compact_growth`` of at least 1; twice the caps below that, by the garbage rule), and each
+  compaction is paid for by ``compact_growth`` times as many appends (amortised O(1) per event).
+  A compaction (:class:`Compaction`) reads the log as it was when it began and writes the result
+  to a temporary file (records are folded by their keys, their bytes copied, bodies never
+  decoded), while the loop goes on appending to the log. The node runs that part in a **child
+  process** (:mod:`nvpair_wm.compactor`: a fresh interpreter, so that the fold's pure Python on
+  a busy node does not hold the GIL against the event loop), killed after
   :attr:`JournalLimits.compaction_timeout` and when the node stops; a child that dies is one
-  warning line, the log stays as it was and the next check retries. What was appended
-  meanwhile is copied over in a worker thread (:meth:`Compaction.catch_up`: tens of MB on a
-  busy node), then, back on the loop, the rest, and the file is renamed over the log; the
-  node's group commit fsyncs the file and the directory right after, in a worker thread
-  (:meth:`Journal.compact`, and a node with ``fsync_interval = 0``, fsync before the rename). A
-  crash at any point leaves one whole file or the other (after a power failure, less what the
-  group commit had not synced yet, as ever); a temporary file left by a crash is removed at the
-  next start. A compaction that would keep every record in its place (distinct
-  workloads, none expired) writes nothing: the log already is its compaction, and it counts as
-  one. :meth:`Journal.compact` runs a whole compaction on the calling thread.
+  warning line, the log stays as it was and the next check retries. What was appended meanwhile
+  is copied over in a worker thread (:meth:`Compaction.catch_up`), then, back on the loop, the
+  rest, and the file is renamed over the log; the node's group commit fsyncs the file and the
+  directory right after, in a worker thread (:meth:`Journal.compact`, and a node with
+  ``fsync_interval = 0``, fsync before the rename). A crash at any point leaves one whole file
+  or the other (after a power failure, less what the group commit had not synced yet, as ever);
+  a temporary file left by a crash is removed at the next start. A compaction that would keep
+  every record in its place (distinct workloads, none expired) writes nothing: the log already
+  is its compaction, and it counts as one. :meth:`Journal.compact` runs a whole compaction on
+  the calling thread.
 * **Damage** is detected, reported in one warning line and never fatal: every record carries
   its length and a CRC-32. A **torn tail** (the file ends inside a record, the last record fails
   its checksum, or the tail is zeros: what a power failure during an append leaves) keeps every

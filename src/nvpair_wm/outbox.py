@@ -92,7 +92,7 @@ class BroadcastLimits:
     max_queue_frames: int = 10_000  # per peer, in flight included
     max_queue_bytes: int = 16 * MIB  # per peer, in flight included
     # Concurrent requests on one HTTP/2 connection (HTTP/1.1: 1). With the server's 64 KiB
-    # stream windows, more batches in flight is what keeps a busy link full (bench/README.md).
+    # stream windows, more batches in flight is what keeps a busy link full (bench.experiments).
     max_in_flight: int = 16
     retry_base: float = 0.1  # first backoff delay
     retry_max_delay: float = 5.0  # backoff cap; also the probe interval of an exhausted link

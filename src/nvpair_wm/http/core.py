@@ -6,9 +6,6 @@ to ``handler.max_body`` (answering :func:`too_large` when it is exceeded) and fi
 ``complete``. Everything protocol-neutral a session or an endpoint needs lives here, with
 :class:`Limits`, every bound of the server. Response headers from the handler never contain
 ``content-length``; the sessions add the framing headers themselves.
-
-:class:`ByteStream` and :class:`ShutdownRequested` describe the asyncio stream face of
-``nvpair_wm.tls.TLSConnection``, which the client side still uses.
 """
 
 from __future__ import annotations
@@ -19,17 +16,12 @@ from typing import Protocol
 
 __all__ = [
     "MIB",
-    "ByteStream",
     "Handler",
     "Limits",
     "Request",
     "Response",
-    "ShutdownRequested",
-    "bad_request",
-    "content_length_of",
     "empty_response",
     "error_response",
-    "get_header",
     "json_response",
     "path_of",
     "request_timeout",
@@ -77,51 +69,6 @@ class Handler(Protocol):
         ...
 
 
-class ShutdownRequested(Exception):
-    """Raised ONCE by :meth:`ByteStream.read` when the server starts a graceful shutdown.
-
-    The adapter then finishes what is in flight and stops (HTTP/1.1: answer the current request
-    with ``connection: close``, or return at once when idle; HTTP/2: send GOAWAY, finish open
-    streams, return). Later ``read()`` calls behave normally again, so an HTTP/2 adapter can
-    keep reading WINDOW_UPDATEs while it finishes. ``ByteStream.shutting_down`` stays true.
-    """
-
-
-class ByteStream(Protocol):
-    """One accepted, TLS-terminated connection as the adapters see it."""
-
-    @property
-    def peer_fingerprint(self) -> str | None:
-        """sha256 hex of the client's leaf certificate (DER), None if there is none."""
-        ...
-
-    @property
-    def alpn(self) -> str | None:
-        """The negotiated ALPN protocol ("h2", "http/1.1") or None."""
-        ...
-
-    @property
-    def shutting_down(self) -> bool:
-        """True once the server has begun a graceful shutdown."""
-        ...
-
-    async def read(self) -> bytes:
-        """Next chunk of decrypted bytes; b"" at EOF. May raise :class:`ShutdownRequested`."""
-        ...
-
-    def write(self, data: bytes) -> None:
-        """Queue bytes for sending (never blocks; call :meth:`drain` for backpressure)."""
-        ...
-
-    async def drain(self) -> None:
-        """Wait until the queued bytes are below the transport's high-water mark."""
-        ...
-
-    def close(self) -> None:
-        """Flush what was written (TLS close_notify included) and close. Idempotent."""
-        ...
-
-
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Every bound of the inter-node server, in one place (seconds, bytes, counts)."""
@@ -153,25 +100,6 @@ class Limits:
     h2_max_refused_per_window: int = 100  # REFUSED_STREAMs per window → GOAWAY
     h2_connection_window: int = 1024 * 1024  # connection receive window
     h2_body_buffer_budget: int = 4 * 1024 * 1024  # buffered bodies before stream windows wait
-
-
-def get_header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
-    """First value of header ``name`` (lowercase), or None."""
-    for key, value in headers:
-        if key == name:
-            return value
-    return None
-
-
-def content_length_of(headers: list[tuple[bytes, bytes]]) -> int | None:
-    """The declared content-length, None if absent. Raises ValueError if malformed."""
-    raw = get_header(headers, b"content-length")
-    if raw is None:
-        return None
-    text = raw.strip()
-    if not text.isdigit():
-        raise ValueError(f"bad content-length: {raw!r}")
-    return int(text)
 
 
 def path_of(target: str | bytes) -> str:
@@ -214,11 +142,6 @@ def error_response(
 def too_large(limit: int = MIB) -> Response:
     """413: the body exceeds ``limit`` bytes (by content-length or while streaming)."""
     return error_response(413, f"request body exceeds {limit} bytes")
-
-
-def bad_request(reason: str) -> Response:
-    """400 for malformed HTTP framing (not for JSON-RPC errors: the dispatcher does those)."""
-    return error_response(400, reason)
 
 
 def request_timeout() -> Response:

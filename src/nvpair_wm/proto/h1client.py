@@ -73,6 +73,11 @@ class H1ClientSession:
         """Requests in progress."""
         return 0 if self._pending is None else 1
 
+    @property
+    def stream_window(self) -> None:
+        """HTTP/1.1 has no flow control: no bound on a request body."""
+        return None
+
     def capacity(self, cap: int) -> int:
         """How many requests may be in progress at once: one."""
         return 1
