@@ -144,6 +144,7 @@ class Node:
             hosts=hosts,
             limits=config.http,
             is_pinned=pins.is_pinned,
+            tls_policy=config.tls,
         )
         self.broadcaster = Broadcaster(  # the same inotify-watched sources as the server
             identity,
@@ -152,6 +153,7 @@ class Node:
             config.broadcast,
             observer=None if self.metrics is None else self.metrics.delivery,
             versions=self.versions,
+            tls_policy=config.tls,
         )
         self._stop = asyncio.Event()
 
