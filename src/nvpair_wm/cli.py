@@ -26,6 +26,7 @@ from nvpair_wm_schema.contract import DEFAULT_PORT
 
 from nvpair_wm import __version__, allocator, config, logs
 from nvpair_wm.config import Config, ConfigError
+from nvpair_wm.journal import JournalFormatError
 from nvpair_wm.node import Node
 from nvpair_wm.pins import TRUSTED_DIR
 
@@ -272,6 +273,9 @@ def main(argv: list[str] | None = None) -> None:
     raise_fd_limit()
     try:
         code = asyncio.run(Node(cfg).run())
+    except JournalFormatError as exc:  # a newer release's journal: kept as it is, not read
+        logging.getLogger("nvpair_wm").error("%s; exiting with status 2", exc)
+        code = 2
     except KeyboardInterrupt:  # pragma: no cover - SIGINT is handled inside run()
         code = 130
     except Exception as exc:  # a bug outside the watched tasks: one line, and a non-zero status
