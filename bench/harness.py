@@ -51,8 +51,8 @@ BENCHMARKS: dict[str, str] = {
 }
 
 
-# Seconds each benchmark takes here (full, quick), from the last runs recorded in
-# bench/README.md; `python -m bench` prints the sum before it starts and compares at the end.
+# Seconds each benchmark takes on an idle 2-vCPU machine (full, quick), from recorded runs;
+# `python -m bench` prints the sum before it starts and compares at the end.
 ESTIMATE_SECONDS: dict[str, tuple[float, float]] = {
     "codec": (93, 17),
     "memory": (94, 11),
@@ -183,7 +183,7 @@ class Target:
     meaning: str
 
 
-MISS_MEANING = "below the issue's target on this run (see bench/README.md, Findings)"
+MISS_MEANING = "below the target on this run (see bench/README.md, What the figures depend on)"
 
 
 @dataclass
@@ -397,7 +397,7 @@ def cpu_model() -> str:
 def kernel_sched_params() -> list[str]:
     """The scheduler words of the kernel command line (``sched*``, e.g. a VM's
     ``sched_vcpu_pack=15``): they decide where a woken process runs, which the latency figures
-    of two processes on two vCPUs follow (bench/README.md, issue 9 after the eighth round)."""
+    of two processes on two vCPUs follow (bench/README.md, What the figures depend on)."""
     try:
         words = Path("/proc/cmdline").read_text().split()
     except OSError:

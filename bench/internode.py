@@ -455,8 +455,8 @@ def _measure(bench: Bench, ctx: Context, res: BenchResult) -> None:
             f"hypercorn/{v.key}",
             target,
             "each inter-node request costs the server more CPU than the issue allows: a known "
-            "miss (the h2/h11 libraries dominate, bench/README.md Findings); a ratio well below "
-            "the recorded one is a regression",
+            "miss (bench/README.md, Inter-node server: realpeer is the server's measure); a "
+            "ratio well below the recorded one is a regression",
             f"{v.label.split(', ')[0]}, {v.label.split(', ')[1]} vs hypercorn",
         )
     for v in VARIANTS:

@@ -13,7 +13,7 @@ come out torn and inclusive shares too low), and prints the
 share of samples per component (by the file of the innermost Python frame: h2/hpack/
 hyperframe, pyOpenSSL, asyncio, nvpair_wm's modules...) and the top functions, inclusive and
 self. Samples of the event loop waiting in epoll are counted apart: shares are of busy samples.
-This is how the findings in ``bench/README.md`` were made; it is not part of ``make bench``.
+It is a diagnosis tool, not part of ``make bench``.
 """
 
 from __future__ import annotations

@@ -503,7 +503,7 @@ def _measure(
             f"{100 * (two.median / TARGET_RATE - 1):+.0f} % of the target; spread "
             f"{fmt(min(two.samples))} .. {fmt(max(two.samples))}",
             meaning="two nodes carry fewer events/s than the target: the cluster's peak rate is "
-            "lower (a known miss: HTTP/2 flow control, then the sender's CPU; bench/README.md)",
+            "lower (bench/README.md, Propagation and What the figures depend on)",
         )
     )
     for c in clusters:

@@ -241,7 +241,7 @@ def pin_server(server: Server, core: int, client_core: int) -> None:
     writer's CPU), so on the server's core, just before the answer goes out: one request in
     flight then measured 9.6k requests/s for nvpair-wm against 11.2k with the drain beside the
     generator, and hypercorn (which writes its broker lines too) 3,491 against 3,549
-    (bench/README.md, "Issue 9 after the ninth round").
+    (bench/README.md, "What the figures depend on").
     """
     pin(server.pid, core)
     drain = server.drain

@@ -9,7 +9,7 @@ nvpair-wm except for one fault:
 - ``forward``: treats a duplicate event as new, so a peer's duplicate reaches the broker again.
 
 The first two run nvpair-wm as a child and filter its stdout line by line; the others patch
-one function in this process, then run nvpair-wm's own ``main``.
+one function in this process, then run nvpair-wm's own ``cli.main``.
 """
 
 from __future__ import annotations
@@ -52,8 +52,7 @@ def _wrong_status(args: list[str]) -> int:
         return resp
 
     endpoint.EventsEndpoint.head = broken_head  # type: ignore[method-assign]
-    cli.main(args)
-    return 0
+    return cli.main(args)
 
 
 def _forward_duplicates(args: list[str]) -> int:
@@ -64,8 +63,7 @@ def _forward_duplicates(args: list[str]) -> int:
         return "applied" if outcome == "duplicate" else outcome
 
     dedup.WorkloadTable.observe = broken_observe  # type: ignore[method-assign]
-    cli.main(args)
-    return 0
+    return cli.main(args)
 
 
 def main() -> int:

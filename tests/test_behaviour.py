@@ -134,12 +134,18 @@ def _exact_values(matchers: list[dict[str, Any]] | None) -> list[Any]:
 
 def test_exact_expectations_are_valid_contract_values() -> None:
     """A vector that expects an exact line or body must expect something the contract allows:
-    every line to the broker is a BrokerLine, every HTTP body an HttpResponseBody."""
+    every line to the broker is a BrokerLine, every HTTP body an HttpResponseBody, every frame
+    that reaches a peer a PeerFrame."""
     line = _contract_validator("broker-line.schema.json")
     body = _contract_validator("http-response.schema.json")
+    sent = _contract_validator("peer-frame.schema.json")
     checked = 0
     for group in vectors.load(BEHAVIOUR):
         for case in group["cases"]:
+            for name, spec in case.get("arrivals", {}).items():
+                for value in _exact_values(spec.get("frames", []) + spec.get("allowed", [])):
+                    assert sent.is_valid(value), (group["group"], case["name"], name, value)
+                    checked += 1
             lines = _exact_values(case.get("expect")) + _exact_values(case.get("broker"))
             for value in lines:
                 assert line.is_valid(value), (group["group"], case["name"], value)

@@ -475,7 +475,7 @@ def test_shutdown_while_discarding_closes_once_the_body_is_read() -> None:
     handler = Recorder()
     s = feed(req(b"0123456789", target="/early")[:-4], handler=handler)
     assert [r[0] for r in responses(s.data_to_send())] == [415]
-    s.shutdown()
+    s.shutdown(0.0)
     assert not s.closed  # the rest of the dropped body is still to come
     s.receive_data(b"6789" + req(b"never"), 0.0)
     assert s.closed

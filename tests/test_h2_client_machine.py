@@ -112,7 +112,7 @@ def test_against_our_server_graceful_shutdown_lets_requests_in_flight_finish() -
     converse(client, server, 0.0)
     sids = [client.start_request(PATH, b"[]", 1.0, 10.0) for _ in range(3)]
     server.receive_data(client.data_to_send(), 1.0)
-    server.goaway(1.0)
+    server.shutdown(1.0)
     events = converse(client, server, 1.0)
     assert responses(events) == dict.fromkeys(sids, 202)
     assert not client.usable
@@ -338,6 +338,8 @@ def test_goaway_with_an_error_code_refuses_the_streams_above_its_last() -> None:
 OK = encode_fields(((b":status", b"202"),))
 INFO = encode_fields(((b":status", b"103"),))
 WITH_LENGTH = encode_fields(((b":status", b"202"), (b"content-length", b"5")))
+TWO_STATUSES = encode_fields(((b":status", b"202"), (b":status", b"200")))
+NO_STATUS = encode_fields(((b"content-length", b"0"),))
 
 
 @pytest.mark.parametrize(
@@ -364,6 +366,8 @@ WITH_LENGTH = encode_fields(((b":status", b"202"), (b"content-length", b"5")))
         (raw(1, 0xD, 1, b"\x10" + OK), ErrorCodes.PROTOCOL_ERROR, "padding longer"),
         (raw(1, 0x25, 1, b"\x00\x00"), ErrorCodes.FRAME_SIZE_ERROR, "priority cut short"),
         (raw(1, 5, 1, INFO), ErrorCodes.PROTOCOL_ERROR, "ended by a 103"),
+        (raw(1, 5, 1, TWO_STATUSES), ErrorCodes.PROTOCOL_ERROR, "without a valid :status"),
+        (raw(1, 5, 1, NO_STATUS), ErrorCodes.PROTOCOL_ERROR, "without a valid :status"),
         (raw(1, 4, 1, OK) + raw(1, 4, 1, OK), ErrorCodes.PROTOCOL_ERROR, "without END_STREAM"),
         (raw(1, 4, 1, WITH_LENGTH) + raw(0, 1, 1, b"abc"), ErrorCodes.PROTOCOL_ERROR, "length 5"),
         (raw(1, 0, 1, OK) + raw(6, 0, 0, b"\x00" * 8), ErrorCodes.PROTOCOL_ERROR, "inside"),

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from nvpair_wm.errors import H2ConnectionError
 from nvpair_wm.http.core import Limits, Request, Response
+from nvpair_wm.proto.h1 import H1Session
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.h2.hpack import Decoder, encode_fields
 from nvpair_wm.proto.h2.streams import Stream
@@ -272,7 +273,7 @@ class Peer:
     def goaway(self) -> ErrorCodes:
         goaways = [f for f in self.got if isinstance(f, GoAwayFrame)]
         assert goaways, self.got
-        assert self.session.done
+        assert self.session.closed
         return ErrorCodes(goaways[-1].error_code)
 
     def resets(self) -> list[tuple[int, ErrorCodes]]:
@@ -376,6 +377,21 @@ def test_a_repeated_header_block_is_parsed_once_and_still_checked() -> None:
     assert len(p.handler.completed) == 3
 
 
+@pytest.mark.parametrize(("second", "status"), [("2", b"202"), ("3", b"400")])
+def test_repeated_content_length_must_agree_as_in_http1(second: str, status: bytes) -> None:
+    """Repeated content-length fields count once when they agree and get 400 when they
+    differ: the rule of HTTP/1.1 here (``h1parse``, RFC 9110 §8.6), not first-wins."""
+    p = Peer()
+    fields = [*REQUEST, ("content-length", "2"), ("content-length", second)]
+    p.feed(p.headers(1, fields, flags=0x4) + raw(0, 0x1, 1, b"{}"))
+    assert p.statuses() == [(1, status)]
+    assert len(p.handler.completed) == (1 if status == b"202" else 0)
+    wire = f"POST /e HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nContent-Length: {second}\r\n"
+    h1 = H1Session(p.handler, Limits(), FP, 0.0)
+    h1.receive_data(wire.encode() + b"\r\n{}", 0.0)
+    assert h1.data_to_send().split(b" ")[1] == status
+
+
 @pytest.mark.parametrize(
     ("payload", "flags", "code"),
     [
@@ -419,7 +435,7 @@ def test_window_update_errors_by_scope() -> None:
     p.feed(p.headers(3, flags=0x4))
     p.feed(raw(8, 0, 3, b"\x7f\xff\xff\xff"))
     assert p.resets()[-1] == (3, ErrorCodes.FLOW_CONTROL_ERROR)
-    assert not p.session.done
+    assert not p.session.closed
     p.feed(raw(8, 0, 0, b"\x7f\xff\xff\xff"))  # connection window over 2^31-1
     assert p.goaway() == ErrorCodes.FLOW_CONTROL_ERROR
     q = Peer()
@@ -439,7 +455,7 @@ def test_rst_stream_and_priority_rules() -> None:
     p.feed(raw(2, 0, 11, b"\x00\x00\x00\x0b\x10"))  # depends on itself
     p.feed(raw(2, 0, 13, b"\x00\x00\x00\x00"))  # 4 octets
     assert p.resets() == [(11, ErrorCodes.PROTOCOL_ERROR), (13, ErrorCodes.FRAME_SIZE_ERROR)]
-    assert not p.session.done
+    assert not p.session.closed
     p.feed(raw(3, 0, 21, b"\x00\x00\x00\x08"))  # RST_STREAM on an idle stream
     assert p.goaway() == ErrorCodes.PROTOCOL_ERROR
     q = Peer()
@@ -511,7 +527,7 @@ def test_stream_state_errors_leave_the_connection_up() -> None:
     before = len(p.got)
     p.feed(raw(0, 1, 5, b"late"))  # after our own RST_STREAM: dropped silently
     assert len(p.got) == before
-    assert not p.session.done
+    assert not p.session.closed
 
 
 @pytest.mark.parametrize(
@@ -608,7 +624,7 @@ def test_data_on_a_half_closed_remote_stream_is_a_stream_error() -> None:
     assert p.session.open_streams == 1
     p.feed(raw(0, 0, 1, b"x"))
     assert p.resets() == [(1, ErrorCodes.STREAM_CLOSED)]
-    assert p.session.open_streams == 0 and not p.session.done
+    assert p.session.open_streams == 0 and not p.session.closed
 
 
 def test_streams_over_the_limit_are_refused() -> None:
@@ -617,7 +633,7 @@ def test_streams_over_the_limit_are_refused() -> None:
     assert p.resets() == [(5, ErrorCodes.REFUSED_STREAM)]
     assert p.session.open_streams == 2
     p.feed(raw(0, 1, 5, b"x"))  # in flight after the refusal: dropped
-    assert p.resets() == [(5, ErrorCodes.REFUSED_STREAM)] and not p.session.done
+    assert p.resets() == [(5, ErrorCodes.REFUSED_STREAM)] and not p.session.closed
 
 
 def test_unknown_frame_types_are_ignored() -> None:
@@ -772,7 +788,7 @@ def _state(s: H2ServerSession) -> tuple[object, ...]:
             sid: (st.recv_window, st.send_window, st.received, st.mode)
             for sid, st in s._streams.items()
         },
-        (s._highest, s.requests, s.done, s._idle_since, s.next_deadline()),
+        (s._highest, s.requests, s.closed, s._idle_since, s.next_deadline()),
     )
 
 
@@ -885,7 +901,7 @@ def test_whole_request_path_is_not_taken_where_the_general_path_must_decide() ->
         got: list[object] = [session.data_to_send()]
         for first, second in script:
             if first == b"goaway":
-                session.goaway(1.5)
+                session.shutdown(1.5)
                 continue
             if one_read:
                 session.receive_data(first + second, 2.0)

@@ -40,7 +40,7 @@ from hyperframe.frame import (
 
 from nvpair_wm.http.core import Limits, Request, Response
 from nvpair_wm.io.server import InterNodeServer, ServerConnection
-from nvpair_wm.proto.h2 import DISCARD_LIMIT, H2_PREFACE, H2ServerSession
+from nvpair_wm.proto.h2 import DISCARD_PAST_LIMIT_BYTES, H2_PREFACE, H2ServerSession
 
 T = TypeVar("T")
 WAIT = 10.0  # upper bound for anything a test waits for; reactions come much sooner
@@ -608,7 +608,7 @@ def test_body_over_the_limit_gets_413_and_a_reset() -> None:
 
 
 def test_early_answer_from_head_then_the_body_is_dropped_or_cut() -> None:
-    over_cap = MIB + DISCARD_LIMIT + 100_000  # well over max_body + DISCARD_LIMIT
+    over_cap = MIB + DISCARD_PAST_LIMIT_BYTES + 100_000  # well over max_body + that
 
     async def main() -> None:
         async with H2TestServer() as server:

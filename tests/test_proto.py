@@ -138,11 +138,11 @@ def test_h1_timers_idle_header_and_body() -> None:
 
 def test_h1_shutdown_idle_closes_busy_answers_with_close() -> None:
     s = H1Session(Recorder(), Limits(), FP, now=0.0)
-    s.shutdown()
+    s.shutdown(0.0)
     assert s.closed
     s = H1Session(Recorder(), Limits(), FP, now=0.0)
     s.receive_data(h1_request(b"0123")[:-2], 0.0)
-    s.shutdown()
+    s.shutdown(0.0)
     assert not s.closed
     s.receive_data(b"23", 0.0)
     assert b"connection: close" in s.data_to_send().lower()
@@ -186,7 +186,7 @@ def test_h2_request_response_by_bytes() -> None:
     responses = [e for e in events if isinstance(e, h2.events.ResponseReceived)]
     assert [(e.stream_id, dict(e.headers)[b":status"]) for e in responses] == [(sid, b"202")]
     assert handler.completed == [("/e", b"hello")]
-    assert s.open_streams == 0 and not s.done
+    assert s.open_streams == 0 and not s.closed
     assert s.next_deadline() == 0.5 + Limits().idle_timeout
 
 
@@ -196,7 +196,7 @@ def test_h2_no_preface_in_time_is_goaway_protocol_error() -> None:
     s.handle_timeout(2.0)
     goaways = [f for f in frames_of(s.data_to_send()) if isinstance(f, GoAwayFrame)]
     assert [g.error_code for g in goaways] == [ErrorCodes.PROTOCOL_ERROR]
-    assert s.done
+    assert s.closed
 
 
 def test_h2_rapid_reset_budget_is_counted_per_window() -> None:
@@ -217,11 +217,11 @@ def test_h2_rapid_reset_budget_is_counted_per_window() -> None:
 
     reset_burst(5, 0.1)
     reset_burst(5, 1.2)  # a new window: still within budget
-    assert not s.done
+    assert not s.closed
     reset_burst(6, 1.3)
     goaways = [f for f in frames_of(s.data_to_send()) if isinstance(f, GoAwayFrame)]
     assert [g.error_code for g in goaways] == [ErrorCodes.ENHANCE_YOUR_CALM]
-    assert s.done
+    assert s.closed
 
 
 def test_h2_body_over_the_limit_is_413_and_the_rest_dropped() -> None:
@@ -246,7 +246,7 @@ def test_h2_graceful_goaway_finishes_in_flight_refuses_newer() -> None:
         sid, [(":method", "POST"), (":scheme", "https"), (":authority", "t"), (":path", "/e")]
     )
     s.receive_data(c.data_to_send(), 0.0)
-    s.goaway(1.0)
+    s.shutdown(1.0)
     first = [f for f in frames_of(s.data_to_send()) if isinstance(f, GoAwayFrame)]
     assert [(g.error_code, g.last_stream_id) for g in first] == [(ErrorCodes.NO_ERROR, sid)]
     # The client has not read the GOAWAY yet when it opens a newer stream.
@@ -259,7 +259,7 @@ def test_h2_graceful_goaway_finishes_in_flight_refuses_newer() -> None:
     out = frames_of(s.data_to_send())
     assert any(isinstance(f, RstStreamFrame) and f.stream_id == newer for f in out)
     assert handler.completed == [("/e", b"done")]
-    assert s.done  # nothing left in flight: the final GOAWAY went out
+    assert s.closed  # nothing left in flight: the final GOAWAY went out
 
 
 def test_h2_preface_pieces_and_sniffed_start() -> None:
@@ -269,7 +269,7 @@ def test_h2_preface_pieces_and_sniffed_start() -> None:
     assert data.startswith(H2_PREFACE)
     for i in range(0, len(data), 7):  # byte dribbles: the scanner reassembles
         s.receive_data(data[i : i + 7], 0.0)
-    assert not s.done
+    assert not s.closed
     assert any(
         isinstance(e, h2.events.RemoteSettingsChanged) for e in c.receive_data(s.data_to_send())
     )

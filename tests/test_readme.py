@@ -1,8 +1,8 @@
-"""The README's shell examples are tests: each runs here as written and its shown output is
+"""The docs' shell examples are tests: each runs here as written and its shown output is
 checked, so an example that stops working fails the suite.
 
-Conventions for whoever edits README.md or schema/**/*.md (the parser is generic; new blocks
-need nothing but these):
+Conventions for whoever edits README.md, docs/*.md or schema/**/*.md (the parser is generic;
+new blocks need nothing but these):
 
 * Every fenced block tagged ``sh``, ``bash``, ``shell``, ``zsh`` or ``console`` is run, alone,
   with ``bash -eo pipefail`` in a fresh empty temporary directory, with this checkout's
@@ -37,7 +37,11 @@ ILLUSTRATIVE = "<!-- illustrative -->"
 OUTPUT = "<!-- output -->"
 SHELL_TAGS = frozenset({"sh", "bash", "shell", "zsh", "console"})
 BLOCK_TIMEOUT = 60.0
-DOCS = [ROOT / "README.md", *sorted((ROOT / "schema").rglob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "schema").rglob("*.md")),
+]
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
   rare. ``bench/journal.py`` measures the cost (``python -m bench --only journal``).
 * **fsync** (power failure, not process crash) is a group commit: at most every
   :attr:`JournalLimits.fsync_interval` seconds (default 1 s) if anything was written, in a
-  worker thread (0.6 to 8 ms measured, more on a busy disk: the loop does not wait for it).
+  worker thread (the loop does not wait for the disk).
   So a process crash loses nothing that was answered; a power failure loses at most the last
   ``fsync_interval`` of events (plus the record being written). ``fsync_interval = 0`` syncs
   every write on the loop before the reply is sent (durable on power failure, at the cost of
@@ -52,19 +52,18 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
   log as it was when it began and writes the result to a temporary file as **checkpoint records**
   (each a few MB of records in one msgpack array under one CRC, decoded in bulk at the next
   start), while the loop goes on appending to the log. The node runs that part in a **child
-  process** (:mod:`nvpair_wm.compactor`: a fresh interpreter, so that the fold's second of pure
-  Python on a busy node does not hold the GIL against the event loop, as it did in a worker
-  thread), killed after :attr:`JournalLimits.compaction_timeout` and when the node stops; a child
-  that dies is one warning line, the log stays as it was and the next check retries. What was
-  appended meanwhile is copied over in a worker thread (:meth:`Compaction.catch_up`: tens of MB on
-  a busy node), then, back on the loop, the rest, and the file is renamed over the log; the node's
-  group commit fsyncs the file and the directory right after, in a worker thread
-  (:meth:`Journal.compact`, and a node with ``fsync_interval = 0``, fsync before the rename). A
-  crash at any point leaves one whole file or the other (after a power failure, less what the
-  group commit had not synced yet, as ever); a temporary file left by a crash is removed at the
-  next start. A compaction of checkpoint records alone that drops nothing writes nothing: the log
-  already is its compaction, and it counts as one. :meth:`Journal.compact` runs a whole compaction
-  on the calling thread.
+  process** (:mod:`nvpair_wm.compactor`: a fresh interpreter, so that the fold's pure Python on a
+  busy node does not hold the GIL against the event loop), killed after
+  :attr:`JournalLimits.compaction_timeout` and when the node stops; a child that dies is one
+  warning line, the log stays as it was and the next check retries. What was appended meanwhile is
+  copied over in a worker thread (:meth:`Compaction.catch_up`), then, back on the loop, the rest,
+  and the file is renamed over the log; the node's group commit fsyncs the file and the directory
+  right after, in a worker thread (:meth:`Journal.compact`, and a node with ``fsync_interval =
+  0``, fsync before the rename). A crash at any point leaves one whole file or the other (after a
+  power failure, less what the group commit had not synced yet, as ever); a temporary file left by
+  a crash is removed at the next start. A compaction of checkpoint records alone that drops
+  nothing writes nothing: the log already is its compaction, and it counts as one.
+  :meth:`Journal.compact` runs a whole compaction on the calling thread.
 * **Start** reads and reloads, nothing more: a sound file of this format is not rewritten (the
   table folds the records as it takes them, :func:`reload_table`, and skips those past their
   TTL; what follows the checkpoint records counts toward the next compaction). With the cyclic

@@ -48,12 +48,12 @@ from nvpair_wm.proto.exchanges import (
 )
 from nvpair_wm.proto.h1client import H1ClientSession
 from nvpair_wm.proto.h2.client import H2ClientSession
+from nvpair_wm.proto.sessions import ClientSession
 from nvpair_wm.proto.tls import TLSMachine
-from nvpair_wm.tls_contexts import ALPN_PROTOCOLS, client_context
+from nvpair_wm.tls_contexts import ALPN_PROTOCOLS, TLSPolicy, client_context
 
 __all__ = ["Outcome", "PeerConnection", "Response", "open_connection"]
 
-Session = H1ClientSession | H2ClientSession
 _MIN_BODY_WINDOW = 16_384  # bytes: body_window's floor (HTTP/2's default frame size)
 Outcome = Response | ClientError  # what a request's ``done`` callback gets
 
@@ -79,7 +79,7 @@ class PeerConnection(asyncio.Protocol):
         self._max_response = max_response_bytes
         self._keepalive = tcp_keepalive
         self._transport: asyncio.Transport | None = None
-        self._session: Session | None = None
+        self._session: ClientSession | None = None
         self._handshake: asyncio.Future[None] = self._loop.create_future()
         self._requests: dict[int, Callable[[Outcome], None]] = {}
         self._pings: dict[int, asyncio.Future[None]] = {}
@@ -119,10 +119,8 @@ class PeerConnection(asyncio.Protocol):
         open its window (HTTP/2: the stream window it set, but at least one default frame, so
         that a server that opens streams at 0 still gets batches); None when there is no such
         bound (HTTP/1.1)."""
-        session = self._session
-        if isinstance(session, H2ClientSession):
-            return max(session.stream_window, _MIN_BODY_WINDOW)
-        return None
+        window = None if self._session is None else self._session.stream_window
+        return None if window is None else max(window, _MIN_BODY_WINDOW)
 
     def request(
         self,
@@ -514,6 +512,7 @@ async def open_connection(
     handshake_timeout: float = 5.0,
     tcp_keepalive: float = 15.0,
     max_response_bytes: int = 1024 * 1024,
+    tls_policy: TLSPolicy | None = None,
 ) -> PeerConnection:
     """Connect, handshake, check the server's pin, and return a ready connection.
 
@@ -523,7 +522,7 @@ async def open_connection(
     """
     check = _PinCheck(expected_fingerprint, is_pinned)
     try:
-        ctx = client_context(identity, check, alpn)
+        ctx = client_context(identity, check, alpn, tls_policy)
     except ValueError as exc:
         raise ConnectFailed(f"our identity is unusable: {exc}") from exc
     ssl_conn = SSL.Connection(ctx, None)

@@ -51,8 +51,9 @@ from nvpair_wm.io.batch import EndOfBatch, for_loop
 from nvpair_wm.pins import IdentitySource
 from nvpair_wm.proto.h1 import H1Session
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
+from nvpair_wm.proto.sessions import ServerSession
 from nvpair_wm.proto.tls import TLSMachine, pointer_to
-from nvpair_wm.tls_contexts import ServerTLS
+from nvpair_wm.tls_contexts import ServerTLS, TLSPolicy
 
 __all__ = ["DEFAULT_PORT", "H2_PREFACE", "InterNodeServer", "ServerConnection", "bind_sockets"]
 
@@ -65,8 +66,6 @@ TRIM_AFTER_CONNECTIONS = 256
 #: The server's one receive buffer: the most a single read takes from a socket (asyncio's own
 #: default read size).
 RECEIVE_BUFFER_BYTES = 256 * 1024
-
-Session = H1Session | H2ServerSession
 
 
 def bind_sockets(hosts: Sequence[str] | None, port: int, backlog: int = 128) -> list[socket.socket]:
@@ -144,8 +143,7 @@ class _Admission:
             # Once loudly, then quietly: a connection flood must not become a log flood.
             level = logging.WARNING if self.evicted == 1 else logging.DEBUG
             log.log(level, "evicting unauthenticated connection from %s", oldest.peername)
-            oldest.abort()  # connection_lost() calls release()
-            self.release(oldest)
+            oldest.abort()  # frees its slot at once (abort() calls the server's released())
         self.unauthenticated[conn] = None
         return True
 
@@ -176,7 +174,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.tls = tls
         self.loop = server.loop
         self.limits = server.unauth_limits  # until the peer turns out to be pinned
-        self.session: Session | None = None
+        self.session: ServerSession | None = None
         self.transport: asyncio.Transport | None = None
         self.peername: object = None
         self.peer_fingerprint: str | None = None if tls is not None else server.plain_fingerprint
@@ -391,8 +389,7 @@ class ServerConnection(asyncio.BufferedProtocol):
                         return False
                 else:
                     self._write(out)
-            finished = session.done if isinstance(session, H2ServerSession) else session.closed
-            if finished and self._linger_until is None:
+            if session.closed and self._linger_until is None:
                 self._begin_close(now)
                 return False
         tls = self.tls
@@ -529,11 +526,8 @@ class ServerConnection(asyncio.BufferedProtocol):
         self._batch.callback_done()
 
     def _start_shutdown(self, now: float) -> None:
-        session = self.session
-        if isinstance(session, H2ServerSession):
-            session.goaway(now)
-        elif session is not None:
-            session.shutdown()
+        if self.session is not None:
+            self.session.shutdown(now)
 
     def _begin_close(self, now: float) -> None:
         """close_notify + FIN, then drop the peer's leftovers until EOF or the linger time."""
@@ -570,7 +564,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.server.released(self)  # free the slot now, before the socket is gone
 
     def abort(self) -> None:
-        """Drop the connection now, without flushing."""
+        """Drop the connection now, without flushing (an RST), and free its slot at once."""
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
@@ -598,6 +592,7 @@ class InterNodeServer:
         plaintext: bool = False,
         plain_fingerprint: str | None = None,
         plain_alpn: str | None = None,
+        tls_policy: TLSPolicy | None = None,
     ) -> None:
         self.handler = handler
         self.limits = limits or Limits()
@@ -613,7 +608,7 @@ class InterNodeServer:
             self.tls: ServerTLS | None = None
         else:
             assert identity is not None, "a TLS server needs an identity source"
-            self.tls = ServerTLS(identity)
+            self.tls = ServerTLS(identity, tls_policy)
         self.plain_fingerprint = plain_fingerprint
         self.plain_alpn = plain_alpn
         self.is_pinned = is_pinned

@@ -7,7 +7,8 @@ head declared (Content-Length bytes, or chunks through
 :class:`~nvpair_wm.proto.h1parse.ChunkedReader`) and calls the
 :class:`~nvpair_wm.http.core.Handler` (synchronous, no IO). Requests pipelined in the buffer are
 answered in order, one at a time, by the same loop. Responses are written here in one join:
-status line, the handler's headers, ``content-length`` always (none for 1xx/204/304),
+status line, the handler's headers, ``server`` and ``nvpair-contract-version`` (every response,
+:mod:`nvpair_wm.versions`), ``content-length`` always (none for 1xx/204/304),
 ``connection: close`` when the connection ends after it. We used h11 until its generality
 (events, state tables, a regex per header) cost most of the CPU per request.
 
@@ -41,10 +42,12 @@ flushes and closes the transport.
 
 from __future__ import annotations
 
+import enum
 import logging
 from http import HTTPStatus
+from typing import Final
 
-from nvpair_wm.errors import RemoteProtocolError
+from nvpair_wm.errors import LocalProtocolError, RemoteProtocolError
 from nvpair_wm.http.core import (
     Handler,
     Limits,
@@ -62,14 +65,15 @@ from nvpair_wm.proto.h1parse import (
     parse_head,
     skip_empty_lines,
 )
+from nvpair_wm.versions import RESPONSE_FIELDS
 
-__all__ = ["DISCARD_LIMIT", "H1Session"]
+__all__ = ["KEEP_ALIVE_DISCARD_BYTES", "H1Session"]
 
 log = logging.getLogger(__name__)
 
 #: An early answer to a request whose declared body is at most this big keeps the connection:
 #: the body is read and dropped. Bigger (or chunked) bodies close the connection instead.
-DISCARD_LIMIT = 64 * 1024
+KEEP_ALIVE_DISCARD_BYTES = 64 * 1024
 
 _NO_BODY_STATUSES = frozenset({204, 304})
 _STATUS_LINES: dict[int, bytes] = {
@@ -77,9 +81,27 @@ _STATUS_LINES: dict[int, bytes] = {
 }
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _FRAMING_FIELDS = (b"content-length", b"connection")
+# On every response, whoever made it (nvpair_wm.versions: server and nvpair-contract-version).
+_VERSION_LINES = [name + b": " + value for name, value in RESPONSE_FIELDS]
 
-# What the session is waiting for.
-_HEAD, _BODY, _DISCARD, _CLOSED = "head", "body", "discard", "closed"
+
+class _State(enum.Enum):
+    """What the session is waiting for."""
+
+    HEAD = "the next request head"
+    BODY = "the body of the request in flight, for the handler"
+    DISCARD = "the body of a request answered early, read and dropped"
+    CLOSED = "nothing: the connection closes once the output is written"
+
+
+_HEAD, _BODY, _DISCARD, _CLOSED = _State.HEAD, _State.BODY, _State.DISCARD, _State.CLOSED
+#: state → the states it may move to (a request with no body goes from HEAD to HEAD).
+_TRANSITIONS: Final[dict[_State, frozenset[_State]]] = {
+    _HEAD: frozenset({_HEAD, _BODY, _DISCARD, _CLOSED}),
+    _BODY: frozenset({_HEAD, _CLOSED}),
+    _DISCARD: frozenset({_HEAD, _CLOSED}),
+    _CLOSED: frozenset({_CLOSED}),
+}
 
 
 class H1Session:
@@ -180,7 +202,7 @@ class H1Session:
         if self._state is _HEAD:
             if self._head_started is None:
                 log.debug("HTTP/1.1 keep-alive connection idle: closing")
-                self._state = _CLOSED
+                self._go(_CLOSED)
             else:
                 log.debug("HTTP/1.1 request headers too slow: 408")
                 self._send_error(request_timeout())
@@ -189,20 +211,26 @@ class H1Session:
             assert self._req is not None
             self._send(self._req, request_timeout(), close=True)
         else:  # discarding a body after an early answer
-            self._state = _CLOSED
+            self._go(_CLOSED)
 
-    def shutdown(self) -> None:
+    def shutdown(self, now: float) -> None:
         """Graceful shutdown: close now when idle, else after answering what is in flight."""
         self._closing = True
         if self._state is _HEAD and self._head_started is None:
-            self._state = _CLOSED
+            self._go(_CLOSED)
+
+    def _go(self, state: _State) -> None:
+        """Move to ``state``; a move :data:`_TRANSITIONS` does not allow is a bug of ours."""
+        if state not in _TRANSITIONS[self._state]:
+            raise LocalProtocolError(f"HTTP/1.1 session: {self._state.name} to {state.name}")
+        self._state = state
 
     # -- reading ------------------------------------------------------------------------------
 
     def _next_head(self, now: float) -> bool:
         """Take the next request head and start it; False when more bytes are needed."""
         if self._closing and self._head_started is None:
-            self._state = _CLOSED
+            self._go(_CLOSED)
             return False
         buf = self._buf
         if buf[:1] == b"\r":
@@ -269,7 +297,7 @@ class H1Session:
             self._remaining = declared or 0
         if head.expect_continue and not self._buf and (head.chunked or declared):
             self._out += _CONTINUE
-        self._state = _BODY
+        self._go(_BODY)
         self._body_deadline = now + self.limits.body_timeout
 
     def _next_body_part(self, now: float) -> bool:
@@ -308,9 +336,9 @@ class H1Session:
     def _at_eof(self) -> None:
         """The peer closed its side with no complete request left in the buffer."""
         if self._state is _HEAD and not self._buf:
-            self._state = _CLOSED  # between requests: the normal end of a connection
+            self._go(_CLOSED)  # between requests: the normal end of a connection
         elif self._state is _DISCARD:
-            self._state = _CLOSED  # already answered
+            self._go(_CLOSED)  # already answered
         else:
             what = "head" if self._state is _HEAD else "body"
             raise RemoteProtocolError(f"connection closed inside a request {what}")
@@ -318,7 +346,7 @@ class H1Session:
     def _protocol_error(self, reason: str, status: int) -> None:
         log.debug("HTTP/1.1 protocol error: %s", reason)
         if self._state is _DISCARD:
-            self._state = _CLOSED  # the request was answered already: just close
+            self._go(_CLOSED)  # the request was answered already: just close
             return
         self._send_error(error_response(status, reason))
 
@@ -333,7 +361,7 @@ class H1Session:
             return
         small = (
             declared is not None
-            and declared <= DISCARD_LIMIT
+            and declared <= KEEP_ALIVE_DISCARD_BYTES
             and response.status != 413
             and not head.expect_continue  # the client may never send it: no way to frame on
         )
@@ -345,7 +373,7 @@ class H1Session:
             return
         self._chunked = None
         self._remaining = declared or 0
-        self._state = _DISCARD
+        self._go(_DISCARD)
         self._body_deadline = now + self.limits.body_timeout
 
     def _cycle_done(self, now: float) -> None:
@@ -356,7 +384,7 @@ class H1Session:
             return
         # A shutdown that came while a discarded body was still arriving ends the connection
         # here: its answer went out before the shutdown, without connection: close.
-        self._state = _CLOSED if self._closing else _HEAD
+        self._go(_CLOSED if self._closing else _HEAD)
         self._idle_since = now
 
     # -- the handler: a crash is OUR bug, answered 500 (never blamed on the peer) -------------
@@ -386,12 +414,12 @@ class H1Session:
         close = close or self._closing or not self._keep_alive
         self._out += _response_bytes(response, close, self._http10, req.method == "HEAD")
         if close:
-            self._state = _CLOSED
+            self._go(_CLOSED)
 
     def _send_error(self, response: Response) -> None:
         """Answer outside a normal cycle (bad or slow request head, broken body), then close."""
         self._out += _response_bytes(response, True, False, False)
-        self._state = _CLOSED
+        self._go(_CLOSED)
 
 
 def _response_bytes(response: Response, close: bool, http10: bool, head: bool) -> bytes:
@@ -408,6 +436,7 @@ def _response_bytes(response: Response, close: bool, http10: bool, head: bool) -
     for name, value in response.headers:
         if name not in _FRAMING_FIELDS:
             lines.append(name + b": " + value)
+    lines += _VERSION_LINES
     body = response.body
     if status < 200 or status in _NO_BODY_STATUSES:
         body = b""

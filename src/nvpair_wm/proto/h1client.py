@@ -18,7 +18,6 @@ import h11
 
 from nvpair_wm.errors import ConnectionLost, LocalProtocolError, ResponseTimeout
 from nvpair_wm.proto.exchanges import (
-    USER_AGENT,
     ClientEvent,
     ConnectionEnded,
     RequestFailed,
@@ -26,6 +25,7 @@ from nvpair_wm.proto.exchanges import (
     ResponseReceived,
     SessionChanged,
 )
+from nvpair_wm.versions import REQUEST_FIELDS
 
 __all__ = ["MAX_INCOMPLETE_EVENT_BYTES", "H1ClientSession"]
 
@@ -73,6 +73,11 @@ class H1ClientSession:
         """Requests in progress."""
         return 0 if self._pending is None else 1
 
+    @property
+    def stream_window(self) -> None:
+        """HTTP/1.1 has no flow control: no bound on a request body."""
+        return None
+
     def capacity(self, cap: int) -> int:
         """How many requests may be in progress at once: one."""
         return 1
@@ -97,7 +102,7 @@ class H1ClientSession:
             raise ConnectionLost(self.ended or "connection busy or closing")
         headers = [
             (b"host", self._authority),
-            (b"user-agent", USER_AGENT),
+            *REQUEST_FIELDS,
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
         ]

@@ -1,12 +1,15 @@
-"""The HTTP/2 server session, sans-IO, our own implementation (no h2 library on the path).
+"""HTTP/2 sessions, sans-IO, our own implementation (no h2 library on the path; h2 is the
+reference the tests check them against).
 
-``frames`` (frame layout, outbound frames), ``settings`` (ours and the peer's), ``hpack``
-(decoder and stateless response encoder), ``budgets`` (flood budgets per time window),
-``windows`` (receive flow control), ``streams`` (per-request state, inbound field rules,
-requests and responses as fields), ``connection`` (:class:`H2ServerSession`, which ties them).
+Shared by both sessions: ``frames`` (the frame layer: reading, the rules per frame type,
+padding, header blocks, outbound frames), ``settings`` (the peer's, checked; the server's own),
+``hpack`` (the decoder and a stateless encoder). The server's: ``budgets`` (flood budgets per
+time window), ``windows`` (receive flow control), ``streams`` (per-request state, inbound field
+rules, requests and responses as fields), ``connection`` (:class:`H2ServerSession`, which ties
+them). The client's: ``client`` (:class:`~nvpair_wm.proto.h2.client.H2ClientSession`).
 """
 
-from nvpair_wm.proto.h2.connection import DISCARD_LIMIT, H2ServerSession
+from nvpair_wm.proto.h2.connection import DISCARD_PAST_LIMIT_BYTES, H2ServerSession
 from nvpair_wm.proto.h2.frames import H2_PREFACE
 
-__all__ = ["DISCARD_LIMIT", "H2_PREFACE", "H2ServerSession"]
+__all__ = ["DISCARD_PAST_LIMIT_BYTES", "H2_PREFACE", "H2ServerSession"]

@@ -13,11 +13,9 @@ from h2.errors import ErrorCodes
 from nvpair_wm.errors import H2ConnectionError
 from nvpair_wm.http.core import Limits
 from nvpair_wm.proto.h2.frames import (
-    ACK,
     CONTINUATION,
     DATA,
     END_STREAM,
-    HEADERS,
     PING,
     PRIORITY,
     RST_STREAM,
@@ -48,45 +46,31 @@ class Rate:
 
 
 class FloodBudgets:
-    """The budgets of one connection, and the handshake-order check of the preface."""
+    """The budgets of one connection."""
 
-    __slots__ = ("control", "refused", "resets", "settings_seen")
+    __slots__ = ("control", "refused", "resets")
 
     def __init__(self, limits: Limits) -> None:
         window = limits.h2_rate_window
         self.resets = Rate(window, limits.h2_max_resets_per_window)
         self.control = Rate(window, limits.h2_max_control_frames_per_window)
         self.refused = Rate(window, limits.h2_max_refused_per_window)
-        self.settings_seen = False
 
     def account(
         self,
         ftype: int,
         flags: int,
-        stream_id: int,
         length: int,
         now: float,
         *,
         tracked: bool,
-        ended: bool,
         waiting_for_window: bool,
     ) -> None:
-        """Check one inbound frame (from its header); raises :class:`H2ConnectionError` on abuse.
+        """Count one inbound frame (from its header); ENHANCE_YOUR_CALM once a budget is spent.
 
-        ``tracked``: the frame's stream is one the session still serves; ``ended``: the stream
-        recently ended both ways; ``waiting_for_window``: a response waits for window there.
+        ``tracked``: the frame's stream is one the session still serves; ``waiting_for_window``:
+        a response waits for window there.
         """
-        if not self.settings_seen:
-            if ftype != SETTINGS or flags & ACK:
-                raise H2ConnectionError(
-                    ErrorCodes.PROTOCOL_ERROR, "the preface must end with SETTINGS"
-                )
-            self.settings_seen = True
-        if ftype == SETTINGS and flags & ACK and length:
-            raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
-        if ftype in (DATA, HEADERS) and ended:
-            # RFC 9113 §5.1: after END_STREAM both ways this is a connection error.
-            raise H2ConnectionError(ErrorCodes.STREAM_CLOSED, f"frame on closed stream {stream_id}")
         if ftype == RST_STREAM:
             self.reset(now)
             return

@@ -39,6 +39,7 @@ acts on the :mod:`~nvpair_wm.proto.exchanges` events these return. No socket, cl
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Final
 
 from h2.errors import ErrorCodes
@@ -51,7 +52,6 @@ from nvpair_wm.errors import (
     StreamRefused,
 )
 from nvpair_wm.proto.exchanges import (
-    USER_AGENT,
     ClientEvent,
     ConnectionEnded,
     PingAnswered,
@@ -67,6 +67,7 @@ from nvpair_wm.proto.h2.frames import (
     DATA,
     END_HEADERS,
     END_STREAM,
+    FRAME_RULES,
     GOAWAY,
     H2_PREFACE,
     HEADERS,
@@ -74,16 +75,21 @@ from nvpair_wm.proto.h2.frames import (
     PADDED,
     PING,
     PRIORITY,
-    PRIORITY_FLAG,
     PUSH_PROMISE,
     RST_STREAM,
     SETTINGS,
     WINDOW_UPDATE,
+    FrameReader,
+    HeaderBlock,
+    check_frame,
     frame,
     frame_header,
     goaway_frame,
+    header_block_frames,
+    header_fragment,
+    read_frame,
     rst_stream_frame,
-    unpack_frame_header,
+    unpad,
     window_update_frame,
 )
 from nvpair_wm.proto.h2.hpack import Decoder, encode_field
@@ -94,6 +100,7 @@ from nvpair_wm.proto.h2.settings import (
     MAX_CONCURRENT_STREAMS,
     PeerSettings,
 )
+from nvpair_wm.versions import REQUEST_FIELDS
 
 __all__ = ["H2ClientSession"]
 
@@ -111,16 +118,6 @@ _HEADER_BLOCK_MIN: Final = 64 * 1024  # header bytes always allowed, whatever th
 
 def _error(reason: str, code: int = ErrorCodes.PROTOCOL_ERROR) -> H2ConnectionError:
     return H2ConnectionError(code, reason)
-
-
-def _unpad(payload: bytes, start: int = 0) -> tuple[int, int]:
-    """(start, end) of the data inside a PADDED frame; PROTOCOL_ERROR if the pad is too long."""
-    if not payload:
-        raise _error("PADDED frame without a pad length", ErrorCodes.FRAME_SIZE_ERROR)
-    end = len(payload) - payload[0]
-    if end < start + 1:
-        raise _error("padding longer than the frame")
-    return start + 1, end
 
 
 class _Stream:
@@ -166,14 +163,12 @@ class H2ClientSession:
     __slots__ = (
         "_authority",
         "_block",
-        "_block_end_stream",
-        "_block_sid",
         "_blocks",
         "_decoder",
         "_first_block",
         "_goaway_last",
         "_goaway_sent",
-        "_inbox",
+        "_handlers",
         "_max_block",
         "_max_response",
         "_max_streams",
@@ -182,6 +177,7 @@ class H2ClientSession:
         "_peer",
         "_ping_count",
         "_pings",
+        "_reader",
         "_recv_available",
         "_recv_initial",
         "_recv_owed",
@@ -220,10 +216,21 @@ class H2ClientSession:
         self._ping_count = 0
         self._goaway_last: int | None = None
         self._goaway_sent = False
-        self._inbox = bytearray()  # an incomplete frame
-        self._block_sid = 0  # a header block continued in CONTINUATION frames
-        self._block = bytearray()
-        self._block_end_stream = False
+        self._reader = FrameReader(_MAX_FRAME)
+        self._block: HeaderBlock | None = None  # a header block awaiting CONTINUATION frames
+        #: Frame type → its handler, once the rules of FRAME_RULES and _frame held.
+        self._handlers: dict[int, Callable[[int, int, bytes, list[ClientEvent]], None]] = {
+            DATA: self._on_data,
+            HEADERS: self._on_headers,
+            PRIORITY: self._on_priority,
+            RST_STREAM: self._on_rst_stream,
+            SETTINGS: self._on_settings,
+            PUSH_PROMISE: self._on_push_promise,
+            PING: self._on_ping,
+            GOAWAY: self._on_goaway,
+            WINDOW_UPDATE: self._on_window_update,
+            CONTINUATION: self._on_continuation,
+        }
         self.ended: str | None = None  # why the session is over, once it is
 
     # -- what the driver looks at -------------------------------------------------------------
@@ -303,7 +310,7 @@ class H2ClientSession:
             out.append(frame_header(size, HEADERS, flags, sid))
             out.append(block)
         else:
-            self._split_block(sid, flags, block, max_frame)
+            out += header_block_frames(sid, block, not body, max_frame)
         window = peer.initial_window
         st = _Stream(sid, now + timeout, timeout, body, send=window, recv=self._recv_initial)
         streams[sid] = st
@@ -325,25 +332,13 @@ class H2ClientSession:
             (b":scheme", b"https"),
             (b":authority", self._authority),
             (b":path", path.encode("ascii")),
-            (b"user-agent", USER_AGENT),
+            *REQUEST_FIELDS,
             (b"content-type", b"application/json"),
         )
         block = b"".join([encode_field(name, value) for name, value in fields])
         if len(self._blocks) < 16:  # one path in practice; a bound all the same
             self._blocks[path] = block
         return block
-
-    def _split_block(self, sid: int, flags: int, block: bytes, max_frame: int) -> None:
-        """A header block over the server's frame size: HEADERS, then CONTINUATION frames."""
-        out = self._out
-        first = flags & END_STREAM
-        for start in range(0, len(block), max_frame):
-            chunk = block[start : start + max_frame]
-            last = start + max_frame >= len(block)
-            ftype = CONTINUATION if start else HEADERS
-            chunk_flags = (END_HEADERS if last else 0) | (0 if start else first)
-            out.append(frame_header(len(chunk), ftype, chunk_flags, sid))
-            out.append(chunk)
 
     def ping(self, now: float, timeout: float) -> int:
         """Send a PING; :class:`PingAnswered` or :class:`PingFailed` follows with its id."""
@@ -396,79 +391,51 @@ class H2ClientSession:
         try:
             self._receive(data, events)
         except H2ConnectionError as exc:  # the server's error (ours would propagate: a bug)
-            self._inbox.clear()
+            self._reader.clear()
             self._say_goaway(exc.code)
             events += self.end(f"protocol error: {exc.reason}", graceful=True)
         return events
 
     def _receive(self, data: bytes, events: list[ClientEvent]) -> None:
-        buf = self._inbox
-        if buf:
-            buf += data
-            if len(buf) < 9:
-                return
-            length = (buf[0] << 16) | (buf[1] << 8) | buf[2]
-            if length <= _MAX_FRAME and len(buf) < 9 + length:
-                return  # a frame arriving in pieces is copied out once, whole
-            data = bytes(buf)
-            buf.clear()
+        reader = self._reader
+        data = reader.feed(data)
         pos = 0
-        size = len(data)
-        unpack = unpack_frame_header
-        while size - pos >= 9:
-            high, low, ftype, flags, sid = unpack(data, pos)
-            length = (high << 8) | low
-            if length > _MAX_FRAME:
-                raise _error(f"frame of {length} bytes", ErrorCodes.FRAME_SIZE_ERROR)
-            end = pos + 9 + length
-            if end > size:
-                break
-            payload = data[pos + 9 : end]
-            pos = end
-            self._frame(ftype, flags, sid & 0x7FFF_FFFF, payload, events)
-        if pos < size:
-            self._inbox += data[pos:]
+        while (got := read_frame(data, pos, _MAX_FRAME)) is not None:
+            ftype, flags, sid, payload, pos = got
+            self._frame(ftype, flags, sid, payload, events)
+        reader.keep(data, pos)
 
     def _frame(
         self, ftype: int, flags: int, sid: int, payload: bytes, events: list[ClientEvent]
     ) -> None:
-        if self._block_sid and ftype != CONTINUATION:
+        """One frame: the protocol's rules that hold for every frame, the rules of its type
+        (:data:`FRAME_RULES`), then its handler."""
+        if self._block is not None and ftype != CONTINUATION:
             raise _error("frame inside a header block")
-        if ftype == HEADERS:
-            self._on_headers(flags, sid, payload, events)
-        elif ftype == DATA:
-            self._on_data(flags, sid, payload, events)
-        elif not self._settings_seen and ftype != SETTINGS:
+        if not self._settings_seen and ftype != SETTINGS:
             raise _error("the server's preface is not a SETTINGS frame")
-        elif ftype == WINDOW_UPDATE:
-            self._on_window_update(sid, payload)
-        elif ftype == SETTINGS:
-            self._on_settings(flags, sid, payload, events)
-        elif ftype == PING:
-            if sid:
-                raise _error("PING on a stream")
-            if len(payload) != 8:
-                raise _error("PING not 8 octets", ErrorCodes.FRAME_SIZE_ERROR)
-            if not flags & ACK:
-                self._out.append(frame(PING, ACK, 0, payload))
-            else:
-                pid = int.from_bytes(payload, "big")
-                if self._pings.pop(pid, None) is not None:
-                    events.append(PingAnswered(pid))
-        elif ftype == RST_STREAM:
-            self._on_rst_stream(sid, payload, events)
-        elif ftype == GOAWAY:
-            self._on_goaway(sid, payload, events)
-        elif ftype == CONTINUATION:
-            self._on_continuation(flags, sid, payload, events)
-        elif ftype == PRIORITY:
-            if not sid:
-                raise _error("PRIORITY on stream 0")
-            if len(payload) != 5:
-                raise _error("PRIORITY not 5 octets", ErrorCodes.FRAME_SIZE_ERROR)
-        elif ftype == PUSH_PROMISE:
-            raise _error("PUSH_PROMISE, which we disabled")
-        # Unknown frame types are ignored (RFC 9113 §4.1).
+        rule = FRAME_RULES.get(ftype)
+        if rule is None:
+            return  # unknown frame types are ignored (RFC 9113 §4.1)
+        if not check_frame(rule, sid, len(payload)):  # a stream error, treated as the connection's
+            raise _error(f"{rule.name} not {rule.length} octets", ErrorCodes.FRAME_SIZE_ERROR)
+        self._handlers[ftype](flags, sid, payload, events)
+
+    def _on_ping(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
+        if not flags & ACK:
+            self._out.append(frame(PING, ACK, 0, payload))
+            return
+        pid = int.from_bytes(payload, "big")
+        if self._pings.pop(pid, None) is not None:
+            events.append(PingAnswered(pid))
+
+    def _on_priority(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
+        pass  # priorities mean nothing to us; the frame's rules were checked
+
+    def _on_push_promise(
+        self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]
+    ) -> None:
+        raise _error("PUSH_PROMISE, which we disabled")
 
     def _known(self, sid: int, what: str) -> _Stream | None:
         """The stream ``sid`` if it is in progress; None for one that was (frames in flight
@@ -479,8 +446,6 @@ class H2ClientSession:
         return st
 
     def _on_settings(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
-        if sid:
-            raise _error("SETTINGS on a stream")
         if flags & ACK:
             if payload:
                 raise _error("SETTINGS ACK with a payload", ErrorCodes.FRAME_SIZE_ERROR)
@@ -502,9 +467,9 @@ class H2ClientSession:
             self._pump_all()
         events.append(SessionChanged())
 
-    def _on_window_update(self, sid: int, payload: bytes) -> None:
-        if len(payload) != 4:
-            raise _error("WINDOW_UPDATE not 4 octets", ErrorCodes.FRAME_SIZE_ERROR)
+    def _on_window_update(
+        self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]
+    ) -> None:
         increment = int.from_bytes(payload, "big") & 0x7FFF_FFFF
         if not increment:
             raise _error(f"WINDOW_UPDATE of 0 on stream {sid}")
@@ -523,38 +488,22 @@ class H2ClientSession:
             self._pump_all()
 
     def _on_headers(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
-        if not self._settings_seen:
-            raise _error("the server's preface is not a SETTINGS frame")
-        if not sid:
-            raise _error("HEADERS on stream 0")
-        start, end = 0, len(payload)
-        if flags & PADDED:
-            start, end = _unpad(payload)
-        if flags & PRIORITY_FLAG:
-            if end - start < 5:
-                raise _error("HEADERS priority cut short", ErrorCodes.FRAME_SIZE_ERROR)
-            start += 5
-        fragment = payload if start == 0 and end == len(payload) else payload[start:end]
+        fragment, dependency = header_fragment(flags, payload)
         if flags & END_HEADERS:
             self._on_block(sid, bool(flags & END_STREAM), fragment, events)
             return
-        self._block_sid = sid
-        self._block = bytearray(fragment)
-        self._block_end_stream = bool(flags & END_STREAM)
+        self._block = HeaderBlock(sid, flags, len(payload), fragment, dependency)
 
     def _on_continuation(
         self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]
     ) -> None:
-        if not self._block_sid or sid != self._block_sid:
+        block = self._block
+        if block is None or sid != block.sid:
             raise _error("CONTINUATION out of a header block")
-        self._block += payload
-        if len(self._block) > self._max_block:
-            raise _error("header block too large", ErrorCodes.ENHANCE_YOUR_CALM)
-        if flags & END_HEADERS:
-            block = bytes(self._block)
-            self._block = bytearray()
-            self._block_sid = 0
-            self._on_block(sid, self._block_end_stream, block, events)
+        whole = block.continue_with(flags, payload, self._max_block, None)
+        if whole is not None:
+            self._block = None
+            self._on_block(sid, block.end_stream, whole, events)
 
     def _on_block(
         self, sid: int, end_stream: bool, block: bytes, events: list[ClientEvent]
@@ -584,10 +533,6 @@ class H2ClientSession:
             self._complete(st, events)
 
     def _on_data(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
-        if not self._settings_seen:
-            raise _error("the server's preface is not a SETTINGS frame")
-        if not sid:
-            raise _error("DATA on stream 0")
         flow = len(payload)
         if flow:
             self._recv_available -= flow
@@ -605,7 +550,7 @@ class H2ClientSession:
             raise _error(f"DATA before the response HEADERS on stream {sid}")
         data = payload
         if flags & PADDED:
-            start, end = _unpad(payload)
+            start, end = unpad(payload)
             data = payload[start:end]
         if flow:
             st.recv_window -= flow
@@ -645,11 +590,9 @@ class H2ClientSession:
         self._sending.pop(st.sid, None)
         self._out.append(rst_stream_frame(st.sid, code))
 
-    def _on_rst_stream(self, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
-        if not sid:
-            raise _error("RST_STREAM on stream 0")
-        if len(payload) != 4:
-            raise _error("RST_STREAM not 4 octets", ErrorCodes.FRAME_SIZE_ERROR)
+    def _on_rst_stream(
+        self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]
+    ) -> None:
         st = self._known(sid, "RST_STREAM")
         if st is None:
             return
@@ -658,11 +601,7 @@ class H2ClientSession:
         code = _code_name(int.from_bytes(payload, "big"))
         events.append(RequestFailed(sid, StreamRefused(f"stream reset by the peer: {code}")))
 
-    def _on_goaway(self, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
-        if sid:
-            raise _error("GOAWAY on a stream")
-        if len(payload) < 8:
-            raise _error("GOAWAY frame too short", ErrorCodes.FRAME_SIZE_ERROR)
+    def _on_goaway(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
         last = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
         code = int.from_bytes(payload[4:8], "big")
         if self._goaway_last is None or last < self._goaway_last:
@@ -722,12 +661,16 @@ class H2ClientSession:
 def _status(headers: list[tuple[bytes, bytes]]) -> int:
     """The response's ``:status`` (RFC 9113 §8.3.2: exactly one, three digits), or a protocol
     error of the peer."""
+    status = 0
     for key, value in headers:
         if key == b":status":
-            if len(value) == 3 and value.isdigit() and value[0] != ord("0"):
-                return int(value)
-            break
-    raise _error("response without a valid :status")
+            if status or not (len(value) == 3 and value.isdigit() and value[0] != ord("0")):
+                status = 0
+                break
+            status = int(value)
+    if not status:
+        raise _error("response without a valid :status")
+    return status
 
 
 def _code_name(code: int) -> str:

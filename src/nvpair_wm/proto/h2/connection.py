@@ -27,16 +27,17 @@ the payload. The pieces, one concept per module:
 * content-length checked per stream (a mismatch resets that stream with PROTOCOL_ERROR), the
   body limit (413), timeouts (preface, header block, body, a response stuck on a closed
   window, idle); flow control both ways (responses go out as the peer's windows allow).
-* Graceful shutdown (:meth:`H2ServerSession.goaway`): GOAWAY NO_ERROR with the last stream id,
+* Graceful shutdown (:meth:`H2ServerSession.shutdown`): GOAWAY NO_ERROR with the last stream id,
   in-flight streams finish, newer ones are refused, then a final GOAWAY.
 
 An early answer (from ``handler.head``, or 413) is sent at once; the rest of the request body is
-read and dropped while the whole body stays within ``max_body`` + :data:`DISCARD_LIMIT`, and a
-bigger body is cut short with RST_STREAM NO_ERROR once the answer is out (RFC 9113 §8.1).
+read and dropped while the whole body stays within ``max_body`` +
+:data:`DISCARD_PAST_LIMIT_BYTES`, and a bigger body is cut short with RST_STREAM NO_ERROR once
+the answer is out (RFC 9113 §8.1).
 
 The driver feeds :meth:`~H2ServerSession.receive_data` (``b""`` = EOF), writes
 :meth:`~H2ServerSession.data_to_send`, arms one timer at :meth:`~H2ServerSession.next_deadline`
-and calls :meth:`~H2ServerSession.handle_timeout`; once :attr:`~H2ServerSession.done` it flushes
+and calls :meth:`~H2ServerSession.handle_timeout`; once :attr:`~H2ServerSession.closed` it flushes
 and closes.
 """
 
@@ -64,6 +65,7 @@ from nvpair_wm.proto.h2.frames import (
     DATA,
     END_HEADERS,
     END_STREAM,
+    FRAME_RULES,
     GOAWAY,
     H2_PREFACE,
     HEADERS,
@@ -76,16 +78,25 @@ from nvpair_wm.proto.h2.frames import (
     RST_STREAM,
     SETTINGS,
     WINDOW_UPDATE,
+    FrameReader,
+    HeaderBlock,
+    check_frame,
     frame,
     frame_header,
     goaway_frame,
+    header_block_frames,
+    header_fragment,
+    read_frame,
     rst_stream_frame,
     unpack_frame_header,
+    unpad,
 )
 from nvpair_wm.proto.h2.hpack import Decoder, encode_fields
 from nvpair_wm.proto.h2.settings import DEFAULT_WINDOW, PeerSettings, server_settings_frame
 from nvpair_wm.proto.h2.streams import (
+    BodyMode,
     Stream,
+    StreamEnd,
     parse_request,
     response_fields,
     trailers_problem,
@@ -93,31 +104,19 @@ from nvpair_wm.proto.h2.streams import (
 )
 from nvpair_wm.proto.h2.windows import ReceiveWindows
 
-__all__ = ["DISCARD_LIMIT", "H2ServerSession"]
+__all__ = ["DISCARD_PAST_LIMIT_BYTES", "H2ServerSession"]
 
 log = logging.getLogger(__name__)
 
 #: After an early answer the request body is read and dropped while it stays within the body
-#: limit plus this much; a bigger body is cut short with RST_STREAM NO_ERROR.
-DISCARD_LIMIT = 64 * 1024
+#: limit plus this many bytes; a bigger body is cut short with RST_STREAM NO_ERROR.
+DISCARD_PAST_LIMIT_BYTES = 64 * 1024
 
 _CLOSED_MEMORY = 1024  # closed stream ids remembered for the §5.1 rules
 _PARSED_REMEMBERED = 16  # requests parsed from header lists the decoder remembered
-# How a remembered stream closed.
-_ENDED, _RESET_SENT, _RESET_RECEIVED = 0, 1, 2
 _SETTINGS_ACK = frame(SETTINGS, ACK, 0)
 #: status → (the HEADERS frame header up to its stream id, the block) of a bare response.
 _BARE_HEADERS: dict[int, tuple[bytes, bytes]] = {}
-
-
-def _unpad(payload: bytes, start: int = 0) -> tuple[int, int]:
-    """(start, end) of the payload inside a PADDED frame; PROTOCOL_ERROR if the pad is too long."""
-    if not payload:
-        raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "PADDED frame without a pad length")
-    end = len(payload) - payload[0]
-    if end < start + 1:
-        raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "padding longer than the frame")
-    return start + 1, end
 
 
 class H2ServerSession:
@@ -125,20 +124,14 @@ class H2ServerSession:
 
     __slots__ = (
         "_block",
-        "_block_bytes",
-        "_block_continuations",
-        "_block_end_stream",
-        "_block_self_dependent",
-        "_block_sid",
-        "_block_started",
         "_budgets",
-        "_buf",
         "_closed",
         "_decoder",
         "_discard_cap",
         "_drain_deadline",
         "_goaway_last",
         "_handler",
+        "_handlers",
         "_highest",
         "_idle_since",
         "_limits",
@@ -148,13 +141,15 @@ class H2ServerSession:
         "_parsed",
         "_peer",
         "_preface_left",
+        "_reader",
         "_recv_initial",
         "_send_window",
         "_settings_acked",
+        "_settings_seen",
         "_started",
         "_streams",
         "_windows",
-        "done",
+        "closed",
         "peer_fingerprint",
         "requests",
     )
@@ -172,9 +167,9 @@ class H2ServerSession:
         self._limits = limits
         self.peer_fingerprint = peer_fingerprint
         self._max_body = min(handler.max_body, limits.max_body)
-        self._discard_cap = self._max_body + DISCARD_LIMIT
+        self._discard_cap = self._max_body + DISCARD_PAST_LIMIT_BYTES
         self._now = now
-        self._buf = bytearray()
+        self._reader = FrameReader(limits.h2_max_frame_size)
         self._preface_left = H2_PREFACE if expect_preface else b""
         self._out: list[bytes] = [server_settings_frame(limits)]
         self._windows = ReceiveWindows(self._out, limits)
@@ -186,24 +181,31 @@ class H2ServerSession:
         # Until the peer acknowledges our SETTINGS it may assume the default window.
         self._recv_initial = max(DEFAULT_WINDOW, limits.h2_initial_window_size)
         self._settings_acked = False
+        self._settings_seen = False  # the client preface ends with its SETTINGS (§3.4)
         self._streams: dict[int, Stream] = {}
-        self._closed: dict[int, int] = {}  # stream id → how it closed (bounded, oldest out)
+        self._closed: dict[int, StreamEnd] = {}  # stream id → how it closed (bounded, oldest out)
         #: id(decoded header list) → (that list, its Request): see _on_header_block.
         self._parsed: dict[int, tuple[list[tuple[bytes, bytes]], Request]] = {}
         self._highest = 0  # the highest stream id the peer opened
-        # The open header block (HEADERS without END_HEADERS, then CONTINUATION frames).
-        self._block_sid = 0
-        self._block = bytearray()
-        self._block_end_stream = False
-        self._block_self_dependent = False
-        self._block_started: float | None = None
-        self._block_bytes = 0
-        self._block_continuations = 0
+        self._block: HeaderBlock | None = None  # a header block awaiting CONTINUATION frames
+        #: Frame type → its handler, once the rules of FRAME_RULES and _frame held.
+        self._handlers: dict[int, Callable[[int, int, bytes, float], None]] = {
+            DATA: self._on_data_frame,
+            HEADERS: self._on_headers_frame,
+            PRIORITY: self._on_priority,
+            RST_STREAM: self._on_rst_stream,
+            SETTINGS: self._on_settings,
+            PUSH_PROMISE: self._on_push_promise,
+            PING: self._on_ping,
+            GOAWAY: self._on_goaway,
+            WINDOW_UPDATE: self._on_window_update,
+            CONTINUATION: self._on_continuation,
+        }
         self._started = now
         self._idle_since = now
         self._goaway_last: int | None = None  # set once a graceful GOAWAY went out
         self._drain_deadline: float | None = None
-        self.done = False
+        self.closed = False
         self.requests = 0
 
     # -- the driver's side --------------------------------------------------------------------
@@ -214,7 +216,7 @@ class H2ServerSession:
         return len(self._streams)
 
     def data_to_send(self) -> bytes:
-        if self._goaway_last is not None and not self.done:
+        if self._goaway_last is not None and not self.closed:
             self._check_drained()
         out = self._out
         if not out:
@@ -225,21 +227,21 @@ class H2ServerSession:
 
     def receive_data(self, data: bytes, now: float) -> None:
         """Feed bytes from the peer (``b""``: the peer closed its side)."""
-        if self.done:
+        if self.closed:
             return
         self._now = now
         if not data:
             log.debug("HTTP/2 peer closed the connection")
-            self.done = True
+            self.closed = True
             return
         try:  # what _guarded does, without its call: this is every request's path
             self._receive(data, now)
         except H2ConnectionError as abort:
             self._abort(abort)
 
-    def goaway(self, now: float) -> None:
+    def shutdown(self, now: float) -> None:
         """Begin a graceful shutdown: GOAWAY NO_ERROR, finish in-flight streams, then done."""
-        if self._goaway_last is not None or self.done:
+        if self._goaway_last is not None or self.closed:
             return
         self._now = now
         self._goaway_last = self._highest
@@ -248,19 +250,19 @@ class H2ServerSession:
 
     def next_deadline(self) -> float | None:
         limits = self._limits
+        block = self._block
         if (
             not self._streams
-            and self._block_started is None
+            and block is None
             and self._drain_deadline is None
-            and self._budgets.settings_seen
+            and self._settings_seen
         ):  # an idle connection between requests: only the idle timeout is left
             return self._idle_since + limits.idle_timeout
         best: float | None = None
-        if not self._budgets.settings_seen:
+        if not self._settings_seen:
             best = self._started + limits.header_timeout
-        block = self._block_started
         if block is not None:
-            best = _earlier(best, block + limits.header_timeout)
+            best = _earlier(best, block.started + limits.header_timeout)
         if not self._streams and block is None:
             best = _earlier(best, self._idle_since + limits.idle_timeout)
         if self._drain_deadline is not None:
@@ -273,7 +275,7 @@ class H2ServerSession:
         return best
 
     def handle_timeout(self, now: float) -> None:
-        if self.done:
+        if self.closed:
             return
         self._now = now
         self._guarded(self._on_timers, now)
@@ -290,7 +292,7 @@ class H2ServerSession:
     def _abort(self, abort: H2ConnectionError) -> None:
         log.info("HTTP/2 GOAWAY %s: %s", ErrorCodes(abort.code).name, abort.reason)
         self._close(abort.code, abort.reason.encode())
-        self.done = True
+        self.closed = True
 
     def _stream_error(self, sid: int, code: int, now: float) -> None:
         """RST_STREAM for a stream error the peer caused; such resets share the reset budget."""
@@ -300,17 +302,17 @@ class H2ServerSession:
         else:
             self._out.append(rst_stream_frame(sid, code))
             if sid <= self._highest:
-                self._remember(sid, _RESET_SENT)
+                self._remember(sid, StreamEnd.RESET_SENT)
         self._budgets.reset(now, "too many stream errors")
 
     # -- timers -------------------------------------------------------------------------------
 
     def _on_timers(self, now: float) -> None:
         limits = self._limits
-        if not self._budgets.settings_seen and now >= self._started + limits.header_timeout:
+        if not self._settings_seen and now >= self._started + limits.header_timeout:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "no connection preface in time")
-        block = self._block_started
-        if block is not None and now >= block + limits.header_timeout:
+        block = self._block
+        if block is not None and now >= block.started + limits.header_timeout:
             raise H2ConnectionError(
                 ErrorCodes.ENHANCE_YOUR_CALM, "header block not finished in time"
             )
@@ -322,7 +324,7 @@ class H2ServerSession:
         if idle and now >= self._idle_since + limits.idle_timeout:
             log.debug("HTTP/2 connection idle: closing")
             self._close(ErrorCodes.NO_ERROR)
-            self.done = True
+            self.closed = True
             return
         for st in list(self._streams.values()):
             if st.body_deadline is not None and now >= st.body_deadline:
@@ -336,7 +338,7 @@ class H2ServerSession:
         if st.out is None:
             log.debug("HTTP/2 stream %d: request body too slow: 408", st.sid)
             self._release_body(st)
-            st.mode = "discard"
+            st.mode = BodyMode.DISCARD
             self._respond(st, request_timeout(), reset_after=ErrorCodes.NO_ERROR)
         else:
             self._end_discard(st)
@@ -344,151 +346,118 @@ class H2ServerSession:
     # -- receiving: frames --------------------------------------------------------------------
 
     def _receive(self, data: bytes, now: float) -> None:
-        buf = self._buf
-        if buf or self._preface_left:
-            buf += data
-            if self._preface_left and not self._take_preface():
-                return
-            if len(buf) >= 9:  # a big frame arriving in pieces is copied out once, whole
-                length = (buf[0] << 16) | (buf[1] << 8) | buf[2]
-                if length <= self._limits.h2_max_frame_size and len(buf) < 9 + length:
-                    return
-            data = bytes(buf)
-            buf.clear()
-        # Frames are read from ``data`` itself (usually whole frames: one copy per payload);
-        # an incomplete frame at the end waits in ``_buf``.
+        if self._preface_left:
+            data = self._take_preface(data)
+        reader = self._reader
+        data = reader.feed(data)
         pos = 0
-        size = len(data)
-        max_frame = self._limits.h2_max_frame_size
-        unpack = unpack_frame_header
+        max_frame = reader.max_frame
         streams = self._streams
-        while size - pos >= 9:
-            high, low, ftype, flags, sid = unpack(data, pos)
-            length = (high << 8) | low
-            if length > max_frame:
-                raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, f"frame of {length} bytes")
-            end = pos + 9 + length
-            if end > size:
-                break
-            payload = data[pos + 9 : end]
-            pos = end
-            sid &= 0x7FFF_FFFF
-            # A request's own frames, in their usual shape, go straight to their handler
-            # (what _frame and _on_headers_frame would decide for them, without their calls):
-            # a whole header block opening a new odd stream, or DATA on an open stream.
-            if self._block_sid or not self._budgets.settings_seen or flags & PADDED:
+        while (got := read_frame(data, pos, max_frame)) is not None:
+            ftype, flags, sid, payload, pos = got
+            # A request's own frames in their usual shape go straight to their handler: they
+            # count in no budget and no rule of _frame can refuse them (see there).
+            if self._block is not None or not self._settings_seen or flags & PADDED:
                 self._frame(ftype, flags, sid, payload, now)
-            elif ftype == HEADERS:
-                if (
-                    flags & END_HEADERS
-                    and not flags & PRIORITY_FLAG
-                    and sid > self._highest
-                    and sid & 1
-                ):
-                    whole = False
-                    if (
-                        not flags & END_STREAM
-                        and not streams
-                        and size - end >= 9
-                        and data[end + 3] == DATA
-                        and data[end + 4] & (END_STREAM | PADDED) == END_STREAM
-                    ):
-                        # A whole request in this read (HEADERS, then DATA ending the stream,
-                        # the way Go, curl and our own client send it): see _whole_request.
-                        dhigh, dlow, _, _, dsid = unpack(data, end)
-                        dend = end + 9 + ((dhigh << 8) | dlow)
-                        whole = (
-                            dsid & 0x7FFF_FFFF == sid
-                            and dend - end - 9 <= max_frame
-                            and dend <= size
-                        )
-                    if not whole:
-                        self._on_header_block(sid, bool(flags & END_STREAM), payload, False, now)
-                    elif self._whole_request(sid, payload, data[end + 9 : dend], now):
-                        pos = dend  # its DATA frame too (else the loop reads it next)
-                else:
-                    self._frame(ftype, flags, sid, payload, now)
+            elif (
+                ftype == HEADERS
+                and flags & (END_HEADERS | PRIORITY_FLAG) == END_HEADERS
+                and sid > self._highest
+                and sid & 1
+            ):  # a whole header block opening a new stream
+                ending = None
+                if not flags & END_STREAM and not streams:
+                    ending = self._ending_data(data, pos, sid)
+                if ending is None:
+                    self._on_header_block(sid, bool(flags & END_STREAM), payload, None, now)
+                elif self._whole_request(sid, payload, ending[0], now):
+                    pos = ending[1]  # its DATA frame too (else the loop reads it next)
             elif ftype == DATA and (payload or flags & END_STREAM) and sid in streams:
                 self._on_data_frame(flags, sid, payload, now)
             else:
                 self._frame(ftype, flags, sid, payload, now)
-            if self.done:
+            if self.closed:
                 return
-        if pos < size:
-            self._buf += data[pos:]
+        reader.keep(data, pos)
 
-    def _take_preface(self) -> bool:
-        """Match buffered bytes against the client preface; True once it is complete."""
-        buf = self._buf
+    def _ending_data(self, data: bytes, pos: int, sid: int) -> tuple[bytes, int] | None:
+        """(payload, end) of the frame at ``pos`` if it is whole and a DATA frame without
+        padding that ends stream ``sid``: a whole request in one read, HEADERS then DATA, the
+        way Go, curl and our own client send it (see :meth:`_whole_request`)."""
+        if len(data) - pos < 9:
+            return None
+        high, low, ftype, flags, dsid = unpack_frame_header(data, pos)
+        end = pos + 9 + ((high << 8) | low)
+        if (
+            ftype != DATA
+            or flags & (END_STREAM | PADDED) != END_STREAM
+            or dsid & 0x7FFF_FFFF != sid
+            or end - pos - 9 > self._reader.max_frame
+            or end > len(data)
+        ):
+            return None
+        return data[pos + 9 : end], end
+
+    def _take_preface(self, data: bytes) -> bytes:
+        """Match ``data`` against the rest of the client preface; what follows the preface."""
         expected = self._preface_left
-        take = min(len(expected), len(buf))
-        if buf[:take] != expected[:take]:
+        take = min(len(expected), len(data))
+        if data[:take] != expected[:take]:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "invalid connection preface")
-        del buf[:take]
         self._preface_left = expected[take:]
-        return not self._preface_left
+        return data[take:]
 
     def _frame(self, ftype: int, flags: int, sid: int, payload: bytes, now: float) -> None:
-        budgets = self._budgets
+        """One frame: the protocol's rules that hold for every frame, its flood budget, the
+        rules of its type (:data:`FRAME_RULES`), then its handler."""
+        if not self._settings_seen:
+            if ftype != SETTINGS or flags & ACK:
+                raise H2ConnectionError(
+                    ErrorCodes.PROTOCOL_ERROR, "the preface must end with SETTINGS"
+                )
+            self._settings_seen = True
+        ended = sid <= self._highest and self._closed.get(sid) is StreamEnd.ENDED
+        if ended and ftype in (DATA, HEADERS):
+            # RFC 9113 §5.1: after END_STREAM both ways this is a connection error.
+            raise H2ConnectionError(ErrorCodes.STREAM_CLOSED, f"frame on closed stream {sid}")
         # A request's own frames (HEADERS opening a new stream; DATA that moves bytes or ends
-        # an open stream) count in no budget and cannot be on an ended stream (open streams
-        # are never among the remembered closed ones): no call to the budgets for them.
+        # an open stream) count in no budget.
         if not (
-            budgets.settings_seen
-            and (
-                (ftype == HEADERS and sid > self._highest)
-                or (ftype == DATA and (payload or flags & END_STREAM) and sid in self._streams)
-            )
+            (ftype == HEADERS and sid > self._highest)
+            or (ftype == DATA and (payload or flags & END_STREAM) and sid in self._streams)
         ):
-            stream_frame = ftype in (DATA, HEADERS)
-            budgets.account(
+            self._budgets.account(
                 ftype,
                 flags,
-                sid,
                 len(payload),
                 now,
                 tracked=ftype == DATA and sid in self._streams,
-                ended=stream_frame and sid <= self._highest and self._closed.get(sid) == _ENDED,
                 waiting_for_window=ftype == WINDOW_UPDATE and self._waiting_for_window(sid),
             )
-        if self._block_sid and ftype != CONTINUATION:
+        if self._block is not None and ftype != CONTINUATION:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "frame inside a header block")
-        if ftype == DATA:
-            self._on_data_frame(flags, sid, payload, now)
-        elif ftype == HEADERS:
-            self._on_headers_frame(flags, sid, payload, now)
-        elif ftype == WINDOW_UPDATE:
-            self._on_window_update(sid, payload, now)
-        elif ftype == SETTINGS:
-            self._on_settings(flags, sid, payload)
-        elif ftype == PING:
-            if sid:
-                raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "PING on a stream")
-            if len(payload) != 8:
-                raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "PING not 8 octets")
-            if not flags & ACK:
-                self._out.append(frame(PING, ACK, 0, payload))
-        elif ftype == RST_STREAM:
-            self._on_rst_stream(sid, payload)
-        elif ftype == CONTINUATION:
-            self._on_continuation(flags, sid, payload, now)
-        elif ftype == PRIORITY:
-            if not sid:
-                raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "PRIORITY on stream 0")
-            if len(payload) != 5:
-                self._stream_error(sid, ErrorCodes.FRAME_SIZE_ERROR, now)
-            elif int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF == sid:
-                self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)  # §5.3.1
-        elif ftype == GOAWAY:
-            if sid:
-                raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "GOAWAY on a stream")
-            if len(payload) < 8:
-                raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "GOAWAY under 8 octets")
-            log.debug("HTTP/2 peer sent GOAWAY %d", int.from_bytes(payload[4:8], "big"))
-            self.done = True
-        elif ftype == PUSH_PROMISE:
-            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
-        # Unknown frame types are ignored (§4.1); the budgets counted them.
+        rule = FRAME_RULES.get(ftype)
+        if rule is None:
+            return  # unknown frame types are ignored (§4.1); the budgets counted them
+        if not check_frame(rule, sid, len(payload)):
+            self._stream_error(sid, ErrorCodes.FRAME_SIZE_ERROR, now)
+            return
+        self._handlers[ftype](flags, sid, payload, now)
+
+    def _on_ping(self, flags: int, sid: int, payload: bytes, now: float) -> None:
+        if not flags & ACK:
+            self._out.append(frame(PING, ACK, 0, payload))
+
+    def _on_priority(self, flags: int, sid: int, payload: bytes, now: float) -> None:
+        if int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF == sid:
+            self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)  # §5.3.1
+
+    def _on_goaway(self, flags: int, sid: int, payload: bytes, now: float) -> None:
+        log.debug("HTTP/2 peer sent GOAWAY %d", int.from_bytes(payload[4:8], "big"))
+        self.closed = True
+
+    def _on_push_promise(self, flags: int, sid: int, payload: bytes, now: float) -> None:
+        raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
 
     def _waiting_for_window(self, stream_id: int) -> bool:
         if stream_id:
@@ -501,14 +470,12 @@ class H2ServerSession:
         if sid > self._highest:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"{what} on idle stream {sid}")
         how = self._closed.get(sid)
-        if how == _ENDED:
+        if how is StreamEnd.ENDED:
             raise H2ConnectionError(ErrorCodes.STREAM_CLOSED, f"{what} on closed stream {sid}")
-        if how != _RESET_SENT:  # after our own RST_STREAM, frames in flight are dropped
+        if how is not StreamEnd.RESET_SENT:  # after our RST_STREAM, frames in flight are dropped
             self._stream_error(sid, ErrorCodes.STREAM_CLOSED, now)
 
     def _on_data_frame(self, flags: int, sid: int, payload: bytes, now: float) -> None:
-        if not sid:
-            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "DATA on stream 0")
         flow = len(payload)
         if sid > self._highest:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
@@ -517,7 +484,7 @@ class H2ServerSession:
             windows.consume(flow)
         data = payload
         if flags & PADDED:
-            start, end = _unpad(payload)
+            start, end = unpad(payload)
             data = payload[start:end]
         st = self._streams.get(sid)
         if st is None:
@@ -533,7 +500,7 @@ class H2ServerSession:
         request = st.request
         received = st.received + len(data)
         if (
-            st.mode == "body"
+            st.mode is BodyMode.BUFFER
             and request is not None
             and (request.content_length or 0) >= received
             and received <= self._max_body
@@ -561,52 +528,31 @@ class H2ServerSession:
     def _on_headers_frame(self, flags: int, sid: int, payload: bytes, now: float) -> None:
         if not sid & 1:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"HEADERS on stream {sid}")
-        start, end = 0, len(payload)
-        if flags & PADDED:
-            start, end = _unpad(payload)
-        self_dependent = False
-        if flags & PRIORITY_FLAG:
-            if end - start < 5:
-                raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "HEADERS priority cut short")
-            dependency = int.from_bytes(payload[start : start + 4], "big") & 0x7FFF_FFFF
-            self_dependent = dependency == sid
-            start += 5
-        fragment = payload if start == 0 and end == len(payload) else payload[start:end]
+        fragment, dependency = header_fragment(flags, payload)
         if flags & END_HEADERS:
-            self._on_header_block(sid, bool(flags & END_STREAM), fragment, self_dependent, now)
+            self._on_header_block(sid, bool(flags & END_STREAM), fragment, dependency, now)
             return
-        self._block_sid = sid
-        self._block = bytearray(fragment)
-        self._block_end_stream = bool(flags & END_STREAM)
-        self._block_self_dependent = self_dependent
-        self._block_started = now
-        self._block_bytes = len(payload)
-        self._block_continuations = 0
+        self._block = HeaderBlock(sid, flags, len(payload), fragment, dependency)
+        self._block.started = now
 
     def _on_continuation(self, flags: int, sid: int, payload: bytes, now: float) -> None:
-        if not self._block_sid or sid != self._block_sid:
+        block = self._block
+        if block is None or sid != block.sid:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "CONTINUATION out of a block")
-        self._block_bytes += len(payload)
-        self._block_continuations += 1
-        if self._block_bytes > self._limits.h2_max_header_block_bytes:
-            raise H2ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, "header block too large")
-        if self._block_continuations > self._limits.h2_max_continuation_frames:
-            raise H2ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, "too many CONTINUATION frames")
-        self._block += payload
-        if flags & END_HEADERS:
-            block = bytes(self._block)
-            self._block = bytearray()
-            self._block_sid = 0
-            self._block_started = None
-            self._on_header_block(
-                sid, self._block_end_stream, block, self._block_self_dependent, now
-            )
+        limits = self._limits
+        whole = block.continue_with(
+            flags, payload, limits.h2_max_header_block_bytes, limits.h2_max_continuation_frames
+        )
+        if whole is not None:
+            self._block = None
+            self._on_header_block(sid, block.end_stream, whole, block.dependency, now)
 
     def _on_header_block(
-        self, sid: int, end_stream: bool, block: bytes, self_dependent: bool, now: float
+        self, sid: int, end_stream: bool, block: bytes, dependency: int | None, now: float
     ) -> None:
         # Decoded whatever becomes of the stream: the dynamic table must follow every block.
-        self._on_fields(sid, end_stream, self._decoder.decode(block), self_dependent, now)
+        fields = self._decoder.decode(block)
+        self._on_fields(sid, end_stream, fields, dependency == sid, now)
 
     def _on_fields(
         self,
@@ -720,7 +666,7 @@ class H2ServerSession:
         cached = _BARE_HEADERS.get(response.status) or _bare_headers(response.status)
         self._out.append(cached[0] + sid.to_bytes(4, "big") + cached[1])
         closed = self._closed
-        closed[sid] = _ENDED
+        closed[sid] = StreamEnd.ENDED
         if len(closed) > _CLOSED_MEMORY:
             del closed[next(iter(closed))]
         self._idle_since = self._now
@@ -768,9 +714,7 @@ class H2ServerSession:
         else:
             self._on_end(st)
 
-    def _on_window_update(self, sid: int, payload: bytes, now: float) -> None:
-        if len(payload) != 4:
-            raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "WINDOW_UPDATE not 4 octets")
+    def _on_window_update(self, flags: int, sid: int, payload: bytes, now: float) -> None:
         increment = int.from_bytes(payload, "big") & 0x7FFF_FFFF
         if not sid:
             if not increment:
@@ -794,9 +738,7 @@ class H2ServerSession:
             return
         self._pump(st)
 
-    def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
-        if sid:
-            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "SETTINGS on a stream")
+    def _on_settings(self, flags: int, sid: int, payload: bytes, now: float) -> None:
         if flags & ACK:
             if payload:
                 raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "SETTINGS ACK with payload")
@@ -818,14 +760,12 @@ class H2ServerSession:
             if delta > 0:
                 self._pump_all()
 
-    def _on_rst_stream(self, sid: int, payload: bytes) -> None:
-        if len(payload) != 4:
-            raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "RST_STREAM not 4 octets")
-        if not sid or sid > self._highest:
+    def _on_rst_stream(self, flags: int, sid: int, payload: bytes, now: float) -> None:
+        if sid > self._highest:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"RST_STREAM on idle {sid}")
         st = self._streams.get(sid)
         if st is not None:
-            self._drop(st, _RESET_RECEIVED)
+            self._drop(st, StreamEnd.RESET_RECEIVED)
 
     # -- receiving: requests ------------------------------------------------------------------
 
@@ -836,7 +776,7 @@ class H2ServerSession:
         if declared is not None and st.received > declared:
             self._malformed(st, "body longer than content-length")
             return
-        if st.mode == "discard":
+        if st.mode is BodyMode.DISCARD:
             if st.received > self._discard_cap:
                 self._end_discard(st)
             else:
@@ -862,7 +802,7 @@ class H2ServerSession:
         if request is not None and request.content_length not in (None, st.received):
             self._malformed(st, "body shorter than content-length")
             return
-        if st.mode == "body" and st.out is None and request is not None:
+        if st.mode is BodyMode.BUFFER and st.out is None and request is not None:
             if whole is not None:
                 body = whole
             else:
@@ -890,14 +830,14 @@ class H2ServerSession:
                 st.send_deadline = None
                 if streams.pop(sid, None) is not None:
                     closed = self._closed
-                    closed[sid] = _ENDED
+                    closed[sid] = StreamEnd.ENDED
                     if len(closed) > _CLOSED_MEMORY:
                         del closed[next(iter(closed))]
                     if not streams:
                         self._idle_since = self._now
                 return
         if st.response_done:  # _forget_if_done (the remote side is done here)
-            self._drop(st, _ENDED)
+            self._drop(st, StreamEnd.ENDED)
 
     def _release_body(self, st: Stream) -> None:
         if st.body:
@@ -943,20 +883,11 @@ class H2ServerSession:
 
     def _send_headers(self, sid: int, block: bytes, end_stream: bool) -> None:
         """HEADERS (+ CONTINUATION frames if the block is over the peer's frame size)."""
-        flags = END_STREAM if end_stream else 0
-        size = self._peer.max_frame_size
-        if len(block) <= size:
-            self._out.append(frame_header(len(block), HEADERS, flags | END_HEADERS, sid) + block)
-            return
-        self._out.append(frame(HEADERS, flags, sid, block[:size]))
-        for off in range(size, len(block), size):
-            last = off + size >= len(block)
-            chunk = block[off : off + size]
-            self._out.append(frame(CONTINUATION, END_HEADERS if last else 0, sid, chunk))
+        self._out += header_block_frames(sid, block, end_stream, self._peer.max_frame_size)
 
     def _answer_early(self, st: Stream, response: Response | None) -> None:
         """Answer before the body is complete; drop the rest unless it is known to be too big."""
-        st.mode = "discard"
+        st.mode = BodyMode.DISCARD
         declared = st.request.content_length if st.request is not None else None
         too_big = declared is not None and declared > self._discard_cap
         self._respond(st, response, reset_after=ErrorCodes.NO_ERROR if too_big else None)
@@ -1011,13 +942,13 @@ class H2ServerSession:
 
     def _refuse(self, sid: int) -> None:
         self._out.append(rst_stream_frame(sid, ErrorCodes.REFUSED_STREAM))
-        self._remember(sid, _RESET_SENT)
+        self._remember(sid, StreamEnd.RESET_SENT)
 
     def _reset(self, st: Stream, code: int) -> None:
         self._out.append(rst_stream_frame(st.sid, code))
-        self._drop(st, _RESET_SENT)
+        self._drop(st, StreamEnd.RESET_SENT)
 
-    def _drop(self, st: Stream, how: int) -> None:
+    def _drop(self, st: Stream, how: StreamEnd) -> None:
         if self._streams.pop(st.sid, None) is None:
             return
         self._remember(st.sid, how)
@@ -1026,7 +957,7 @@ class H2ServerSession:
         if not self._streams:
             self._idle_since = self._now
 
-    def _remember(self, sid: int, how: int) -> None:
+    def _remember(self, sid: int, how: StreamEnd) -> None:
         closed = self._closed
         closed[sid] = how
         if len(closed) > _CLOSED_MEMORY:
@@ -1034,17 +965,17 @@ class H2ServerSession:
 
     def _forget_if_done(self, st: Stream) -> None:
         if st.response_done and st.remote_done:
-            self._drop(st, _ENDED)
+            self._drop(st, StreamEnd.ENDED)
 
     # -- graceful shutdown --------------------------------------------------------------------
 
     def _check_drained(self) -> None:
-        if not self._streams and self._block_started is None:
+        if not self._streams and self._block is None:
             self._finish_graceful()
 
     def _finish_graceful(self) -> None:
         self._close(ErrorCodes.NO_ERROR)
-        self.done = True
+        self.closed = True
 
     def _close(self, code: int, debug: bytes = b"") -> None:
         """Queue the final GOAWAY; its last stream id never exceeds a graceful one sent before."""

@@ -1,13 +1,24 @@
-"""HTTP/2 frame layout (RFC 9113 §4, §6): type and flag numbers, and frames written out.
+"""The HTTP/2 frame layer shared by the server and client sessions (RFC 9113 §4, §6).
 
-Inbound frames are not objects: the session reads the 9-byte header straight from its buffer
-and hands the payload to the handler of the frame type (see ``connection``). Outbound frames
-are bytes built here, one ``struct.pack`` for the header.
+Inbound frames are not objects: :class:`FrameReader` hands over the bytes to read and
+:func:`read_frame` reads one 9-byte header and slices its payload; :data:`FRAME_RULES` holds,
+per frame type, the rules that need no session state (which stream it may be on, its fixed
+length), checked by :func:`check_frame`. Padding (:func:`unpad`), the header block fragment of
+a HEADERS frame (:func:`header_fragment`), a block continued in CONTINUATION frames
+(:class:`HeaderBlock`) and a block split for the peer's frame size (:func:`header_block_frames`)
+are here too. Outbound frames are bytes, one ``struct.pack`` for the header.
 """
 
 from __future__ import annotations
 
+import enum
 import struct
+from dataclasses import dataclass
+from typing import Final
+
+from h2.errors import ErrorCodes
+
+from nvpair_wm.errors import H2ConnectionError
 
 __all__ = [
     "ACK",
@@ -15,6 +26,7 @@ __all__ = [
     "DATA",
     "END_HEADERS",
     "END_STREAM",
+    "FRAME_RULES",
     "GOAWAY",
     "H2_PREFACE",
     "HEADERS",
@@ -27,11 +39,20 @@ __all__ = [
     "RST_STREAM",
     "SETTINGS",
     "WINDOW_UPDATE",
+    "FrameReader",
+    "FrameRule",
+    "HeaderBlock",
+    "On",
+    "check_frame",
     "frame",
     "frame_header",
     "goaway_frame",
+    "header_block_frames",
+    "header_fragment",
+    "read_frame",
     "rst_stream_frame",
     "unpack_frame_header",
+    "unpad",
     "window_update_frame",
 ]
 
@@ -43,10 +64,204 @@ PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0x5, 0x6, 0x7, 0x8, 0x
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
 
 MAX_WINDOW = 2**31 - 1  # flow-control windows and increments (RFC 9113 §6.9.1)
+_STREAM_ID_MASK: Final = 0x7FFF_FFFF  # the reserved bit is ignored on receipt (§4.1)
 
 _HEADER = struct.Struct(">HBBBL")  # 24-bit length as 16 + 8 bits, type, flags, stream id
-#: ``(length >> 8, length & 0xFF, type, flags, stream id with its reserved bit)`` at an offset.
+#: ``(length >> 8, length & 0xFF, type, flags, stream id with its reserved bit)`` at an offset:
+#: for a look at the next frame before deciding whether to read it.
 unpack_frame_header = _HEADER.unpack_from
+
+
+class On(enum.Enum):
+    """Which streams a frame type may be sent on."""
+
+    CONNECTION = "stream 0 only"
+    STREAM = "a stream, never 0"
+    EITHER = "stream 0 or a stream"
+
+
+@dataclass(frozen=True, slots=True)
+class FrameRule:
+    """What a frame type's header alone must satisfy (a connection error when it does not,
+    except ``length_is_stream_error``: §6.3 makes a PRIORITY of the wrong size a stream error).
+    """
+
+    name: str
+    on: On
+    length: int | None = None  # the payload's fixed length in octets
+    min_length: int = 0
+    length_is_stream_error: bool = False
+
+
+FRAME_RULES: Final[dict[int, FrameRule]] = {
+    DATA: FrameRule("DATA", On.STREAM),  # §6.1
+    HEADERS: FrameRule("HEADERS", On.STREAM),  # §6.2
+    PRIORITY: FrameRule("PRIORITY", On.STREAM, 5, length_is_stream_error=True),  # §6.3
+    RST_STREAM: FrameRule("RST_STREAM", On.STREAM, 4),  # §6.4
+    SETTINGS: FrameRule("SETTINGS", On.CONNECTION),  # §6.5 (6n octets: PeerSettings)
+    PUSH_PROMISE: FrameRule("PUSH_PROMISE", On.STREAM),  # §6.6
+    PING: FrameRule("PING", On.CONNECTION, 8),  # §6.7
+    GOAWAY: FrameRule("GOAWAY", On.CONNECTION, min_length=8),  # §6.8
+    WINDOW_UPDATE: FrameRule("WINDOW_UPDATE", On.EITHER, 4),  # §6.9
+    CONTINUATION: FrameRule("CONTINUATION", On.STREAM),  # §6.10
+}
+
+
+def check_frame(rule: FrameRule, sid: int, length: int) -> bool:
+    """Check a frame against its type's rule; False for a PRIORITY of the wrong size (a
+    stream error the caller answers), :class:`H2ConnectionError` for a connection error."""
+    if rule.on is On.STREAM:
+        if not sid:
+            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"{rule.name} on stream 0")
+    elif rule.on is On.CONNECTION and sid:
+        raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"{rule.name} on a stream")
+    if rule.length is not None and length != rule.length:
+        if rule.length_is_stream_error:
+            return False
+        raise H2ConnectionError(
+            ErrorCodes.FRAME_SIZE_ERROR, f"{rule.name} not {rule.length} octets"
+        )
+    if length < rule.min_length:
+        raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, f"{rule.name} frame too short")
+    return True
+
+
+class FrameReader:
+    """Holds an incomplete frame until the rest of it arrives.
+
+    :meth:`feed` returns the bytes to read frames from: the new bytes themselves when nothing
+    was held (the usual case: one copy per payload, taken by :func:`read_frame`), else what was
+    held plus them once a frame is complete (a big frame arriving in pieces is copied out
+    once, whole). :meth:`keep` holds the incomplete tail.
+    """
+
+    __slots__ = ("_held", "max_frame")
+
+    def __init__(self, max_frame: int) -> None:
+        self.max_frame = max_frame  # the largest payload we accept (our SETTINGS_MAX_FRAME_SIZE)
+        self._held = bytearray()
+
+    def feed(self, data: bytes) -> bytes:
+        held = self._held
+        if not held:
+            return data
+        held += data
+        if len(held) < 9:
+            return b""
+        length = (held[0] << 16) | (held[1] << 8) | held[2]
+        if length <= self.max_frame and len(held) < 9 + length:
+            return b""
+        data = bytes(held)
+        held.clear()
+        return data
+
+    def keep(self, data: bytes, pos: int) -> None:
+        if pos < len(data):
+            self._held += data[pos:]
+
+    def clear(self) -> None:
+        self._held.clear()
+
+
+def read_frame(data: bytes, pos: int, max_frame: int) -> tuple[int, int, int, bytes, int] | None:
+    """The frame at ``pos``: ``(type, flags, stream id, payload, end)``; None while incomplete.
+
+    A payload over ``max_frame`` is a FRAME_SIZE_ERROR (§4.2), known from the header alone.
+    """
+    if len(data) - pos < 9:
+        return None
+    high, low, ftype, flags, sid = unpack_frame_header(data, pos)
+    length = (high << 8) | low
+    if length > max_frame:
+        raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, f"frame of {length} bytes")
+    end = pos + 9 + length
+    if end > len(data):
+        return None
+    return ftype, flags, sid & _STREAM_ID_MASK, data[pos + 9 : end], end
+
+
+def unpad(payload: bytes, start: int = 0) -> tuple[int, int]:
+    """(start, end) of the data inside a PADDED frame's payload (§6.1, §6.2)."""
+    if not payload:
+        raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "PADDED frame without a pad length")
+    end = len(payload) - payload[0]
+    if end < start + 1:
+        raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "padding longer than the frame")
+    return start + 1, end
+
+
+def header_fragment(flags: int, payload: bytes) -> tuple[bytes, int | None]:
+    """A HEADERS payload's header block fragment, and the stream it depends on when the
+    PRIORITY flag is set (§6.2): padding and priority fields taken off."""
+    start, end = 0, len(payload)
+    if flags & PADDED:
+        start, end = unpad(payload)
+    dependency = None
+    if flags & PRIORITY_FLAG:
+        if end - start < 5:
+            raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "HEADERS priority cut short")
+        dependency = int.from_bytes(payload[start : start + 4], "big") & _STREAM_ID_MASK
+        start += 5
+    fragment = payload if start == 0 and end == len(payload) else payload[start:end]
+    return fragment, dependency
+
+
+class HeaderBlock:
+    """A header block begun by HEADERS without END_HEADERS and continued in CONTINUATION
+    frames (§6.10); no other frame may come between them.
+
+    Bounded by the octets of its frames' payloads and by the number of CONTINUATION frames:
+    past either the connection ends with ENHANCE_YOUR_CALM (CONTINUATION floods).
+    """
+
+    __slots__ = (
+        "_continuations",
+        "_fragments",
+        "_frame_bytes",
+        "dependency",
+        "end_stream",
+        "sid",
+        "started",
+    )
+
+    def __init__(
+        self, sid: int, flags: int, payload_size: int, fragment: bytes, dependency: int | None
+    ) -> None:
+        self.sid = sid
+        self.end_stream = bool(flags & END_STREAM)
+        self.dependency = dependency  # from the HEADERS frame's priority fields
+        self._fragments = bytearray(fragment)
+        self._frame_bytes = payload_size  # the HEADERS payload, padding included
+        self._continuations = 0
+        self.started = 0.0  # when the HEADERS frame came (for the session's timer)
+
+    def continue_with(
+        self, flags: int, payload: bytes, max_bytes: int, max_continuations: int | None
+    ) -> bytes | None:
+        """Add a CONTINUATION frame's fragment; the whole block once END_HEADERS ends it."""
+        self._frame_bytes += len(payload)
+        self._continuations += 1
+        if self._frame_bytes > max_bytes:
+            raise H2ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, "header block too large")
+        if max_continuations is not None and self._continuations > max_continuations:
+            raise H2ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, "too many CONTINUATION frames")
+        self._fragments += payload
+        return bytes(self._fragments) if flags & END_HEADERS else None
+
+
+def header_block_frames(sid: int, block: bytes, end_stream: bool, max_frame: int) -> list[bytes]:
+    """A header block as HEADERS (END_HEADERS when it fits ``max_frame``), then CONTINUATION
+    frames, the last with END_HEADERS (§4.3)."""
+    first = END_STREAM if end_stream else 0
+    if len(block) <= max_frame:
+        return [frame_header(len(block), HEADERS, first | END_HEADERS, sid) + block]
+    out = []
+    for start in range(0, len(block), max_frame):
+        chunk = block[start : start + max_frame]
+        last = END_HEADERS if start + max_frame >= len(block) else 0
+        ftype, flags = (CONTINUATION, last) if start else (HEADERS, first | last)
+        out.append(frame_header(len(chunk), ftype, flags, sid) + chunk)
+    return out
 
 
 def frame_header(length: int, ftype: int, flags: int, stream_id: int) -> bytes:

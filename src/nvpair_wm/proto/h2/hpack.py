@@ -1,4 +1,4 @@
-"""HPACK (RFC 7541) for the server: a bounded decoder, and a stateless response encoder.
+"""HPACK (RFC 7541) for both sessions: a bounded decoder, and a stateless encoder.
 
 The decoder keeps the peer's dynamic table and is the one piece of the server whose state must
 follow every header block, even blocks of streams that are refused or ignored. Huffman strings
@@ -8,7 +8,9 @@ repeated value costs one dict lookup.
 
 The encoder never indexes (literal without indexing, static-table names), so it has no
 dynamic table and no state to keep in step with the peer's SETTINGS_HEADER_TABLE_SIZE; the
-blocks of repeated responses (``:status 202`` + ``content-length 0``, ...) come from a cache.
+server's blocks of repeated responses (``:status 202`` + ``content-length 0``, ...) come from a
+cache, and the client encodes its request's fixed fields once per connection
+(:func:`encode_field`).
 """
 
 from __future__ import annotations

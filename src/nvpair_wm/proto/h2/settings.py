@@ -1,8 +1,10 @@
-"""SETTINGS of an HTTP/2 server connection (RFC 9113 §6.5): ours as sent, the peer's checked.
+"""SETTINGS of an HTTP/2 connection (RFC 9113 §6.5): the peer's checked, the server's own.
 
-Only the peer values the server acts on are kept: the initial stream send window and the
-largest frame it may be sent. Its header table size does not matter (our encoder never uses
-the dynamic table), nor its stream limit (we never push).
+:class:`PeerSettings` serves both sessions. It keeps the peer values both act on: the initial
+stream send window and the largest frame the peer may be sent. The peer's header table size
+does not matter (our encoder never uses the dynamic table); its stream limit matters to the
+client only, which reads it itself (the server never pushes). :func:`server_settings_frame` is
+the server's preface; the client builds its own.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def server_settings_frame(limits: Limits) -> bytes:
 
 
 class PeerSettings:
-    """The client's settings that shape what we send."""
+    """The peer's settings that shape what we send."""
 
     __slots__ = ("initial_window", "max_frame_size")
 

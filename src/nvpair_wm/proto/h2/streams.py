@@ -6,15 +6,19 @@ so the session resets that stream and the connection goes on.
 
 from __future__ import annotations
 
+import enum
 import re
 
 from h2.errors import ErrorCodes
 
 from nvpair_wm.http.core import Request, Response, error_response, path_of
+from nvpair_wm.versions import RESPONSE_FIELDS
 
 __all__ = [
     "NO_BODY_STATUSES",
+    "BodyMode",
     "Stream",
+    "StreamEnd",
     "parse_request",
     "response_fields",
     "trailers_problem",
@@ -56,6 +60,21 @@ _paths: dict[bytes, str] = {}
 _methods = {b"POST": "POST", b"GET": "GET", b"HEAD": "HEAD", b"PUT": "PUT"}
 
 
+class BodyMode(enum.Enum):
+    """What becomes of a request body's DATA."""
+
+    BUFFER = "buffered for the handler's complete()"
+    DISCARD = "read and dropped: the request was answered early"
+
+
+class StreamEnd(enum.Enum):
+    """How a stream no longer tracked closed: it decides the answer to a late frame (§5.1)."""
+
+    ENDED = "END_STREAM both ways: DATA or HEADERS is a connection error STREAM_CLOSED"
+    RESET_SENT = "by our RST_STREAM: frames in flight are dropped"
+    RESET_RECEIVED = "by the peer's RST_STREAM: a frame is a stream error STREAM_CLOSED"
+
+
 class Stream:
     """What the session keeps per request stream, until both directions are done."""
 
@@ -80,7 +99,7 @@ class Stream:
     def __init__(self, sid: int, recv_window: int, send_window: int) -> None:
         self.sid = sid
         self.request: Request | None = None
-        self.mode = "body"  # "body": buffering for complete(); "discard": answered early
+        self.mode = BodyMode.BUFFER
         self.body = bytearray()
         self.received = 0  # DATA payload bytes, checked against request.content_length
         self.owed = 0  # flow-controlled bytes received whose stream window is not yet reopened
@@ -103,13 +122,15 @@ def valid_fields(headers: list[tuple[bytes, bytes]]) -> bool:
 def response_fields(
     response: Response, head_request: bool
 ) -> tuple[list[tuple[bytes, bytes]], bytes]:
-    """(header fields, body) of ``response``: ``:status`` first, content-length added."""
+    """(header fields, body) of ``response``: ``:status`` first, then the handler's fields, the
+    version fields of every response (:mod:`nvpair_wm.versions`) and content-length."""
     status = response.status
     headers: list[tuple[bytes, bytes]] = [(b":status", _STATUS.get(status) or str(status).encode())]
     for k, v in response.headers:
         name = k.lower()
         if name not in _DROPPED_RESPONSE_FIELDS:
             headers.append((name, v))
+    headers += RESPONSE_FIELDS  # on every response (nvpair_wm.versions)
     body = response.body
     if status in NO_BODY_STATUSES:
         body = b""
@@ -156,7 +177,7 @@ def parse_request(
     ``:authority``); names that are not lowercase tokens; connection-specific fields; TE
     other than ``trailers``; values with NUL/CR/LF or surrounding whitespace. Answers: 431
     over ``max_header_bytes`` (RFC 7541 §4.1 sizes), 501 for CONNECT, 400 for a bad
-    content-length.
+    content-length or repeated ones that differ (repeats that agree count once).
     """
     size = 0
     method = scheme = path = authority = length = None
@@ -193,6 +214,8 @@ def parse_request(
         if name == b"content-length":
             if length is None:
                 length = value
+            elif value != length:  # as HTTP/1.1 does (RFC 9110 §8.6): repeats must agree
+                return error_response(400, "conflicting content-length values")
         elif name == b"te":
             if value != b"trailers":
                 return "TE other than trailers"

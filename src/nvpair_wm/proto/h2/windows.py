@@ -21,7 +21,7 @@ from nvpair_wm.errors import H2ConnectionError
 from nvpair_wm.http.core import Limits
 from nvpair_wm.proto.h2.frames import window_update_frame
 from nvpair_wm.proto.h2.settings import DEFAULT_WINDOW
-from nvpair_wm.proto.h2.streams import Stream
+from nvpair_wm.proto.h2.streams import BodyMode, Stream
 
 __all__ = ["ReceiveWindows"]
 
@@ -80,9 +80,10 @@ class ReceiveWindows:
         oldest = True
         for st in streams:
             receiving = not st.remote_done
-            if receiving and st.owed >= half and (st.mode == "discard" or oldest or under_budget):
+            dropping = st.mode is BodyMode.DISCARD
+            if receiving and st.owed >= half and (dropping or oldest or under_budget):
                 self._out.append(window_update_frame(st.sid, st.owed))
                 st.recv_window += st.owed
                 st.owed = 0
-            if receiving and st.mode == "body":
+            if receiving and st.mode is BodyMode.BUFFER:
                 oldest = False
