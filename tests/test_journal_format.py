@@ -299,8 +299,9 @@ def test_forwarded_records_round_trip_appended_and_in_checkpoints() -> None:
 
 
 def test_a_reloaded_table_refuses_what_its_broker_already_has() -> None:
-    """After a restart, a peer's older snapshot is stale and a removed workload stays removed;
-    the broker's own workload keeps its frame for replay next to the newer forwarded seq."""
+    """After a restart, a peer's older snapshot is stale and a removed workload stays removed
+    (the newest seq the broker had is forwarded once more); the broker's own workload keeps its
+    frame for replay next to the newer forwarded seq."""
     own = outbound_event(lifecycle_frame(info(id="7", seq=1, originatedFrom="node-a")))
     records = [
         Record(LIVE, T0, "node-a", "7", "run-a", own.body, 1),
@@ -322,10 +323,21 @@ def test_a_reloaded_table_refuses_what_its_broker_already_has() -> None:
     )
     assert disp.peer(peer_body(removed)).to_broker == []
     assert table.suppressed == 1
+    # The seq the broker already has: forwarded once more (a broker that restarted too needs
+    # it), then a duplicate as ever.
+    same = event_frame(
+        "workload:started", workload(id="1", runId="run-b", seq=2, originatedFrom="node-b")
+    )
+    assert len(disp.peer(peer_body(same)).to_broker) == 1
+    assert disp.peer(peer_body(same)).to_broker == []
     newer = event_frame(
         "workload:completed", workload(id="1", runId="run-b", seq=3, originatedFrom="node-b")
     )
     assert len(disp.peer(peer_body(newer)).to_broker) == 1
+    # The broker's own workload: a peer's copy of the forwarded seq 2 goes once more too.
+    again = event_frame("workload:started", workload(id="7", seq=2))
+    assert len(disp.peer(peer_body(again)).to_broker) == 1
+    assert disp.peer(peer_body(again)).to_broker == []
     # Its own frame (seq 1) is still what it replays to peers; the forwarded seq 2 is newer.
     events, removals = table.originated()
     assert [o.seq for o in events] == [1]

@@ -212,6 +212,12 @@ class WorkloadTable:
         self._runs: dict[str, _Index] = {}
         # runId → its pair (a cache, cleared whenever a generation is dropped).
         self._pairs: dict[str, _Pair] = {}
+        # (runId, id) of peers' workloads whose newest seq a restart reloaded from what the node
+        # had forwarded to its broker (journal.reload_table): a peer's event of exactly that seq
+        # is applied once more (a broker that restarted too gets its view back from the peers'
+        # snapshots; one that did not is told a duplicate, which moves nothing), a lower one is
+        # stale. Emptied as they are seen again, removed, expired or evicted.
+        self._resend: set[_Key] = set()
         self.duplicates = 0
         self.stale = 0
         self.suppressed = 0
@@ -270,6 +276,9 @@ class WorkloadTable:
             newest = int(value.seq)
         # A redelivery changes nothing, not even the entry's generation.
         if seq == newest:
+            if self._resend and replay is None and key in self._resend:
+                self._resend.discard(key)  # the first copy since the restart: forwarded again
+                return APPLIED
             self.duplicates += 1
             return "duplicate"
         if seq < newest:
@@ -364,6 +373,7 @@ class WorkloadTable:
             for gen in (self._live.cur, self._live.prev, self._done.cur, self._done.prev):
                 if gen.pop(key, None) is not None:
                     self._unindex(key)
+                    self._resend.discard(key)
                     break
         tombs.prev.pop(okey, None)
         tombs.cur.pop(okey, None)
@@ -414,6 +424,14 @@ class WorkloadTable:
             self._evict(over, held)
         return True
 
+    def resend_once(self, run: str, workload_id: str, *, once: bool = True) -> None:
+        """Mark a reloaded peer's workload: its newest seq, from a peer, is applied once more
+        (see ``_resend``); ``once=False`` unmarks it (its broker reported a newer event)."""
+        if once:
+            self._resend.add((run, workload_id))
+        else:
+            self._resend.discard((run, workload_id))
+
     def forget_tombstone(self, origin: str, workload_id: str) -> None:
         """Drop the tombstone of (originatedFrom, id), as its expiry would: a journal reload
         puts back an event that was applied after the tombstone had expired."""
@@ -427,6 +445,8 @@ class WorkloadTable:
         for gens in (self._done, self._live):
             for gen in gens.expire(now):
                 dropped += len(gen)
+                if self._resend:
+                    self._resend.difference_update(gen)
                 for key in gen:
                     run, wid = key
                     entry = runs.get(wid)
@@ -485,6 +505,8 @@ class WorkloadTable:
             count -= 1
             self.evicted += 1
             run, wid = key = victim[0]
+            if self._resend:
+                self._resend.discard(key)
             entry = runs.get(wid)
             if entry is not None:
                 if isinstance(entry, tuple):  # _unindex's usual case, inline

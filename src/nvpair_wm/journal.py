@@ -693,7 +693,9 @@ class _Key(NamedTuple):
 def reload_table(table: WorkloadTable, records: Iterable[Record], mono: float, wall: float) -> int:
     """Put journal records (oldest first) back into the table, each at ``mono - age``, and
     what it forwarded to its broker as it had it: so that after a restart a snapshot or retry
-    older than what the broker has is stale, and a removed workload stays removed.
+    older than what the broker has is stale, and a removed workload stays removed. The newest
+    seq forwarded is forwarded once more when a peer sends it again (a broker that restarted
+    too gets its view back; see ``WorkloadTable.resend_once``).
 
     A record past its TTL is not put back (the table would have forgotten it). An event the
     table now calls removed was applied after its tombstone expired (the journal holds only
@@ -713,6 +715,7 @@ def reload_table(table: WorkloadTable, records: Iterable[Record], mono: float, w
     }
     observe, restore, intern = table.observe, table.restore, sys.intern
     terminal_kinds, removal_kinds = _TERMINAL_KINDS, _REMOVAL_KINDS
+    forwarded = False  # any forwarded event reloaded yet
     with collection_paused():
         for kind, at, origin, wid, run, body, seq in records:
             age = wall - at
@@ -730,12 +733,16 @@ def reload_table(table: WorkloadTable, records: Iterable[Record], mono: float, w
             replay = None
             if kind <= TERMINAL_EVENT:  # reported by this node's broker: replayed to peers
                 replay = Outbound(held, seq, body)
-            if restore(held, seq, terminal, replay, now):
-                continue
-            key = _Key(origin, wid, run, "completed" if terminal else "queued", seq)
-            if observe(key, now, replay=replay) == "removed":
-                table.forget_tombstone(origin, wid)
-                observe(key, now, replay=replay)
+            if not restore(held, seq, terminal, replay, now):
+                key = _Key(origin, wid, run, "completed" if terminal else "queued", seq)
+                if observe(key, now, replay=replay) == "removed":
+                    table.forget_tombstone(origin, wid)
+                    observe(key, now, replay=replay)
+            # Forwarded to the broker: a peer's copy of that seq goes to it once more (until
+            # the broker's own newer event, if any, follows).
+            if replay is None or forwarded:
+                forwarded = True
+                table.resend_once(held[2], wid, once=replay is None)
     return skipped
 
 
