@@ -24,9 +24,7 @@ import pytest
 
 from tests.conftest import CertPair, TLSCluster
 from tests.frames import event, workload
-from tests.test_internode_e2e import StartNode, start_node
-
-__all__ = ["start_node"]  # the fixture, imported for pytest
+from tests.support.nodes import StartNode
 
 HELD = 1_100
 CHURN = 1_000
