@@ -46,7 +46,7 @@ from nvpair_wm.node import Config, Node
 from tests.cluster import Cluster, event, workload
 from tests.frames import event_frame, line
 from tests.frames import workload as frame_workload
-from tests.test_journal import LIMITS, T0, dispatcher, outbounds
+from tests.support.journal import LIMITS, T0, dispatcher, outbounds
 
 FIND_WITHIN = 10.0  # seconds to find a running child in /proc (it appears within ms)
 TEMP = f".{JOURNAL_FILE}.tmp"

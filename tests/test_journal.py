@@ -24,7 +24,7 @@ import pytest
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.dedup import Removal, TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, outbound_event, outbound_removal
-from nvpair_wm.events import Outbound, lifecycle_frame
+from nvpair_wm.events import lifecycle_frame
 from nvpair_wm.journal import (
     HEADER,
     JOURNAL_FILE,
@@ -49,23 +49,13 @@ from nvpair_wm.journal import (
 )
 from nvpair_wm.node import Config, Node
 from tests.frames import LIFECYCLE, STATES, event_frame, info, line, remove_frame, workload
-
-LIMITS = TableLimits(
-    terminal_ttl=10.0, live_ttl=100.0, tombstone_ttl=20.0, max_workloads=50, max_tombstones=50
+from tests.support.journal import (
+    LIMITS,
+    T0,
+    broker_line,
+    dispatcher,
+    outbounds,
 )
-T0 = 1_800_000_000.0  # a unix time
-
-
-def dispatcher(table: WorkloadTable) -> Dispatcher:
-    def no_status() -> Any:
-        raise AssertionError("not asked")
-
-    return Dispatcher(table, no_status, clock=lambda: 1000.0)
-
-
-def broker_line(disp: Dispatcher, frame: dict[str, Any]) -> list[Outbound]:
-    """One broker line through the real dispatcher: what the node publishes (and journals)."""
-    return disp.local(line(frame)).outbound
 
 
 def snapshot(table: WorkloadTable) -> tuple[list[bytes], list[Removal]]:
@@ -347,10 +337,6 @@ def test_reload_skips_a_body_that_no_longer_decodes() -> None:
 
 
 # -- the file shell ----------------------------------------------------------------------------
-
-
-def outbounds(disp: Dispatcher, *frames: dict[str, Any]) -> list[Outbound]:
-    return [out for frame in frames for out in broker_line(disp, frame)]
 
 
 def die(journal: Journal) -> None:

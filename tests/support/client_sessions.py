@@ -17,11 +17,7 @@ from nvpair_wm.proto.exchanges import (
 from nvpair_wm.proto.h2.client import H2ClientSession
 
 PATH = "/v1/workloads/events"
-
-
 AUTHORITY = b"10.0.0.2:14320"
-
-
 MIB = 1024 * 1024
 
 

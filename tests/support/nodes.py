@@ -24,8 +24,6 @@ from tests.wm_process import WAIT, WmProcess
 
 if TYPE_CHECKING:
     from tests.conftest import CertPair
-
-
 PROTOCOLS = ["--http2", "--http1.1"]
 EVENTS = "/v1/workloads/events"
 JSON_HEADERS = {"Content-Type": "application/json"}
