@@ -14,7 +14,6 @@ import logging
 import math
 import os
 import random
-import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -56,6 +55,7 @@ from tests.support.journal import (
     dispatcher,
     outbounds,
 )
+from tests.support.polling import eventually_async
 
 
 def snapshot(table: WorkloadTable) -> tuple[list[bytes], list[Removal]]:
@@ -660,10 +660,9 @@ def test_node_journals_what_it_publishes_and_compacts_on_its_timer(tmp_path: Pat
         task = asyncio.create_task(node._journal_forever(journal))
         try:
             # No event announces a compaction: poll the file, bounded.
-            deadline = time.monotonic() + 10
-            while len(decode_log(path.read_bytes())[0]) != 1:
-                assert time.monotonic() < deadline, "not compacted"
-                await asyncio.sleep(0.01)
+            await eventually_async(
+                lambda: len(decode_log(path.read_bytes())[0]) == 1, "not compacted", within=10
+            )
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
