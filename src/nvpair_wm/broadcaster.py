@@ -54,6 +54,14 @@ from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
 from nvpair_wm.peers import Peer, PeerDirectory, diff
 from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
 from nvpair_wm.sync import Originated
+from nvpair_wm.tls_contexts import TLSPolicy
+from nvpair_wm.versions import (
+    CONTRACT_HEADER,
+    CONTRACT_VERSION,
+    REFUSED_STATUS,
+    ContractVersion,
+    PeerVersions,
+)
 
 __all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster", "DeliveryObserver"]
 
@@ -127,13 +135,27 @@ class _LinkContext:
     pins: PinSource  # ``fresh``'s pins
     directory: PeerDirectory  # who the peers are
     alpn: tuple[bytes, ...]  # offered to peers, preferred first
+    tls_policy: TLSPolicy  # versions and suites, as the server's
     observer: DeliveryObserver | None
     reconcile_soon: Callable[[], None]  # a link that is no longer a peer asks for a reconcile
+    versions: PeerVersions  # what each peer said of its versions (the endpoint's too)
 
 
 def _text(body: bytes) -> str:
     text = body.decode("utf-8", "replace")
     return text if len(text) <= _LOG_BODY_MAX else text[:_LOG_BODY_MAX] + "..."
+
+
+def _other_major(response: Response) -> str | None:
+    """The peer's contract version when its response says it speaks another major."""
+    value = response.header(CONTRACT_HEADER)
+    if value is None:
+        return None
+    try:
+        theirs = ContractVersion.parse(value)
+    except ValueError:
+        return None
+    return None if theirs.served() else theirs.text
 
 
 class _Link:
@@ -153,6 +175,7 @@ class _Link:
             ctx.limits,
             ctx.originated,
             rng=ctx.rng,
+            fields={"peer": peer.node_id, "address": f"{peer.address}:{peer.port}"},
         )
         self.conn: PeerConnection | None = None
         self._conn_identity: str | None = None
@@ -167,6 +190,7 @@ class _Link:
         self._next_connect_at = 0.0
         self._was_connected = False
         self._last_refusal: str | None = None
+        self._heard: PeerConnection | None = None  # the connection whose versions are known
 
     # -- control --------------------------------------------------------------------------------
 
@@ -178,7 +202,12 @@ class _Link:
     def _ended(self, task: asyncio.Task[None]) -> None:
         """A link task that died of a bug says so at once (``stop`` gathers it quietly)."""
         if not task.cancelled() and (exc := task.exception()) is not None:
-            log.error("peer %s: link task failed", self.outbox.name, exc_info=exc)
+            log.error(
+                "peer %s: link task failed",
+                self.outbox.name,
+                exc_info=exc,
+                extra=self.outbox.fields,
+            )
 
     @property
     def task(self) -> asyncio.Task[None] | None:
@@ -230,8 +259,14 @@ class _Link:
         conn = self.conn
         connected = conn is not None and not conn.closed
         p = self.peer
+        seen = self._ctx.versions.get(p.fingerprint)
         return self.outbox.status(
-            p.node_id, p.address, p.port, connected, conn.protocol if connected and conn else None
+            p.node_id,
+            p.address,
+            p.port,
+            connected,
+            conn.protocol if connected and conn else None,
+            seen=seen,
         )
 
     # -- the loop -------------------------------------------------------------------------------
@@ -319,11 +354,18 @@ class _Link:
                 handshake_timeout=lim.handshake_timeout,
                 tcp_keepalive=lim.tcp_keepalive,
                 max_response_bytes=lim.max_response_bytes,
+                tls_policy=self._ctx.tls_policy,
             )
         except PinRefused as exc:
             # Warn once per distinct refusal; the probes that follow repeat it at debug level.
             level = logging.WARNING if str(exc) != self._last_refusal else logging.DEBUG
-            log.log(level, "peer %s: refusing to send: %s", self.outbox.name, exc)
+            log.log(
+                level,
+                "peer %s: refusing to send: %s",
+                self.outbox.name,
+                exc,
+                extra=self.outbox.fields,
+            )
             self._last_refusal = str(exc)
             self.outbox.failed(None, f"pin check failed: {exc}")
             return None
@@ -341,6 +383,7 @@ class _Link:
                 run.failures,
                 max(wait, 0.0),
                 exc,
+                extra=self.outbox.fields,
             )
             self._was_connected = False
             return None
@@ -349,7 +392,13 @@ class _Link:
         self._last_refusal = None
         # A reconnect after an idle close is routine (about once a minute on a quiet link).
         level = logging.DEBUG if self._was_connected else logging.INFO
-        log.log(level, "peer %s: connected (%s); resynchronising", self.outbox.name, conn.protocol)
+        log.log(
+            level,
+            "peer %s: connected (%s); resynchronising",
+            self.outbox.name,
+            conn.protocol,
+            extra=self.outbox.fields,
+        )
         self._was_connected = True
         self.outbox.connected()
         return conn
@@ -358,7 +407,12 @@ class _Link:
         if not conn.closed:
             why = "our identity changed" if self._conn_identity != identity else "unusable"
             conn.close(why)
-        log.debug("peer %s: connection ended: %s", self.outbox.name, conn.close_reason)
+        log.debug(
+            "peer %s: connection ended: %s",
+            self.outbox.name,
+            conn.close_reason,
+            extra=self.outbox.fields,
+        )
         if self._ping is not None:
             self._ping.cancel()
             self._ping = None
@@ -447,6 +501,8 @@ class _Link:
         """A request ended (called by the connection): account for it, start the next."""
         self._sending -= 1
         if isinstance(outcome, Response):
+            if self._heard is not self.conn:  # a peer's versions hold for a connection's life
+                self._hear(outcome)
             if 200 <= outcome.status < 300 and self._ctx.observer is None:
                 self.outbox.delivered(batch)  # _answered's first case, inline: the usual one
             else:
@@ -468,9 +524,19 @@ class _Link:
         if not self._sending and not self._keepalive_armed:
             self.wake()  # the link went idle while the task slept without a PING timer
 
+    def _hear(self, response: Response) -> None:
+        """What the peer says of its versions in its responses (for ``manager:status``)."""
+        self._heard = self.conn
+        contract, server = response.header(CONTRACT_HEADER), response.header(b"server")
+        self._ctx.versions.heard(self.peer.fingerprint, contract, server)
+
     def _answered(self, batch: Batch, response: Response) -> None:
         outbox = self.outbox
         status = response.status
+        if status == REFUSED_STATUS and (theirs := _other_major(response)) is not None:
+            self._hear(response)  # it may have been upgraded on this very connection's peer
+            outbox.incompatible(batch, theirs, CONTRACT_VERSION)
+            return
         if 200 <= status < 300:
             outbox.delivered(batch)
             observer = self._ctx.observer
@@ -483,6 +549,7 @@ class _Link:
                 len(bad),
                 len(batch),
                 _text(response.body),
+                extra=outbox.fields,
             )
             outbox.delivered(batch, bad, f"HTTP 400: {_text(response.body)}")
         elif status == 413:
@@ -490,7 +557,7 @@ class _Link:
         elif status in _RETRY_STATUSES or status >= 500:
             wait = retry_after(response.header(b"retry-after"))
             detail = f"HTTP {status}: {_text(response.body)}"
-            log.debug("peer %s: %s (retrying)", outbox.name, detail)
+            log.debug("peer %s: %s (retrying)", outbox.name, detail, extra=outbox.fields)
             outbox.failed(batch, detail, wait)
         else:
             log.warning(
@@ -499,6 +566,7 @@ class _Link:
                 len(batch),
                 status,
                 _text(response.body),
+                extra={**outbox.fields, "frames": len(batch)},
             )
             outbox.rejected(batch, status, _text(response.body))
 
@@ -515,8 +583,11 @@ class Broadcaster:
         *,
         rng: random.Random | None = None,
         observer: DeliveryObserver | None = None,
+        tls_policy: TLSPolicy | None = None,
+        versions: PeerVersions | None = None,
     ) -> None:
         self.limits = limits
+        self.versions = versions or PeerVersions()  # shared with the endpoint: both hear peers
         tick = self._fresh = PerTick(identity, pins)
         self._identity: IdentitySource = TickIdentity(tick)
         self._pins: PinSource = TickPins(tick)
@@ -531,8 +602,10 @@ class Broadcaster:
             pins=self._pins,
             directory=self._directory,
             alpn=tuple(p.encode("ascii") for p in limits.protocols),
+            tls_policy=tls_policy or TLSPolicy(),
             observer=observer,
             reconcile_soon=self._reconcile_soon,
+            versions=self.versions,
         )
         self._links: dict[str, _Link] = {}
         self._started = False
@@ -590,7 +663,9 @@ class Broadcaster:
             await asyncio.wait(tasks, timeout=grace)
         leftover = sum(lk.outbox.depth for lk in links)
         if leftover:
-            log.warning("shutting down with %d frames unsent to peers", leftover)
+            log.warning(
+                "shutting down with %d frames unsent to peers", leftover, extra={"frames": leftover}
+            )
         await asyncio.gather(*(lk.stop() for lk in links), *self._stopping, return_exceptions=True)
         if self._ticker is not None:
             await asyncio.gather(self._ticker, return_exceptions=True)
@@ -629,6 +704,7 @@ class Broadcaster:
                 "dropping %d queued frames",
                 link.outbox.name,
                 link.outbox.depth,
+                extra={**link.outbox.fields, "frames": link.outbox.depth},
             )
             if self._started:
                 task = asyncio.get_running_loop().create_task(link.stop())
@@ -639,6 +715,6 @@ class Broadcaster:
         for peer in changes.added:
             link = _Link(peer, self._link_context)
             self._links[peer.fingerprint] = link
-            log.info("peer %s added", link.outbox.name)
+            log.info("peer %s added", link.outbox.name, extra=link.outbox.fields)
             if self._started:
                 link.start()

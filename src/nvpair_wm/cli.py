@@ -30,6 +30,7 @@ from nvpair_wm.dirlock import ClusterDirLock
 from nvpair_wm.errors import ClusterDirInUse
 from nvpair_wm.node import Node
 from nvpair_wm.pins import CERT_FILE, KEY_FILE, TRUSTED_DIR
+from nvpair_wm.versions import CONTRACT_VERSION
 
 #: Longest Unix socket path (sun_path is 108 bytes on Linux, NUL included).
 _MAX_UNIX_PATH = 107
@@ -121,6 +122,12 @@ def parser() -> argparse.ArgumentParser:
         help="error, warn, info (default) or debug; logs go to stderr",
     )
     p.add_argument(
+        "--log-format",
+        choices=list(logs.FORMATS),
+        help="auto (default: rich on a terminal, plain lines otherwise), plain, or json (one "
+        "object per line: time, level, logger, message and structured fields)",
+    )
+    p.add_argument(
         "--metrics",
         type=metrics_address,
         metavar="ADDR:PORT",
@@ -133,7 +140,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the configuration these flags and --config give, as TOML, and exit",
     )
-    p.add_argument("--version", action="version", version=f"nvpair-wm {__version__}")
+    p.add_argument(
+        "--version",
+        action="version",
+        version=f"nvpair-wm {__version__} (contract {CONTRACT_VERSION})",
+        help="print the package version and the contract version it speaks, and exit",
+    )
     return p
 
 
@@ -331,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     if print_only:
         sys.stdout.write(config.dumps(cfg))
         return 0
-    logs.configure(cfg.log_level)
+    logs.configure(cfg.log_level, cfg.log_format)
     lock = lock_cluster_dir(p, cfg)
     allocator.pin_mmap_threshold()
     raise_fd_limit()

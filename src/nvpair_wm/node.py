@@ -45,6 +45,7 @@ from nvpair_wm.journal import (
 )
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
+from nvpair_wm.versions import PeerVersions
 
 if TYPE_CHECKING:
     from nvpair_wm.metrics import Metrics
@@ -106,7 +107,13 @@ class Node:
         if cluster:
             self.journal, records = open_journal(cluster, config.journal, config.table, time.time())
             skipped = reload_table(self.table, records, time.monotonic(), time.time())
-            log.info("journal: reloaded %d records (%d skipped)", len(records) - skipped, skipped)
+            reloaded = len(records) - skipped
+            log.info(
+                "journal: reloaded %d records (%d skipped)",
+                reloaded,
+                skipped,
+                extra={"records": reloaded, "skipped": skipped},
+            )
         self.identity: Identity | _NoIdentity = Identity(cluster) if cluster else _NoIdentity()
         self.pins: PinSet | _NoPins = (
             PinSet(cluster / "trusted", config.pins) if cluster else _NoPins()
@@ -128,7 +135,12 @@ class Node:
             from nvpair_wm.metrics import Metrics  # noqa: PLC0415
 
             self.metrics = Metrics(metrics_address(config.metrics), self.dispatcher.status)
-        endpoint = EventsEndpoint(self.dispatcher, pins, self.queue, max_body=config.max_frame)
+        # What each peer says of its versions, heard in its requests (the endpoint) and in its
+        # responses (the broadcaster); manager:status and the metrics show it.
+        self.versions = PeerVersions()
+        endpoint = EventsEndpoint(
+            self.dispatcher, pins, self.queue, max_body=config.max_frame, versions=self.versions
+        )
         handler: Handler = endpoint if self.metrics is None else self.metrics.timed(endpoint)
         hosts = [config.bind] if config.bind else None
         self.server = InterNodeServer(
@@ -138,6 +150,7 @@ class Node:
             hosts=hosts,
             limits=config.http,
             is_pinned=pins.is_pinned,
+            tls_policy=config.tls,
         )
         self.broadcaster = Broadcaster(  # the same inotify-watched sources as the server
             identity,
@@ -145,6 +158,8 @@ class Node:
             self.table.originated,
             config.broadcast,
             observer=None if self.metrics is None else self.metrics.delivery,
+            versions=self.versions,
+            tls_policy=config.tls,
         )
         self._stop = asyncio.Event()
 
@@ -168,7 +183,7 @@ class Node:
             self.journal.append(outbound, time.time())
 
     def update_nodes(self, nodes: list[NodeRecord]) -> None:
-        log.info("nodes:update with %d records", len(nodes))
+        log.info("nodes:update with %d records", len(nodes), extra={"nodes": len(nodes)})
         self.broadcaster.update_nodes(nodes)
 
     def _status(self) -> StatusResult:
