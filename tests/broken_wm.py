@@ -1,7 +1,7 @@
 """Deliberately broken nvpair-wms, to show the conformance kit catches what it should.
 
 ``python tests/broken_wm.py MODE [nvpair-wm flags...]`` is a real nvpair-wm process with one
-fault: before it runs nvpair-wm's own ``main``, it replaces one function or method of the
+fault: before it runs nvpair-wm's own ``cli.main``, it replaces one function or method of the
 daemon, so the fault is in what the daemon does (decides, keeps, sends), not a filter on what
 it writes. ``MODES`` lists each with what it breaks; ``tests/test_behaviour.py`` names the
 vectors that must catch each one.
@@ -273,8 +273,7 @@ MODES: dict[str, Callable[[], None]] = {
 def main() -> int:
     mode, args = sys.argv[1], sys.argv[2:]
     MODES[mode]()
-    cli.main(args)
-    return 0
+    return cli.main(args)
 
 
 if __name__ == "__main__":

@@ -398,4 +398,5 @@ def test_the_port_in_use_names_the_address_and_exits_1() -> None:
         port = taken.getsockname()[1]
         done = run_cli("--bind", "127.0.0.1", "--port", str(port))
     assert done.returncode == 1, done.stderr
-    assert f"cannot listen on 127.0.0.1 port {port}: Address already in use" in done.stderr
+    why = f"cannot listen on --port {port} (--bind 127.0.0.1): Address already in use"
+    assert why in done.stderr

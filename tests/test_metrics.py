@@ -231,4 +231,5 @@ def test_metrics_port_in_use_is_one_line_naming_the_flag_and_exit_1() -> None:
         done = run_cli("--port", "0", "--bind", "127.0.0.1", "--metrics", f"127.0.0.1:{port}")
     assert done.returncode == 1, done
     errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
-    assert len(errors) == 1 and f"--metrics 127.0.0.1:{port}" in errors[0], done.stderr
+    assert len(errors) == 1 and f"--metrics 127.0.0.1:{port}: " in errors[0], done.stderr
+    assert "--port" not in errors[0] and "every interface" not in errors[0]

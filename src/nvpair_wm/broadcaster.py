@@ -38,7 +38,9 @@ import functools
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import msgspec
 from nvpair_wm_schema.manager_status_schema import PeerStatus
@@ -47,16 +49,13 @@ from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm.dispatch import Outbound
 from nvpair_wm.errors import ClientError, PinRefused, ResponseTimeout
 from nvpair_wm.io.client import Outcome, PeerConnection, Response, open_connection
-from nvpair_wm.io.pin_watch import Watch, WatchedIdentity, WatchedPins, shared_watch
+from nvpair_wm.io.pin_watch import Both, PerTick, TickIdentity, TickPins
 from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
 from nvpair_wm.peers import Peer, PeerDirectory, diff
 from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
 from nvpair_wm.sync import Originated
 
-if TYPE_CHECKING:
-    from nvpair_wm.metrics import DeliveryClock
-
-__all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster"]
+__all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster", "DeliveryObserver"]
 
 log = logging.getLogger(__name__)
 
@@ -102,107 +101,34 @@ def bad_frames(body: bytes, count: int) -> frozenset[int] | None:
     return frozenset(bad) if bad else None
 
 
-_Both = tuple[NodeIdentity | None, frozenset[str]]  # our identity and the pins, one look
+class DeliveryObserver(Protocol):
+    """Told when local events enter the peers' queues and when a peer accepts them (its 2xx):
+    what ``--metrics`` times (``nvpair_wm.metrics.DeliveryClock``). Without one, the links
+    skip both calls."""
+
+    def enqueued(self, items: Iterable[Outbound], links: int) -> None:
+        """``items`` were queued for each of ``links`` peers."""
+        ...
+
+    def delivered(self, items: Iterable[Outbound]) -> None:
+        """One peer answered 2xx to a batch of ``items``."""
+        ...
 
 
-class _PerTick:
-    """The identity and the pin set, read again only when they may have changed.
+@dataclass(frozen=True, slots=True)
+class _LinkContext:
+    """What every link shares, built once by the :class:`Broadcaster`."""
 
-    With the node's inotify-watched sources sharing one descriptor
-    (:mod:`nvpair_wm.io.pin_watch`), a look is one ``FIONREAD`` for both (:meth:`both`): the
-    answer read last stands while nothing was queued since, so a removed pin or a rotated
-    identity is seen by the very next look. With other sources (a few ``stat`` calls and a
-    ``scandir`` per read) they are read at most once per event-loop tick: re-checked before
-    every batch, they were once most of a broadcast's cost at a low event rate; the next tick
-    reads again, so a change is seen by the next batch started after it. Outside a running
-    loop nothing is cached.
-    """
-
-    __slots__ = ("_both", "_identity", "_loop", "_pins", "_seen", "_stale", "_watch")
-
-    def __init__(self, identity: IdentitySource, pins: PinSource) -> None:
-        self._identity = identity
-        self._pins = pins
-        self._both: tuple[NodeIdentity | None, frozenset[str]] = (None, frozenset())
-        self._stale = True
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._watch = shared_watch(identity, pins)
-        self._seen = -1  # the watch's generation _both was read at; -1: not cached
-
-    def both(self) -> _Both:
-        """Our identity and the pins, as they are now (see the class docstring)."""
-        watch = self._watch
-        if watch is not None:
-            if watch.unchanged_since(self._seen):
-                return self._both
-            return self._read_watched(watch)
-        if self._stale:
-            self._refresh()
-        return self._both
-
-    def _read_watched(self, watch: Watch) -> tuple[NodeIdentity | None, frozenset[str]]:
-        # The generation first: an event queued while the sources read moves it past the one
-        # kept, and the next look reads again.
-        seen = watch.generation()
-        identity, pins = self._identity, self._pins
-        both = self._both = (identity.current(), pins.current())
-        settled = isinstance(identity, WatchedIdentity) and identity.settled
-        settled = settled and isinstance(pins, WatchedPins) and pins.settled
-        # Not cached by the sources (a symlink among the files, a path unwatchable): read per look.
-        self._seen = seen if settled else -1
-        return both
-
-    def _refresh(self) -> None:
-        self._both = (self._identity.current(), self._pins.current())
-        loop = self._loop
-        if loop is None or not loop.is_running():
-            # Looked up once per loop: on Python 3.11 each asyncio.get_running_loop() is a
-            # getpid syscall, and a refresh comes before every send at a low event rate.
-            try:
-                loop = self._loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return
-        self._stale = False
-        loop.call_soon(self._expire)
-
-    def _expire(self) -> None:
-        self._stale = True
-
-    def identity(self) -> NodeIdentity | None:
-        return self.both()[0]
-
-    def pins(self) -> frozenset[str]:
-        return self.both()[1]
-
-    def is_pinned(self, fingerprint: str) -> bool:
-        return fingerprint in self.both()[1]
-
-
-class _TickIdentity:
-    """:class:`_PerTick`'s identity as an ``IdentitySource``."""
-
-    __slots__ = ("_tick",)
-
-    def __init__(self, tick: _PerTick) -> None:
-        self._tick = tick
-
-    def current(self) -> NodeIdentity | None:
-        return self._tick.identity()
-
-
-class _TickPins:
-    """:class:`_PerTick`'s pins as a ``PinSource``."""
-
-    __slots__ = ("_tick",)
-
-    def __init__(self, tick: _PerTick) -> None:
-        self._tick = tick
-
-    def current(self) -> frozenset[str]:
-        return self._tick.pins()
-
-    def is_pinned(self, fingerprint: str) -> bool:
-        return self._tick.is_pinned(fingerprint)
+    limits: BroadcastLimits
+    originated: Originated  # what this node originated: the snapshots
+    rng: random.Random  # backoff jitter
+    fresh: PerTick  # our identity and the pins, one look for both
+    identity: IdentitySource  # ``fresh``'s identity
+    pins: PinSource  # ``fresh``'s pins
+    directory: PeerDirectory  # who the peers are
+    alpn: tuple[bytes, ...]  # offered to peers, preferred first
+    observer: DeliveryObserver | None
+    reconcile_soon: Callable[[], None]  # a link that is no longer a peer asks for a reconcile
 
 
 def _text(body: bytes) -> str:
@@ -218,15 +144,15 @@ class _Link:
     end in :meth:`_done`, called by the connection.
     """
 
-    def __init__(self, peer: Peer, owner: Broadcaster) -> None:
+    def __init__(self, peer: Peer, ctx: _LinkContext) -> None:
         self.peer = peer
-        self._owner = owner
-        self._limits = owner.limits
+        self._ctx = ctx
+        self._limits = ctx.limits
         self.outbox = PeerOutbox(
             f"{peer.node_id} ({peer.address}:{peer.port})",
-            owner.limits,
-            owner._originated,
-            rng=owner._rng,
+            ctx.limits,
+            ctx.originated,
+            rng=ctx.rng,
         )
         self.conn: PeerConnection | None = None
         self._conn_identity: str | None = None
@@ -261,7 +187,7 @@ class _Link:
     def wake(self) -> None:
         self._wake.set()
 
-    def publish(self, items: list[Outbound], both: _Both | None = None) -> None:
+    def publish(self, items: list[Outbound], both: Both | None = None) -> None:
         """Queue frames. An idle link sends them at once (the broker channel publishes what
         one read delivered in one call: one read, one request); a busy one lets them
         accumulate until a response comes back, which then starts the next (larger) batches:
@@ -313,16 +239,16 @@ class _Link:
     async def _run(self) -> None:
         lim = self._limits
         outbox = self.outbox
-        owner = self._owner
+        ctx = self._ctx
         loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
-            ident = owner._identity.current()
-            if ident is None or not owner._directory.is_peer(self.peer):
+            ident = ctx.identity.current()
+            if ident is None or not ctx.directory.is_peer(self.peer):
                 # Not (or no longer) a peer: send nothing; the next reconcile drops this link.
                 if self.conn is not None:
                     self.conn.close("no longer a peer")
-                owner._reconcile_soon()
+                ctx.reconcile_soon()
                 await self._sleep(lim.reconcile_interval)
                 continue
             conn = self.conn
@@ -378,7 +304,7 @@ class _Link:
 
     async def _connect(self, ident: NodeIdentity) -> PeerConnection | None:
         p = self.peer
-        pins = self._owner._pins
+        pins = self._ctx.pins
         lim = self._limits
         try:
             conn = await open_connection(
@@ -388,7 +314,7 @@ class _Link:
                 expected_fingerprint=p.fingerprint,
                 is_pinned=pins.is_pinned,
                 on_change=self.wake,
-                alpn=self._owner._alpn,
+                alpn=self._ctx.alpn,
                 connect_timeout=lim.connect_timeout,
                 handshake_timeout=lim.handshake_timeout,
                 tcp_keepalive=lim.tcp_keepalive,
@@ -451,7 +377,7 @@ class _Link:
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _pump(self, both: _Both | None = None) -> None:
+    def _pump(self, both: Both | None = None) -> None:
         """Start batches if the connection is up and the peer still a peer (pinned, not us,
         with our identity of this moment, or of ``both`` when given); otherwise let the task
         sort it out."""
@@ -462,7 +388,7 @@ class _Link:
             return
         # Still a peer: our identity is the connection's, and the peer is still pinned and not
         # us (PeerDirectory.is_peer's test, inline, on one look at both).
-        ident, pinned = self._owner._fresh.both() if both is None else both
+        ident, pinned = self._ctx.fresh.both() if both is None else both
         own = self._conn_identity
         fingerprint = self.peer.fingerprint
         if ident is None or ident.fingerprint != own or fingerprint == own:
@@ -521,7 +447,7 @@ class _Link:
         """A request ended (called by the connection): account for it, start the next."""
         self._sending -= 1
         if isinstance(outcome, Response):
-            if 200 <= outcome.status < 300 and self._owner.delivery is None:
+            if 200 <= outcome.status < 300 and self._ctx.observer is None:
                 self.outbox.delivered(batch)  # _answered's first case, inline: the usual one
             else:
                 self._answered(batch, outcome)
@@ -547,8 +473,9 @@ class _Link:
         status = response.status
         if 200 <= status < 300:
             outbox.delivered(batch)
-            if self._owner.delivery is not None:  # --metrics: delivery latency
-                self._owner.delivery.delivered(batch.items)
+            observer = self._ctx.observer
+            if observer is not None:  # --metrics: delivery latency
+                observer.delivered(batch.items)
         elif status == 400 and (bad := bad_frames(response.body, len(batch))) is not None:
             log.warning(
                 "peer %s refused %d of %d frames: %s",
@@ -587,22 +514,32 @@ class Broadcaster:
         limits: BroadcastLimits = BroadcastLimits(),  # noqa: B008 - frozen, shared on purpose
         *,
         rng: random.Random | None = None,
+        observer: DeliveryObserver | None = None,
     ) -> None:
         self.limits = limits
-        tick = self._fresh = _PerTick(identity, pins)
-        self._identity: IdentitySource = _TickIdentity(tick)
-        self._pins: PinSource = _TickPins(tick)
-        self._originated = originated
-        self._rng = rng or random.Random()
-        self._alpn = tuple(p.encode("ascii") for p in limits.protocols)
+        tick = self._fresh = PerTick(identity, pins)
+        self._identity: IdentitySource = TickIdentity(tick)
+        self._pins: PinSource = TickPins(tick)
         self._directory = PeerDirectory(self._identity, self._pins)
+        self._observer = observer
+        self._link_context = _LinkContext(
+            limits=limits,
+            originated=originated,
+            rng=rng or random.Random(),
+            fresh=tick,
+            identity=self._identity,
+            pins=self._pins,
+            directory=self._directory,
+            alpn=tuple(p.encode("ascii") for p in limits.protocols),
+            observer=observer,
+            reconcile_soon=self._reconcile_soon,
+        )
         self._links: dict[str, _Link] = {}
         self._started = False
         self._closing = False
         self._ticker: asyncio.Task[None] | None = None
         self._stopping: set[asyncio.Task[None]] = set()
         self._no_identity_logged = False
-        self.delivery: DeliveryClock | None = None  # set by nvpair_wm.metrics with --metrics
 
     # -- the API node.py uses ---------------------------------------------------------------------
 
@@ -616,8 +553,8 @@ class Broadcaster:
         if not items or self._closing:
             return
         links = self._links
-        if self.delivery is not None:  # --metrics: delivery latency
-            self.delivery.enqueued(items, len(links))
+        if self._observer is not None:  # --metrics: delivery latency
+            self._observer.enqueued(items, len(links))
         if not links:
             return
         # One look at our identity and the pins for every link (one FIONREAD with the watched
@@ -700,7 +637,7 @@ class Broadcaster:
         for _, peer in changes.changed:
             self._links[peer.fingerprint].retarget(peer)
         for peer in changes.added:
-            link = _Link(peer, self)
+            link = _Link(peer, self._link_context)
             self._links[peer.fingerprint] = link
             log.info("peer %s added", link.outbox.name)
             if self._started:
