@@ -128,6 +128,8 @@ def _other_value(key: config.Key) -> Any:
         return "debug"
     if key.name == "broadcast.protocols":
         return ["http/1.1"]
+    if key.name == "tls.min_version":
+        return "1.3"
     if key.name == "port":
         return 0
     if key.name == "broadcast.retry_base":

@@ -54,6 +54,7 @@ from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
 from nvpair_wm.peers import Peer, PeerDirectory, diff
 from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
 from nvpair_wm.sync import Originated
+from nvpair_wm.tls_contexts import TLSPolicy
 
 __all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster", "DeliveryObserver"]
 
@@ -127,6 +128,7 @@ class _LinkContext:
     pins: PinSource  # ``fresh``'s pins
     directory: PeerDirectory  # who the peers are
     alpn: tuple[bytes, ...]  # offered to peers, preferred first
+    tls_policy: TLSPolicy  # versions and suites, as the server's
     observer: DeliveryObserver | None
     reconcile_soon: Callable[[], None]  # a link that is no longer a peer asks for a reconcile
 
@@ -319,6 +321,7 @@ class _Link:
                 handshake_timeout=lim.handshake_timeout,
                 tcp_keepalive=lim.tcp_keepalive,
                 max_response_bytes=lim.max_response_bytes,
+                tls_policy=self._ctx.tls_policy,
             )
         except PinRefused as exc:
             # Warn once per distinct refusal; the probes that follow repeat it at debug level.
@@ -515,6 +518,7 @@ class Broadcaster:
         *,
         rng: random.Random | None = None,
         observer: DeliveryObserver | None = None,
+        tls_policy: TLSPolicy | None = None,
     ) -> None:
         self.limits = limits
         tick = self._fresh = PerTick(identity, pins)
@@ -531,6 +535,7 @@ class Broadcaster:
             pins=self._pins,
             directory=self._directory,
             alpn=tuple(p.encode("ascii") for p in limits.protocols),
+            tls_policy=tls_policy or TLSPolicy(),
             observer=observer,
             reconcile_soon=self._reconcile_soon,
         )

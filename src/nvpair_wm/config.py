@@ -2,11 +2,12 @@
 
 The sans-IO modules own their limits as frozen dataclasses (``TableLimits`` in ``dedup``,
 ``Limits`` in ``http.core``, ``BroadcastLimits`` in ``outbox``, ``BrokerLimits`` in ``local``,
-``PinLimits`` in ``pins``); this module composes them and reads them from TOML (standard
-library ``tomllib``). The file mirrors the dataclasses: :class:`Config`'s own scalars are
-top-level keys, each nested dataclass is a table (``[broadcast]``, ``[http]``, ...). Fields are
-discovered with :func:`dataclasses.fields`, so a field added to any of those dataclasses is
-settable, checked and documented (the table of docs/configuration.md) without a change here.
+``PinLimits`` in ``pins``, ``TLSPolicy`` in ``tls_contexts``); this module composes them and reads
+them from TOML (standard library ``tomllib``). The file mirrors the dataclasses: :class:`Config`'s
+own scalars are top-level keys, each nested dataclass is a table (``[broadcast]``, ``[http]``,
+...). Fields are discovered with :func:`dataclasses.fields`, so a field added to any of those
+dataclasses is settable, checked and documented (the table of docs/configuration.md) without a
+change here.
 
 Units: seconds for every float, bytes for sizes (``*_bytes``, bodies, windows, budgets), a plain
 count otherwise (:func:`unit`), except the keys in :data:`UNITS` (``journal.compact_growth`` is
@@ -39,6 +40,7 @@ from nvpair_wm.journal import JournalLimits
 from nvpair_wm.local import BrokerLimits
 from nvpair_wm.outbox import BroadcastLimits
 from nvpair_wm.pins import PinLimits
+from nvpair_wm.tls_contexts import TLS_VERSIONS, TLSPolicy
 
 __all__ = [
     "Config",
@@ -77,6 +79,7 @@ class Config:
     broadcast: BroadcastLimits = field(default_factory=BroadcastLimits)
     pins: PinLimits = field(default_factory=PinLimits)
     journal: JournalLimits = field(default_factory=JournalLimits)
+    tls: TLSPolicy = field(default_factory=TLSPolicy)
 
 
 METRICS_DEFAULT_HOST: Final = "127.0.0.1"  # --metrics binds loopback unless told otherwise
@@ -132,6 +135,7 @@ RANGES: Final[dict[str, tuple[float, float]]] = {
 CHOICES: Final[dict[str, tuple[str, ...]]] = {
     "log_level": LOG_LEVELS,
     "broadcast.protocols": PEER_PROTOCOLS,
+    "tls.min_version": TLS_VERSIONS,
 }
 
 #: Units the naming rule of :func:`unit` would get wrong.

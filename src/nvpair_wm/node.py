@@ -138,6 +138,7 @@ class Node:
             hosts=hosts,
             limits=config.http,
             is_pinned=pins.is_pinned,
+            tls_policy=config.tls,
         )
         self.broadcaster = Broadcaster(  # the same inotify-watched sources as the server
             identity,
@@ -145,6 +146,7 @@ class Node:
             self.table.originated,
             config.broadcast,
             observer=None if self.metrics is None else self.metrics.delivery,
+            tls_policy=config.tls,
         )
         self._stop = asyncio.Event()
 
