@@ -42,8 +42,10 @@ class Node:
         broadcast: dict[str, Any] | None = None,
         config: dict[str, Any] | None = None,
         use_cluster_dir: bool = True,
+        program: list[str] | None = None,
     ) -> None:
         self.name = name
+        self.program = program  # another daemon than this tree's (see WmProcess); settable
         self.cluster_dir = cluster_dir
         self.extra = extra
         self.requested_port = port
@@ -72,7 +74,7 @@ class Node:
         if self.config_file is not None:
             args += ["--config", str(self.config_file)]
         self.seen = []
-        self.proc = WmProcess(*args, *self.extra)
+        self.proc = WmProcess(*args, *self.extra, program=self.program)
         self.runs.append(self.proc)
 
     def await_ready(self) -> None:

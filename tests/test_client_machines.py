@@ -34,6 +34,7 @@ from nvpair_wm.proto.exchanges import (
 from nvpair_wm.proto.h1client import H1ClientSession
 from nvpair_wm.proto.h2.client import H2ClientSession
 from nvpair_wm.proto.h2.frames import window_update_frame
+from nvpair_wm.versions import CONTRACT_VERSION, PACKAGE_VERSION
 
 PATH = "/v1/workloads/events"
 AUTHORITY = b"10.0.0.2:14320"
@@ -109,7 +110,8 @@ def test_h2_request_and_response() -> None:
         b":scheme": b"https",
         b":authority": AUTHORITY,
         b":path": PATH.encode(),
-        b"user-agent": b"nvpair-wm",
+        b"user-agent": b"nvpair-wm/" + PACKAGE_VERSION.encode(),
+        b"nvpair-contract-version": CONTRACT_VERSION.encode(),
         b"content-type": b"application/json",
         b"content-length": b"9",
     }
@@ -135,7 +137,8 @@ def test_h2_request_headers_stay_right_as_the_block_is_reused(table_size: int) -
         b":scheme": b"https",
         b":authority": AUTHORITY,
         b":path": PATH.encode(),
-        b"user-agent": b"nvpair-wm",
+        b"user-agent": b"nvpair-wm/" + PACKAGE_VERSION.encode(),
+        b"nvpair-contract-version": CONTRACT_VERSION.encode(),
         b"content-type": b"application/json",
     }
     sizes = [1, 9, 300, 1, 4_321, 9, 0, 77, 77, 5, 1_000]  # within the first windows
@@ -399,8 +402,9 @@ def test_h1_request_bytes_and_keepalive() -> None:
     first = client.start_request(PATH, b"[1]", 0.0, 10.0)
     assert client.data_to_send() == (
         b"POST /v1/workloads/events HTTP/1.1\r\nhost: 10.0.0.2:14320\r\n"
-        b"user-agent: nvpair-wm\r\ncontent-type: application/json\r\ncontent-length: 3\r\n"
-        b"\r\n[1]"
+        b"user-agent: nvpair-wm/%s\r\nnvpair-contract-version: %s\r\n"
+        b"content-type: application/json\r\ncontent-length: 3\r\n\r\n[1]"
+        % (PACKAGE_VERSION.encode(), CONTRACT_VERSION.encode())
     )
     assert not client.usable and client.next_deadline() == 10.0
     with pytest.raises(ConnectionLost, match="busy"):

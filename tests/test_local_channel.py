@@ -220,7 +220,10 @@ def test_unix_socket_ipc(tmp_path: Path) -> None:
 
 def test_version_and_help() -> None:
     done = run_cli("--version")
-    assert (done.returncode, done.stdout.strip()) == (0, f"nvpair-wm {__version__}")
+    assert (done.returncode, done.stdout.strip()) == (
+        0,
+        f"nvpair-wm {__version__} (contract {CONTRACT_VERSION})",
+    )
     done = run_cli("--help")
     assert done.returncode == 0
     for flag in ("--port", "--ipc", "--cluster-dir", "--log-level", "--version"):

@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.metrics import DEFAULT_HOST, parse_address
+from nvpair_wm.versions import CONTRACT_VERSION
 from tests.cluster import POLL_EVERY, Node, event, is_upsert, workload
 from tests.wm_process import WAIT, run_cli
 
@@ -101,7 +102,9 @@ def test_metrics_report_status_counters_and_latencies_as_traffic_flows(
     url_a, url_b = metrics_url(a), metrics_url(b)
     a.poll_status(lambda s: bool(s["peers"]) and s["peers"][0]["connected"])
     before = scrape(url_a)
-    assert value(before, "nvpair_wm_build_info", version=a.status()["version"]) == 1
+    version = a.status()["version"]
+    build = {"version": version, "contract_version": CONTRACT_VERSION}
+    assert value(before, "nvpair_wm_build_info", **build) == 1
     assert value(before, "nvpair_wm_has_identity") == 1
     assert value(before, "nvpair_wm_peer_connected", peer="node-b", protocol="h2") == 1
     assert value(before, "nvpair_wm_delivery_seconds_count") == 0
@@ -130,7 +133,11 @@ def test_metrics_report_status_counters_and_latencies_as_traffic_flows(
     assert value(after, "nvpair_wm_peer_sent_frames_total", peer="node-b") == peer["sent"]
     assert value(after, "nvpair_wm_duplicates_total") == status["counters"]["duplicates"]
 
+    # a heard b's versions in b's responses; b heard a's in a's requests (b sent a nothing).
+    said = {"contract_version": CONTRACT_VERSION, "software_version": version}
+    assert value(after, "nvpair_wm_peer_info", peer="node-b", **said) == 1
     seen_b = scrape(url_b)
+    assert value(seen_b, "nvpair_wm_peer_info", peer="node-a", **said) == 1
     served = value(
         seen_b, "nvpair_wm_peer_request_duration_seconds_count", protocol="h2", code="202"
     )

@@ -104,7 +104,7 @@ def test_version_comes_from_one_place(installed: Installed) -> None:
     assert "version" not in project and "version" in project["dynamic"]
     assert installed.wheel.name.startswith(f"nvpair_wm-{__version__}-")
     out = run([str(installed.bin / "nvpair-wm"), "--version"], cwd=installed.work)
-    assert out.strip() == f"nvpair-wm {__version__}"
+    assert out.strip() == f"nvpair-wm {__version__} (contract {CONTRACT_VERSION})"
 
 
 def test_installed_daemon_answers_on_stdio_and_exits_0_at_eof(installed: Installed) -> None:
@@ -174,6 +174,6 @@ def test_pipx_install_gives_working_commands(tmp_path: Path) -> None:
     )
     run([str(tools / "bin" / "pipx"), "install", str(src)], cwd=tmp_path, env=env)
     out = run([str(tmp_path / "bin" / "nvpair-wm"), "--version"], cwd=tmp_path, env=env)
-    assert out.strip() == f"nvpair-wm {__version__}"
+    assert out.strip() == f"nvpair-wm {__version__} (contract {CONTRACT_VERSION})"
     out = run([str(tmp_path / "bin" / "nvpair-wm-cluster"), "--help"], cwd=tmp_path, env=env)
     assert "init" in out

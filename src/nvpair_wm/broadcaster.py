@@ -55,6 +55,13 @@ from nvpair_wm.peers import Peer, PeerDirectory, diff
 from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
 from nvpair_wm.sync import Originated
 from nvpair_wm.tls_contexts import TLSPolicy
+from nvpair_wm.versions import (
+    CONTRACT_HEADER,
+    CONTRACT_VERSION,
+    REFUSED_STATUS,
+    ContractVersion,
+    PeerVersions,
+)
 
 __all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster", "DeliveryObserver"]
 
@@ -131,11 +138,24 @@ class _LinkContext:
     tls_policy: TLSPolicy  # versions and suites, as the server's
     observer: DeliveryObserver | None
     reconcile_soon: Callable[[], None]  # a link that is no longer a peer asks for a reconcile
+    versions: PeerVersions  # what each peer said of its versions (the endpoint's too)
 
 
 def _text(body: bytes) -> str:
     text = body.decode("utf-8", "replace")
     return text if len(text) <= _LOG_BODY_MAX else text[:_LOG_BODY_MAX] + "..."
+
+
+def _other_major(response: Response) -> str | None:
+    """The peer's contract version when its response says it speaks another major."""
+    value = response.header(CONTRACT_HEADER)
+    if value is None:
+        return None
+    try:
+        theirs = ContractVersion.parse(value)
+    except ValueError:
+        return None
+    return None if theirs.served() else theirs.text
 
 
 class _Link:
@@ -169,6 +189,7 @@ class _Link:
         self._next_connect_at = 0.0
         self._was_connected = False
         self._last_refusal: str | None = None
+        self._heard: PeerConnection | None = None  # the connection whose versions are known
 
     # -- control --------------------------------------------------------------------------------
 
@@ -232,8 +253,14 @@ class _Link:
         conn = self.conn
         connected = conn is not None and not conn.closed
         p = self.peer
+        seen = self._ctx.versions.get(p.fingerprint)
         return self.outbox.status(
-            p.node_id, p.address, p.port, connected, conn.protocol if connected and conn else None
+            p.node_id,
+            p.address,
+            p.port,
+            connected,
+            conn.protocol if connected and conn else None,
+            seen=seen,
         )
 
     # -- the loop -------------------------------------------------------------------------------
@@ -450,6 +477,8 @@ class _Link:
         """A request ended (called by the connection): account for it, start the next."""
         self._sending -= 1
         if isinstance(outcome, Response):
+            if self._heard is not self.conn:  # a peer's versions hold for a connection's life
+                self._hear(outcome)
             if 200 <= outcome.status < 300 and self._ctx.observer is None:
                 self.outbox.delivered(batch)  # _answered's first case, inline: the usual one
             else:
@@ -471,9 +500,19 @@ class _Link:
         if not self._sending and not self._keepalive_armed:
             self.wake()  # the link went idle while the task slept without a PING timer
 
+    def _hear(self, response: Response) -> None:
+        """What the peer says of its versions in its responses (for ``manager:status``)."""
+        self._heard = self.conn
+        contract, server = response.header(CONTRACT_HEADER), response.header(b"server")
+        self._ctx.versions.heard(self.peer.fingerprint, contract, server)
+
     def _answered(self, batch: Batch, response: Response) -> None:
         outbox = self.outbox
         status = response.status
+        if status == REFUSED_STATUS and (theirs := _other_major(response)) is not None:
+            self._hear(response)  # it may have been upgraded on this very connection's peer
+            outbox.incompatible(batch, theirs, CONTRACT_VERSION)
+            return
         if 200 <= status < 300:
             outbox.delivered(batch)
             observer = self._ctx.observer
@@ -519,8 +558,10 @@ class Broadcaster:
         rng: random.Random | None = None,
         observer: DeliveryObserver | None = None,
         tls_policy: TLSPolicy | None = None,
+        versions: PeerVersions | None = None,
     ) -> None:
         self.limits = limits
+        self.versions = versions or PeerVersions()  # shared with the endpoint: both hear peers
         tick = self._fresh = PerTick(identity, pins)
         self._identity: IdentitySource = TickIdentity(tick)
         self._pins: PinSource = TickPins(tick)
@@ -538,6 +579,7 @@ class Broadcaster:
             tls_policy=tls_policy or TLSPolicy(),
             observer=observer,
             reconcile_soon=self._reconcile_soon,
+            versions=self.versions,
         )
         self._links: dict[str, _Link] = {}
         self._started = False

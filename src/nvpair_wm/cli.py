@@ -30,6 +30,7 @@ from nvpair_wm.dirlock import ClusterDirLock
 from nvpair_wm.errors import ClusterDirInUse
 from nvpair_wm.node import Node
 from nvpair_wm.pins import CERT_FILE, KEY_FILE, TRUSTED_DIR
+from nvpair_wm.versions import CONTRACT_VERSION
 
 #: Longest Unix socket path (sun_path is 108 bytes on Linux, NUL included).
 _MAX_UNIX_PATH = 107
@@ -133,7 +134,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the configuration these flags and --config give, as TOML, and exit",
     )
-    p.add_argument("--version", action="version", version=f"nvpair-wm {__version__}")
+    p.add_argument(
+        "--version",
+        action="version",
+        version=f"nvpair-wm {__version__} (contract {CONTRACT_VERSION})",
+        help="print the package version and the contract version it speaks, and exit",
+    )
     return p
 
 

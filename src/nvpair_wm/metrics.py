@@ -43,6 +43,7 @@ from nvpair_wm.config import METRICS_DEFAULT_HOST as DEFAULT_HOST
 from nvpair_wm.config import metrics_address as parse_address
 from nvpair_wm.events import Outbound
 from nvpair_wm.http.core import Handler, Request, Response
+from nvpair_wm.versions import CONTRACT_VERSION
 
 __all__ = [
     "DEFAULT_HOST",
@@ -106,9 +107,11 @@ class StatusCollector(Collector):
         s = self._status()
         c = s.counters
         info = GaugeMetricFamily(
-            "nvpair_wm_build_info", "Version of this node.", labels=["version"]
+            "nvpair_wm_build_info",
+            "Version of this node: package and contract.",
+            labels=["version", "contract_version"],
         )
-        info.add_metric([s.version], 1)
+        info.add_metric([s.version, CONTRACT_VERSION], 1)
         yield info
         yield GaugeMetricFamily(
             "nvpair_wm_has_identity",
@@ -184,8 +187,17 @@ def _peer_metrics(s: StatusResult) -> Iterator[Metric]:
             ("dropped", "Frames given up (queue full, retries exhausted, refused by the peer)."),
         )
     }
+    info = GaugeMetricFamily(
+        "nvpair_wm_peer_info",
+        "Always 1: the versions the peer last said it speaks (contract) and runs (software), in "
+        "its requests or responses; empty when it has not said.",
+        labels=["peer", "contract_version", "software_version"],
+    )
     for p in s.peers:
         peer = [p.nodeId]
+        contract = p.contractVersion if isinstance(p.contractVersion, str) else ""
+        software = p.softwareVersion if isinstance(p.softwareVersion, str) else ""
+        info.add_metric([p.nodeId, contract, software], 1)
         depth.add_metric(peer, p.queueDepth)
         connected.add_metric([p.nodeId, p.protocol or ""], int(p.connected))
         if isinstance(p.lastErrorAt, int):
@@ -194,6 +206,7 @@ def _peer_metrics(s: StatusResult) -> Iterator[Metric]:
         counters["retried"].add_metric(peer, p.retried)
         counters["coalesced"].add_metric(peer, p.coalesced)
         counters["dropped"].add_metric(peer, p.dropped)
+    yield info
     yield depth
     yield connected
     yield last_error

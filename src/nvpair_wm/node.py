@@ -45,6 +45,7 @@ from nvpair_wm.journal import (
 )
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
+from nvpair_wm.versions import PeerVersions
 
 if TYPE_CHECKING:
     from nvpair_wm.metrics import Metrics
@@ -128,7 +129,12 @@ class Node:
             from nvpair_wm.metrics import Metrics  # noqa: PLC0415
 
             self.metrics = Metrics(metrics_address(config.metrics), self.dispatcher.status)
-        endpoint = EventsEndpoint(self.dispatcher, pins, self.queue, max_body=config.max_frame)
+        # What each peer says of its versions, heard in its requests (the endpoint) and in its
+        # responses (the broadcaster); manager:status and the metrics show it.
+        self.versions = PeerVersions()
+        endpoint = EventsEndpoint(
+            self.dispatcher, pins, self.queue, max_body=config.max_frame, versions=self.versions
+        )
         handler: Handler = endpoint if self.metrics is None else self.metrics.timed(endpoint)
         hosts = [config.bind] if config.bind else None
         self.server = InterNodeServer(
@@ -146,6 +152,7 @@ class Node:
             self.table.originated,
             config.broadcast,
             observer=None if self.metrics is None else self.metrics.delivery,
+            versions=self.versions,
             tls_policy=config.tls,
         )
         self._stop = asyncio.Event()
