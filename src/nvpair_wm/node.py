@@ -107,7 +107,13 @@ class Node:
         if cluster:
             self.journal, records = open_journal(cluster, config.journal, config.table, time.time())
             skipped = reload_table(self.table, records, time.monotonic(), time.time())
-            log.info("journal: reloaded %d records (%d skipped)", len(records) - skipped, skipped)
+            reloaded = len(records) - skipped
+            log.info(
+                "journal: reloaded %d records (%d skipped)",
+                reloaded,
+                skipped,
+                extra={"records": reloaded, "skipped": skipped},
+            )
         self.identity: Identity | _NoIdentity = Identity(cluster) if cluster else _NoIdentity()
         self.pins: PinSet | _NoPins = (
             PinSet(cluster / "trusted", config.pins) if cluster else _NoPins()
@@ -177,7 +183,7 @@ class Node:
             self.journal.append(outbound, time.time())
 
     def update_nodes(self, nodes: list[NodeRecord]) -> None:
-        log.info("nodes:update with %d records", len(nodes))
+        log.info("nodes:update with %d records", len(nodes), extra={"nodes": len(nodes)})
         self.broadcaster.update_nodes(nodes)
 
     def _status(self) -> StatusResult:
