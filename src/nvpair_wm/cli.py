@@ -123,6 +123,12 @@ def parser() -> argparse.ArgumentParser:
         help="error, warn, info (default) or debug; logs go to stderr",
     )
     p.add_argument(
+        "--log-format",
+        choices=list(logs.FORMATS),
+        help="auto (default: rich on a terminal, plain lines otherwise), plain, or json (one "
+        "object per line: time, level, logger, message and structured fields)",
+    )
+    p.add_argument(
         "--metrics",
         type=metrics_address,
         metavar="ADDR:PORT",
@@ -338,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     if print_only:
         sys.stdout.write(config.dumps(cfg))
         return 0
-    logs.configure(cfg.log_level)
+    logs.configure(cfg.log_level, cfg.log_format)
     lock = lock_cluster_dir(p, cfg)
     allocator.pin_mmap_threshold()
     raise_fd_limit()

@@ -115,6 +115,12 @@ class Node:
                 self.table.tombstones,
                 len(records),
                 skipped,
+                extra={
+                    "workloads": len(self.table),
+                    "tombstones": self.table.tombstones,
+                    "records": len(records),
+                    "skipped": skipped,
+                },
             )
         self.identity: Identity | _NoIdentity = Identity(cluster) if cluster else _NoIdentity()
         self.pins: PinSet | _NoPins = (
@@ -196,7 +202,7 @@ class Node:
             self.journal.append_forwarded(items, time.time())
 
     def update_nodes(self, nodes: list[NodeRecord]) -> None:
-        log.info("nodes:update with %d records", len(nodes))
+        log.info("nodes:update with %d records", len(nodes), extra={"nodes": len(nodes)})
         self.broadcaster.update_nodes(nodes)
 
     def _status(self) -> StatusResult:
