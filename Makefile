@@ -17,7 +17,7 @@ ARGS   ?=
 # pip's output goes to stderr; one machine-specific warning about a missing local index is noise.
 PIP_QUIET := 2>&1 | { grep -vE "^WARNING: Location 'file:" || true; } >&2
 
-.PHONY: venv venv-run ts-deps gen check-gen check-compat lint typecheck test run bench bench-quick demo clean
+.PHONY: venv venv-run ts-deps gen check-gen check-compat lint typecheck test h2spec run bench bench-quick demo clean
 
 venv: $(DEV_STAMP)
 venv-run: $(RUN_STAMP)
@@ -69,6 +69,11 @@ typecheck: venv
 
 test: check-gen check-compat lint typecheck ts-deps
 	$(PY) -m pytest $(ARGS)
+
+# RFC 9113 conformance with the external h2spec ($$H2SPEC, PATH or ../shared/tools/h2spec; README:
+# h2spec). make test runs it too when it is found, and says in one line when it is not.
+h2spec: venv
+	@scripts/h2spec.sh $(ARGS)
 
 run: venv-run
 	@$(VENV)/bin/nvpair-wm $(ARGS)

@@ -311,7 +311,28 @@ def openrpc_document(schemas: dict[str, Any], version: str) -> dict[str, Any]:
                 "name": "inter-node",
                 "url": "https://{host}:{port}/v1/workloads/events",
                 "description": "Between pinned members of a cluster (a peer is another manager): "
-                "mutual TLS, HTTP/2 or HTTP/1.1.",
+                "mutual TLS, HTTP/2 or HTTP/1.1. Every request and response carries "
+                f"`nvpair-contract-version: {version}` (x-headers); a request of another major "
+                "version is refused with 409, before any frame is applied, and one without the "
+                "header is served as this major.",
+                "x-headers": {
+                    "nvpair-contract-version": {
+                        "in": ["request", "response"],
+                        "value": version,
+                        "description": "The contract version (MAJOR.MINOR.PATCH) the sender "
+                        "speaks; another major earns 409 (HttpError naming both versions).",
+                    },
+                    "user-agent": {
+                        "in": ["request"],
+                        "value": "nvpair-wm/<package version>",
+                        "description": "The sending software and its version.",
+                    },
+                    "server": {
+                        "in": ["response"],
+                        "value": "nvpair-wm/<package version>",
+                        "description": "The answering software and its version.",
+                    },
+                },
                 "variables": {
                     "host": {"default": "localhost"},
                     "port": {

@@ -46,7 +46,8 @@ from nvpair_wm.node import Config, Node
 from tests.cluster import Cluster, event, workload
 from tests.frames import event_frame, line
 from tests.frames import workload as frame_workload
-from tests.test_journal import LIMITS, T0, dispatcher, outbounds
+from tests.support.journal import LIMITS, T0, dispatcher, outbounds
+from tests.support.polling import eventually, eventually_async
 
 FIND_WITHIN = 10.0  # seconds to find a running child in /proc (it appears within ms)
 TEMP = f".{JOURNAL_FILE}.tmp"
@@ -72,11 +73,9 @@ def compactor_children(parent: int | None = None) -> list[int]:
 
 async def one_child() -> int:
     """The compactor child once it runs (polled: nothing announces it)."""
-    deadline = time.monotonic() + FIND_WITHIN
-    while not (pids := compactor_children()):
-        assert time.monotonic() < deadline, "no compactor child appeared"
-        await asyncio.sleep(0.001)
-    [pid] = pids
+    [pid] = await eventually_async(
+        compactor_children, "no compactor child appeared", within=FIND_WITHIN, every=0.001
+    )
     return pid
 
 
@@ -513,19 +512,23 @@ def test_a_child_does_not_outlive_a_node_killed_mid_compaction(tmp_path: Path) -
         [sys.executable, "-c", HELPER, str(tmp_path / JOURNAL_FILE)], stdin=subprocess.DEVNULL
     )
     try:
-        deadline = time.monotonic() + FIND_WITHIN
-        while not (pids := compactor_children(helper.pid)):
-            assert helper.poll() is None and time.monotonic() < deadline, "no child appeared"
-            time.sleep(0.001)
-        [child] = pids
+
+        def child_pids() -> list[int]:
+            pids = compactor_children(helper.pid)
+            assert pids or helper.poll() is None, "no child appeared"
+            return pids
+
+        [child] = eventually(child_pids, "no child appeared", within=FIND_WITHIN, every=0.001)
         os.kill(child, signal.SIGSTOP)
         helper.kill()
         helper.wait()
         os.kill(child, signal.SIGCONT)
-        deadline = time.monotonic() + FIND_WITHIN
-        while state_of(child) not in ("", "Z"):  # reaped by init, or dead and not yet reaped
-            assert time.monotonic() < deadline, f"child {child} outlived its parent"
-            time.sleep(0.001)
+        eventually(  # reaped by init, or dead and not yet reaped
+            lambda: state_of(child) in ("", "Z"),
+            f"child {child} outlived its parent",
+            within=FIND_WITHIN,
+            every=0.001,
+        )
         temp = tmp_path / TEMP
         assert not temp.exists() or temp.stat().st_size < whole.size
     finally:

@@ -126,8 +126,12 @@ def _other_value(key: config.Key) -> Any:
         return not key.default
     if key.name == "log_level":
         return "debug"
+    if key.name == "log_format":
+        return "json"
     if key.name == "broadcast.protocols":
         return ["http/1.1"]
+    if key.name == "tls.min_version":
+        return "1.3"
     if key.name == "port":
         return 0
     if key.name == "broadcast.retry_base":
@@ -398,4 +402,5 @@ def test_the_port_in_use_names_the_address_and_exits_1() -> None:
         port = taken.getsockname()[1]
         done = run_cli("--bind", "127.0.0.1", "--port", str(port))
     assert done.returncode == 1, done.stderr
-    assert f"cannot listen on 127.0.0.1 port {port}: Address already in use" in done.stderr
+    why = f"cannot listen on --port {port} (--bind 127.0.0.1): Address already in use"
+    assert why in done.stderr

@@ -40,9 +40,9 @@ from nvpair_wm.proto.exchanges import (
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.h2.client import H2ClientSession
 from nvpair_wm.proto.h2.hpack import encode_fields
-from tests.test_client_machines import AUTHORITY, MIB, PATH, connected, failures, responses
-from tests.test_h2_server_machine import frames_of, raw
-from tests.test_proto import Recorder
+from tests.support.client_sessions import AUTHORITY, MIB, PATH, connected, failures, responses
+from tests.support.handlers import Recorder
+from tests.support.raw_frames import frames_of, raw
 
 # -- against our own server machine ---------------------------------------------------------------
 

@@ -32,7 +32,11 @@ from nvpair_wm.proto.h1 import H1Session
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.h2.hpack import Decoder, encode_fields
 from nvpair_wm.proto.h2.streams import Stream
-from tests.test_proto import Recorder
+from tests.support.handlers import Recorder
+from tests.support.raw_frames import (
+    frames_of,
+    raw,
+)
 
 FP = "ab" * 32
 
@@ -224,22 +228,6 @@ def test_response_encoder_is_plain_hpack_without_indexing() -> None:
 
 
 # -- the session, fed bytes ----------------------------------------------------------------------
-
-
-def raw(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
-    return (
-        len(payload).to_bytes(3, "big") + bytes((ftype, flags)) + sid.to_bytes(4, "big") + payload
-    )
-
-
-def frames_of(data: bytes) -> list[Frame]:
-    out: list[Frame] = []
-    while data:
-        f, length = Frame.parse_frame_header(memoryview(data[:9]))
-        f.parse_body(memoryview(data[9 : 9 + length]))
-        out.append(f)
-        data = data[9 + length :]
-    return out
 
 
 REQUEST = [(":method", "POST"), (":scheme", "https"), (":path", "/e"), (":authority", "t")]

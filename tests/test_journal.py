@@ -14,7 +14,6 @@ import logging
 import math
 import os
 import random
-import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ import pytest
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.dedup import Removal, TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, outbound_event, outbound_removal
-from nvpair_wm.events import Outbound, lifecycle_frame
+from nvpair_wm.events import lifecycle_frame
 from nvpair_wm.journal import (
     HEADER,
     JOURNAL_FILE,
@@ -49,23 +48,14 @@ from nvpair_wm.journal import (
 )
 from nvpair_wm.node import Config, Node
 from tests.frames import LIFECYCLE, STATES, event_frame, info, line, remove_frame, workload
-
-LIMITS = TableLimits(
-    terminal_ttl=10.0, live_ttl=100.0, tombstone_ttl=20.0, max_workloads=50, max_tombstones=50
+from tests.support.journal import (
+    LIMITS,
+    T0,
+    broker_line,
+    dispatcher,
+    outbounds,
 )
-T0 = 1_800_000_000.0  # a unix time
-
-
-def dispatcher(table: WorkloadTable) -> Dispatcher:
-    def no_status() -> Any:
-        raise AssertionError("not asked")
-
-    return Dispatcher(table, no_status, clock=lambda: 1000.0)
-
-
-def broker_line(disp: Dispatcher, frame: dict[str, Any]) -> list[Outbound]:
-    """One broker line through the real dispatcher: what the node publishes (and journals)."""
-    return disp.local(line(frame)).outbound
+from tests.support.polling import eventually_async
 
 
 def snapshot(table: WorkloadTable) -> tuple[list[bytes], list[Removal]]:
@@ -347,10 +337,6 @@ def test_reload_skips_a_body_that_no_longer_decodes() -> None:
 
 
 # -- the file shell ----------------------------------------------------------------------------
-
-
-def outbounds(disp: Dispatcher, *frames: dict[str, Any]) -> list[Outbound]:
-    return [out for frame in frames for out in broker_line(disp, frame)]
 
 
 def die(journal: Journal) -> None:
@@ -674,10 +660,9 @@ def test_node_journals_what_it_publishes_and_compacts_on_its_timer(tmp_path: Pat
         task = asyncio.create_task(node._journal_forever(journal))
         try:
             # No event announces a compaction: poll the file, bounded.
-            deadline = time.monotonic() + 10
-            while len(decode_log(path.read_bytes())[0]) != 1:
-                assert time.monotonic() < deadline, "not compacted"
-                await asyncio.sleep(0.01)
+            await eventually_async(
+                lambda: len(decode_log(path.read_bytes())[0]) == 1, "not compacted", within=10
+            )
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

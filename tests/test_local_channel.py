@@ -220,7 +220,10 @@ def test_unix_socket_ipc(tmp_path: Path) -> None:
 
 def test_version_and_help() -> None:
     done = run_cli("--version")
-    assert (done.returncode, done.stdout.strip()) == (0, f"nvpair-wm {__version__}")
+    assert (done.returncode, done.stdout.strip()) == (
+        0,
+        f"nvpair-wm {__version__} (contract {CONTRACT_VERSION})",
+    )
     done = run_cli("--help")
     assert done.returncode == 0
     for flag in ("--port", "--ipc", "--cluster-dir", "--log-level", "--version"):
@@ -300,7 +303,8 @@ def test_ipc_dial_gives_up_after_its_budget_in_one_line_exit_1(tmp_path: Path, k
         done = run_cli("--ipc", str(path), "--port", "0", "--config", str(config))
         took = time.monotonic() - started
     assert done.returncode == 1, done.stderr
-    lines = done.stderr.strip().splitlines()
+    waiting, *lines = done.stderr.strip().splitlines()  # the wait, said at once, then the end
+    assert "waiting for the broker" in waiting and "up to 0.4 s" in waiting, waiting
     assert len(lines) == 1, lines
     reason = "No such file or directory" if kind == "missing" else "Connection refused"
     assert f"--ipc {path}" in lines[0] and re.search(r"\d+ attempts in 0\.\d s", lines[0])

@@ -11,7 +11,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.metrics import DEFAULT_HOST, parse_address
+from nvpair_wm.versions import CONTRACT_VERSION
 from tests.cluster import POLL_EVERY, Node, event, is_upsert, workload
+from tests.support.polling import eventually
 from tests.wm_process import WAIT, run_cli
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -67,14 +68,16 @@ def metrics_url(node: Node) -> str:
 def wait_scrape(url: str, name: str, want: float, **labels: str) -> Samples:
     """Scrape until the sample reaches ``want``: a counter catching up with traffic that no
     frame announces (a poll with a bounded deadline, as ``Node.poll_status``)."""
-    deadline = time.monotonic() + WAIT
-    while True:
+    got = [0.0]
+
+    def reached() -> Samples | None:
         samples = scrape(url)
-        got = samples.get((name, tuple(sorted(labels.items()))), 0.0)
-        if got >= want:
-            return samples
-        assert time.monotonic() < deadline, f"{name}{labels} stayed at {got}, wanted {want}"
-        time.sleep(POLL_EVERY)
+        got[0] = samples.get((name, tuple(sorted(labels.items()))), 0.0)
+        return samples if got[0] >= want else None
+
+    return eventually(
+        reached, lambda: f"{name}{labels} stayed at {got[0]}, wanted {want}", every=POLL_EVERY
+    )
 
 
 @pytest.fixture
@@ -101,7 +104,9 @@ def test_metrics_report_status_counters_and_latencies_as_traffic_flows(
     url_a, url_b = metrics_url(a), metrics_url(b)
     a.poll_status(lambda s: bool(s["peers"]) and s["peers"][0]["connected"])
     before = scrape(url_a)
-    assert value(before, "nvpair_wm_build_info", version=a.status()["version"]) == 1
+    version = a.status()["version"]
+    build = {"version": version, "contract_version": CONTRACT_VERSION}
+    assert value(before, "nvpair_wm_build_info", **build) == 1
     assert value(before, "nvpair_wm_has_identity") == 1
     assert value(before, "nvpair_wm_peer_connected", peer="node-b", protocol="h2") == 1
     assert value(before, "nvpair_wm_delivery_seconds_count") == 0
@@ -130,7 +135,11 @@ def test_metrics_report_status_counters_and_latencies_as_traffic_flows(
     assert value(after, "nvpair_wm_peer_sent_frames_total", peer="node-b") == peer["sent"]
     assert value(after, "nvpair_wm_duplicates_total") == status["counters"]["duplicates"]
 
+    # a heard b's versions in b's responses; b heard a's in a's requests (b sent a nothing).
+    said = {"contract_version": CONTRACT_VERSION, "software_version": version}
+    assert value(after, "nvpair_wm_peer_info", peer="node-b", **said) == 1
     seen_b = scrape(url_b)
+    assert value(seen_b, "nvpair_wm_peer_info", peer="node-a", **said) == 1
     served = value(
         seen_b, "nvpair_wm_peer_request_duration_seconds_count", protocol="h2", code="202"
     )
@@ -231,4 +240,5 @@ def test_metrics_port_in_use_is_one_line_naming_the_flag_and_exit_1() -> None:
         done = run_cli("--port", "0", "--bind", "127.0.0.1", "--metrics", f"127.0.0.1:{port}")
     assert done.returncode == 1, done
     errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
-    assert len(errors) == 1 and f"--metrics 127.0.0.1:{port}" in errors[0], done.stderr
+    assert len(errors) == 1 and f"--metrics 127.0.0.1:{port}: " in errors[0], done.stderr
+    assert "--port" not in errors[0] and "every interface" not in errors[0]

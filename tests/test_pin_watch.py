@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from nvpair_wm.clusterdir import cert_fingerprint, init_cluster, make_self_signed
-from nvpair_wm.io.pin_watch import WatchedIdentity, WatchedPins, open_watch
+from nvpair_wm.io.pin_watch import PerTick, WatchedIdentity, WatchedPins, open_watch
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
 
 
@@ -166,17 +166,15 @@ def test_pins_and_identity_share_one_descriptor(tmp_path: Path) -> None:
 
 
 def test_one_look_at_both_sources_through_their_shared_descriptor(tmp_path: Path) -> None:
-    """The broadcaster's look before each batch (``_PerTick.both``): one ``FIONREAD`` while
+    """The broadcaster's look before each batch (``PerTick.both``): one ``FIONREAD`` while
     nothing changed, every change seen by the very next look, a symlinked pin read per look."""
-    from nvpair_wm.broadcaster import _PerTick  # noqa: PLC0415 - the private reader under test
-
     dirs = init_cluster(tmp_path / "c", ["a", "b"])
     d = dirs["a"]
     watch = open_watch()
     assert watch is not None, "inotify_init1 failed on Linux"
     pins = CountingPins(d / "trusted")
     ident = CountingIdentity(d)
-    fresh = _PerTick(WatchedIdentity(ident, watch), WatchedPins(pins, watch))
+    fresh = PerTick(WatchedIdentity(ident, watch), WatchedPins(pins, watch))
     b = cert_fingerprint((dirs["b"] / "node.crt").read_bytes())
     for _ in range(20):
         own, pinned = fresh.both()

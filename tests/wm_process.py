@@ -40,10 +40,13 @@ class WmProcess:
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
         prefix: Sequence[str] = (),
+        program: Sequence[str] | None = None,
     ):
         """``prefix`` runs the daemon through another command, e.g. ``ip netns exec NS``
-        (which execs, so the pid stays the node's own)."""
-        self.args = [*prefix, sys.executable, "-m", "nvpair_wm", *args]
+        (which execs, so the pid stays the node's own). ``program``: another daemon than this
+        tree's (an earlier release's ``nvpair-wm``, a stand-in script)."""
+        daemon = [sys.executable, "-m", "nvpair_wm"] if program is None else list(program)
+        self.args = [*prefix, *daemon, *args]
         self.proc = subprocess.Popen(
             self.args,
             stdin=subprocess.PIPE,

@@ -414,6 +414,9 @@ type PeerStatus struct {
 	Dropped     Int     `json:"dropped"`
 	LastError   *string `json:"lastError"`
 	LastErrorAt *Int    `json:"lastErrorAt"`
+	// Since contract 1.2.0: optional, null while the peer has not said (absent stays absent).
+	ContractVersion Opt[string] `json:"contractVersion"`
+	SoftwareVersion Opt[string] `json:"softwareVersion"`
 }
 
 type peerStatusJSON PeerStatus
@@ -434,6 +437,12 @@ func (p *PeerStatus) UnmarshalJSON(b []byte) error {
 	}
 	*p = PeerStatus(v)
 	return nil
+}
+
+func (p PeerStatus) MarshalJSON() ([]byte, error) {
+	return encodeObject(peerStatusJSON(p), map[string]setter{
+		"contractVersion": p.ContractVersion, "softwareVersion": p.SoftwareVersion,
+	})
 }
 
 // StatusResult is the result of manager:status.

@@ -98,17 +98,26 @@ func DecodeBrokerLine(b []byte) (any, error) {
 // HTTPError is the body of every HTTP error status but 400: {"error": "..."}.
 type HTTPError struct {
 	Error string `json:"error"`
+	// Since contract 1.2.0, in a 409 only: the two contract versions (absent elsewhere).
+	ServerContractVersion  Opt[string] `json:"serverContractVersion"`
+	RequestContractVersion Opt[string] `json:"requestContractVersion"`
 }
 
 type httpErrorJSON HTTPError
 
 func (e *HTTPError) UnmarshalJSON(b []byte) error {
 	var v httpErrorJSON
-	if err := decodeObject(b, rules{required: []string{"error"}, nonNull: []string{"error"}}, &v); err != nil {
+	if err := decodeObject(b, rules{required: []string{"error"}, nonNull: []string{"error", "serverContractVersion", "requestContractVersion"}}, &v); err != nil {
 		return fmt.Errorf("HttpError: %w", err)
 	}
 	*e = HTTPError(v)
 	return nil
+}
+
+func (e HTTPError) MarshalJSON() ([]byte, error) {
+	return encodeObject(httpErrorJSON(e), map[string]setter{
+		"serverContractVersion": e.ServerContractVersion, "requestContractVersion": e.RequestContractVersion,
+	})
 }
 
 // DecodePeerResponse decodes the answer to one frame of a peer's body.

@@ -221,6 +221,32 @@ class PeerStatus(Struct):
     """
     When lastError happened, in epoch milliseconds; null if there has been none.
     """
+    contractVersion: (
+        Annotated[
+            str,
+            Meta(
+                description="The contract version the peer last said it speaks (the nvpair-contract-version header of its requests or responses); null until it has said one, or when it sends none (nvpair-wm 0.1.0). Optional in the schema (added in 1.2.0), always sent by a 1.2 manager."
+            ),
+        ]
+        | None
+        | UnsetType
+    ) = UNSET
+    """
+    The contract version the peer last said it speaks (the nvpair-contract-version header of its requests or responses); null until it has said one, or when it sends none (nvpair-wm 0.1.0). Optional in the schema (added in 1.2.0), always sent by a 1.2 manager.
+    """
+    softwareVersion: (
+        Annotated[
+            str,
+            Meta(
+                description='The nvpair-wm version the peer last said it runs (the user-agent of its requests, the server of its responses: nvpair-wm/X.Y.Z); "unknown" for an nvpair-wm that names no version (0.1.0); null until it has said, or when the peer is not nvpair-wm. Optional in the schema (added in 1.2.0), always sent by a 1.2 manager.'
+            ),
+        ]
+        | None
+        | UnsetType
+    ) = UNSET
+    """
+    The nvpair-wm version the peer last said it runs (the user-agent of its requests, the server of its responses: nvpair-wm/X.Y.Z); "unknown" for an nvpair-wm that names no version (0.1.0); null until it has said, or when the peer is not nvpair-wm. Optional in the schema (added in 1.2.0), always sent by a 1.2 manager.
+    """
 
 
 class FramesByChannel(Struct):

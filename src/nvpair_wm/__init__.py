@@ -2,4 +2,4 @@
 
 # The one place the version is written: pyproject.toml reads it (setuptools dynamic version),
 # `nvpair-wm --version`, `ready` and `manager:status` report it.
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,3 +1,3 @@
-from nvpair_wm.cli import main
+from nvpair_wm.entry import main
 
 main()

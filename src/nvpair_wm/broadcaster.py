@@ -38,7 +38,9 @@ import functools
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import msgspec
 from nvpair_wm_schema.manager_status_schema import PeerStatus
@@ -47,16 +49,21 @@ from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm.dispatch import Outbound
 from nvpair_wm.errors import ClientError, PinRefused, ResponseTimeout
 from nvpair_wm.io.client import Outcome, PeerConnection, Response, open_connection
-from nvpair_wm.io.pin_watch import Watch, WatchedIdentity, WatchedPins, shared_watch
+from nvpair_wm.io.pin_watch import Both, PerTick, TickIdentity, TickPins
 from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
 from nvpair_wm.peers import Peer, PeerDirectory, diff
 from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
 from nvpair_wm.sync import Originated
+from nvpair_wm.tls_contexts import TLSPolicy
+from nvpair_wm.versions import (
+    CONTRACT_HEADER,
+    CONTRACT_VERSION,
+    REFUSED_STATUS,
+    ContractVersion,
+    PeerVersions,
+)
 
-if TYPE_CHECKING:
-    from nvpair_wm.metrics import DeliveryClock
-
-__all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster"]
+__all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster", "DeliveryObserver"]
 
 log = logging.getLogger(__name__)
 
@@ -102,112 +109,53 @@ def bad_frames(body: bytes, count: int) -> frozenset[int] | None:
     return frozenset(bad) if bad else None
 
 
-_Both = tuple[NodeIdentity | None, frozenset[str]]  # our identity and the pins, one look
+class DeliveryObserver(Protocol):
+    """Told when local events enter the peers' queues and when a peer accepts them (its 2xx):
+    what ``--metrics`` times (``nvpair_wm.metrics.DeliveryClock``). Without one, the links
+    skip both calls."""
+
+    def enqueued(self, items: Iterable[Outbound], links: int) -> None:
+        """``items`` were queued for each of ``links`` peers."""
+        ...
+
+    def delivered(self, items: Iterable[Outbound]) -> None:
+        """One peer answered 2xx to a batch of ``items``."""
+        ...
 
 
-class _PerTick:
-    """The identity and the pin set, read again only when they may have changed.
+@dataclass(frozen=True, slots=True)
+class _LinkContext:
+    """What every link shares, built once by the :class:`Broadcaster`."""
 
-    With the node's inotify-watched sources sharing one descriptor
-    (:mod:`nvpair_wm.io.pin_watch`), a look is one ``FIONREAD`` for both (:meth:`both`): the
-    answer read last stands while nothing was queued since, so a removed pin or a rotated
-    identity is seen by the very next look. With other sources (a few ``stat`` calls and a
-    ``scandir`` per read) they are read at most once per event-loop tick: re-checked before
-    every batch, they were once most of a broadcast's cost at a low event rate; the next tick
-    reads again, so a change is seen by the next batch started after it. Outside a running
-    loop nothing is cached.
-    """
-
-    __slots__ = ("_both", "_identity", "_loop", "_pins", "_seen", "_stale", "_watch")
-
-    def __init__(self, identity: IdentitySource, pins: PinSource) -> None:
-        self._identity = identity
-        self._pins = pins
-        self._both: tuple[NodeIdentity | None, frozenset[str]] = (None, frozenset())
-        self._stale = True
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._watch = shared_watch(identity, pins)
-        self._seen = -1  # the watch's generation _both was read at; -1: not cached
-
-    def both(self) -> _Both:
-        """Our identity and the pins, as they are now (see the class docstring)."""
-        watch = self._watch
-        if watch is not None:
-            if watch.unchanged_since(self._seen):
-                return self._both
-            return self._read_watched(watch)
-        if self._stale:
-            self._refresh()
-        return self._both
-
-    def _read_watched(self, watch: Watch) -> tuple[NodeIdentity | None, frozenset[str]]:
-        # The generation first: an event queued while the sources read moves it past the one
-        # kept, and the next look reads again.
-        seen = watch.generation()
-        identity, pins = self._identity, self._pins
-        both = self._both = (identity.current(), pins.current())
-        settled = isinstance(identity, WatchedIdentity) and identity.settled
-        settled = settled and isinstance(pins, WatchedPins) and pins.settled
-        # Not cached by the sources (a symlink among the files, a path unwatchable): read per look.
-        self._seen = seen if settled else -1
-        return both
-
-    def _refresh(self) -> None:
-        self._both = (self._identity.current(), self._pins.current())
-        loop = self._loop
-        if loop is None or not loop.is_running():
-            # Looked up once per loop: on Python 3.11 each asyncio.get_running_loop() is a
-            # getpid syscall, and a refresh comes before every send at a low event rate.
-            try:
-                loop = self._loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return
-        self._stale = False
-        loop.call_soon(self._expire)
-
-    def _expire(self) -> None:
-        self._stale = True
-
-    def identity(self) -> NodeIdentity | None:
-        return self.both()[0]
-
-    def pins(self) -> frozenset[str]:
-        return self.both()[1]
-
-    def is_pinned(self, fingerprint: str) -> bool:
-        return fingerprint in self.both()[1]
-
-
-class _TickIdentity:
-    """:class:`_PerTick`'s identity as an ``IdentitySource``."""
-
-    __slots__ = ("_tick",)
-
-    def __init__(self, tick: _PerTick) -> None:
-        self._tick = tick
-
-    def current(self) -> NodeIdentity | None:
-        return self._tick.identity()
-
-
-class _TickPins:
-    """:class:`_PerTick`'s pins as a ``PinSource``."""
-
-    __slots__ = ("_tick",)
-
-    def __init__(self, tick: _PerTick) -> None:
-        self._tick = tick
-
-    def current(self) -> frozenset[str]:
-        return self._tick.pins()
-
-    def is_pinned(self, fingerprint: str) -> bool:
-        return self._tick.is_pinned(fingerprint)
+    limits: BroadcastLimits
+    originated: Originated  # what this node originated: the snapshots
+    rng: random.Random  # backoff jitter
+    fresh: PerTick  # our identity and the pins, one look for both
+    identity: IdentitySource  # ``fresh``'s identity
+    pins: PinSource  # ``fresh``'s pins
+    directory: PeerDirectory  # who the peers are
+    alpn: tuple[bytes, ...]  # offered to peers, preferred first
+    tls_policy: TLSPolicy  # versions and suites, as the server's
+    observer: DeliveryObserver | None
+    reconcile_soon: Callable[[], None]  # a link that is no longer a peer asks for a reconcile
+    versions: PeerVersions  # what each peer said of its versions (the endpoint's too)
 
 
 def _text(body: bytes) -> str:
     text = body.decode("utf-8", "replace")
     return text if len(text) <= _LOG_BODY_MAX else text[:_LOG_BODY_MAX] + "..."
+
+
+def _other_major(response: Response) -> str | None:
+    """The peer's contract version when its response says it speaks another major."""
+    value = response.header(CONTRACT_HEADER)
+    if value is None:
+        return None
+    try:
+        theirs = ContractVersion.parse(value)
+    except ValueError:
+        return None
+    return None if theirs.served() else theirs.text
 
 
 class _Link:
@@ -218,15 +166,16 @@ class _Link:
     end in :meth:`_done`, called by the connection.
     """
 
-    def __init__(self, peer: Peer, owner: Broadcaster) -> None:
+    def __init__(self, peer: Peer, ctx: _LinkContext) -> None:
         self.peer = peer
-        self._owner = owner
-        self._limits = owner.limits
+        self._ctx = ctx
+        self._limits = ctx.limits
         self.outbox = PeerOutbox(
             f"{peer.node_id} ({peer.address}:{peer.port})",
-            owner.limits,
-            owner._originated,
-            rng=owner._rng,
+            ctx.limits,
+            ctx.originated,
+            rng=ctx.rng,
+            fields={"peer": peer.node_id, "address": f"{peer.address}:{peer.port}"},
         )
         self.conn: PeerConnection | None = None
         self._conn_identity: str | None = None
@@ -241,6 +190,7 @@ class _Link:
         self._next_connect_at = 0.0
         self._was_connected = False
         self._last_refusal: str | None = None
+        self._heard: PeerConnection | None = None  # the connection whose versions are known
 
     # -- control --------------------------------------------------------------------------------
 
@@ -252,7 +202,12 @@ class _Link:
     def _ended(self, task: asyncio.Task[None]) -> None:
         """A link task that died of a bug says so at once (``stop`` gathers it quietly)."""
         if not task.cancelled() and (exc := task.exception()) is not None:
-            log.error("peer %s: link task failed", self.outbox.name, exc_info=exc)
+            log.error(
+                "peer %s: link task failed",
+                self.outbox.name,
+                exc_info=exc,
+                extra=self.outbox.fields,
+            )
 
     @property
     def task(self) -> asyncio.Task[None] | None:
@@ -261,7 +216,7 @@ class _Link:
     def wake(self) -> None:
         self._wake.set()
 
-    def publish(self, items: list[Outbound], both: _Both | None = None) -> None:
+    def publish(self, items: list[Outbound], both: Both | None = None) -> None:
         """Queue frames. An idle link sends them at once (the broker channel publishes what
         one read delivered in one call: one read, one request); a busy one lets them
         accumulate until a response comes back, which then starts the next (larger) batches:
@@ -304,8 +259,14 @@ class _Link:
         conn = self.conn
         connected = conn is not None and not conn.closed
         p = self.peer
+        seen = self._ctx.versions.get(p.fingerprint)
         return self.outbox.status(
-            p.node_id, p.address, p.port, connected, conn.protocol if connected and conn else None
+            p.node_id,
+            p.address,
+            p.port,
+            connected,
+            conn.protocol if connected and conn else None,
+            seen=seen,
         )
 
     # -- the loop -------------------------------------------------------------------------------
@@ -313,16 +274,16 @@ class _Link:
     async def _run(self) -> None:
         lim = self._limits
         outbox = self.outbox
-        owner = self._owner
+        ctx = self._ctx
         loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
-            ident = owner._identity.current()
-            if ident is None or not owner._directory.is_peer(self.peer):
+            ident = ctx.identity.current()
+            if ident is None or not ctx.directory.is_peer(self.peer):
                 # Not (or no longer) a peer: send nothing; the next reconcile drops this link.
                 if self.conn is not None:
                     self.conn.close("no longer a peer")
-                owner._reconcile_soon()
+                ctx.reconcile_soon()
                 await self._sleep(lim.reconcile_interval)
                 continue
             conn = self.conn
@@ -378,7 +339,7 @@ class _Link:
 
     async def _connect(self, ident: NodeIdentity) -> PeerConnection | None:
         p = self.peer
-        pins = self._owner._pins
+        pins = self._ctx.pins
         lim = self._limits
         try:
             conn = await open_connection(
@@ -388,16 +349,23 @@ class _Link:
                 expected_fingerprint=p.fingerprint,
                 is_pinned=pins.is_pinned,
                 on_change=self.wake,
-                alpn=self._owner._alpn,
+                alpn=self._ctx.alpn,
                 connect_timeout=lim.connect_timeout,
                 handshake_timeout=lim.handshake_timeout,
                 tcp_keepalive=lim.tcp_keepalive,
                 max_response_bytes=lim.max_response_bytes,
+                tls_policy=self._ctx.tls_policy,
             )
         except PinRefused as exc:
             # Warn once per distinct refusal; the probes that follow repeat it at debug level.
             level = logging.WARNING if str(exc) != self._last_refusal else logging.DEBUG
-            log.log(level, "peer %s: refusing to send: %s", self.outbox.name, exc)
+            log.log(
+                level,
+                "peer %s: refusing to send: %s",
+                self.outbox.name,
+                exc,
+                extra=self.outbox.fields,
+            )
             self._last_refusal = str(exc)
             self.outbox.failed(None, f"pin check failed: {exc}")
             return None
@@ -415,6 +383,7 @@ class _Link:
                 run.failures,
                 max(wait, 0.0),
                 exc,
+                extra=self.outbox.fields,
             )
             self._was_connected = False
             return None
@@ -423,7 +392,13 @@ class _Link:
         self._last_refusal = None
         # A reconnect after an idle close is routine (about once a minute on a quiet link).
         level = logging.DEBUG if self._was_connected else logging.INFO
-        log.log(level, "peer %s: connected (%s); resynchronising", self.outbox.name, conn.protocol)
+        log.log(
+            level,
+            "peer %s: connected (%s); resynchronising",
+            self.outbox.name,
+            conn.protocol,
+            extra=self.outbox.fields,
+        )
         self._was_connected = True
         self.outbox.connected()
         return conn
@@ -432,7 +407,12 @@ class _Link:
         if not conn.closed:
             why = "our identity changed" if self._conn_identity != identity else "unusable"
             conn.close(why)
-        log.debug("peer %s: connection ended: %s", self.outbox.name, conn.close_reason)
+        log.debug(
+            "peer %s: connection ended: %s",
+            self.outbox.name,
+            conn.close_reason,
+            extra=self.outbox.fields,
+        )
         if self._ping is not None:
             self._ping.cancel()
             self._ping = None
@@ -451,7 +431,7 @@ class _Link:
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _pump(self, both: _Both | None = None) -> None:
+    def _pump(self, both: Both | None = None) -> None:
         """Start batches if the connection is up and the peer still a peer (pinned, not us,
         with our identity of this moment, or of ``both`` when given); otherwise let the task
         sort it out."""
@@ -462,7 +442,7 @@ class _Link:
             return
         # Still a peer: our identity is the connection's, and the peer is still pinned and not
         # us (PeerDirectory.is_peer's test, inline, on one look at both).
-        ident, pinned = self._owner._fresh.both() if both is None else both
+        ident, pinned = self._ctx.fresh.both() if both is None else both
         own = self._conn_identity
         fingerprint = self.peer.fingerprint
         if ident is None or ident.fingerprint != own or fingerprint == own:
@@ -521,7 +501,9 @@ class _Link:
         """A request ended (called by the connection): account for it, start the next."""
         self._sending -= 1
         if isinstance(outcome, Response):
-            if 200 <= outcome.status < 300 and self._owner.delivery is None:
+            if self._heard is not self.conn:  # a peer's versions hold for a connection's life
+                self._hear(outcome)
+            if 200 <= outcome.status < 300 and self._ctx.observer is None:
                 self.outbox.delivered(batch)  # _answered's first case, inline: the usual one
             else:
                 self._answered(batch, outcome)
@@ -542,13 +524,24 @@ class _Link:
         if not self._sending and not self._keepalive_armed:
             self.wake()  # the link went idle while the task slept without a PING timer
 
+    def _hear(self, response: Response) -> None:
+        """What the peer says of its versions in its responses (for ``manager:status``)."""
+        self._heard = self.conn
+        contract, server = response.header(CONTRACT_HEADER), response.header(b"server")
+        self._ctx.versions.heard(self.peer.fingerprint, contract, server)
+
     def _answered(self, batch: Batch, response: Response) -> None:
         outbox = self.outbox
         status = response.status
+        if status == REFUSED_STATUS and (theirs := _other_major(response)) is not None:
+            self._hear(response)  # it may have been upgraded on this very connection's peer
+            outbox.incompatible(batch, theirs, CONTRACT_VERSION)
+            return
         if 200 <= status < 300:
             outbox.delivered(batch)
-            if self._owner.delivery is not None:  # --metrics: delivery latency
-                self._owner.delivery.delivered(batch.items)
+            observer = self._ctx.observer
+            if observer is not None:  # --metrics: delivery latency
+                observer.delivered(batch.items)
         elif status == 400 and (bad := bad_frames(response.body, len(batch))) is not None:
             log.warning(
                 "peer %s refused %d of %d frames: %s",
@@ -556,6 +549,7 @@ class _Link:
                 len(bad),
                 len(batch),
                 _text(response.body),
+                extra=outbox.fields,
             )
             outbox.delivered(batch, bad, f"HTTP 400: {_text(response.body)}")
         elif status == 413:
@@ -563,7 +557,7 @@ class _Link:
         elif status in _RETRY_STATUSES or status >= 500:
             wait = retry_after(response.header(b"retry-after"))
             detail = f"HTTP {status}: {_text(response.body)}"
-            log.debug("peer %s: %s (retrying)", outbox.name, detail)
+            log.debug("peer %s: %s (retrying)", outbox.name, detail, extra=outbox.fields)
             outbox.failed(batch, detail, wait)
         else:
             log.warning(
@@ -572,6 +566,7 @@ class _Link:
                 len(batch),
                 status,
                 _text(response.body),
+                extra={**outbox.fields, "frames": len(batch)},
             )
             outbox.rejected(batch, status, _text(response.body))
 
@@ -587,22 +582,37 @@ class Broadcaster:
         limits: BroadcastLimits = BroadcastLimits(),  # noqa: B008 - frozen, shared on purpose
         *,
         rng: random.Random | None = None,
+        observer: DeliveryObserver | None = None,
+        tls_policy: TLSPolicy | None = None,
+        versions: PeerVersions | None = None,
     ) -> None:
         self.limits = limits
-        tick = self._fresh = _PerTick(identity, pins)
-        self._identity: IdentitySource = _TickIdentity(tick)
-        self._pins: PinSource = _TickPins(tick)
-        self._originated = originated
-        self._rng = rng or random.Random()
-        self._alpn = tuple(p.encode("ascii") for p in limits.protocols)
+        self.versions = versions or PeerVersions()  # shared with the endpoint: both hear peers
+        tick = self._fresh = PerTick(identity, pins)
+        self._identity: IdentitySource = TickIdentity(tick)
+        self._pins: PinSource = TickPins(tick)
         self._directory = PeerDirectory(self._identity, self._pins)
+        self._observer = observer
+        self._link_context = _LinkContext(
+            limits=limits,
+            originated=originated,
+            rng=rng or random.Random(),
+            fresh=tick,
+            identity=self._identity,
+            pins=self._pins,
+            directory=self._directory,
+            alpn=tuple(p.encode("ascii") for p in limits.protocols),
+            tls_policy=tls_policy or TLSPolicy(),
+            observer=observer,
+            reconcile_soon=self._reconcile_soon,
+            versions=self.versions,
+        )
         self._links: dict[str, _Link] = {}
         self._started = False
         self._closing = False
         self._ticker: asyncio.Task[None] | None = None
         self._stopping: set[asyncio.Task[None]] = set()
         self._no_identity_logged = False
-        self.delivery: DeliveryClock | None = None  # set by nvpair_wm.metrics with --metrics
 
     # -- the API node.py uses ---------------------------------------------------------------------
 
@@ -616,8 +626,8 @@ class Broadcaster:
         if not items or self._closing:
             return
         links = self._links
-        if self.delivery is not None:  # --metrics: delivery latency
-            self.delivery.enqueued(items, len(links))
+        if self._observer is not None:  # --metrics: delivery latency
+            self._observer.enqueued(items, len(links))
         if not links:
             return
         # One look at our identity and the pins for every link (one FIONREAD with the watched
@@ -653,7 +663,9 @@ class Broadcaster:
             await asyncio.wait(tasks, timeout=grace)
         leftover = sum(lk.outbox.depth for lk in links)
         if leftover:
-            log.warning("shutting down with %d frames unsent to peers", leftover)
+            log.warning(
+                "shutting down with %d frames unsent to peers", leftover, extra={"frames": leftover}
+            )
         await asyncio.gather(*(lk.stop() for lk in links), *self._stopping, return_exceptions=True)
         if self._ticker is not None:
             await asyncio.gather(self._ticker, return_exceptions=True)
@@ -692,6 +704,7 @@ class Broadcaster:
                 "dropping %d queued frames",
                 link.outbox.name,
                 link.outbox.depth,
+                extra={**link.outbox.fields, "frames": link.outbox.depth},
             )
             if self._started:
                 task = asyncio.get_running_loop().create_task(link.stop())
@@ -700,8 +713,8 @@ class Broadcaster:
         for _, peer in changes.changed:
             self._links[peer.fingerprint].retarget(peer)
         for peer in changes.added:
-            link = _Link(peer, self)
+            link = _Link(peer, self._link_context)
             self._links[peer.fingerprint] = link
-            log.info("peer %s added", link.outbox.name)
+            log.info("peer %s added", link.outbox.name, extra=link.outbox.fields)
             if self._started:
                 link.start()

@@ -24,10 +24,13 @@ from typing import NoReturn
 
 from nvpair_wm_schema.contract import DEFAULT_PORT
 
-from nvpair_wm import __version__, allocator, config, logs
+from nvpair_wm import __version__, allocator, config, dirlock, logs
 from nvpair_wm.config import Config, ConfigError
+from nvpair_wm.dirlock import ClusterDirLock
+from nvpair_wm.errors import ClusterDirInUse
 from nvpair_wm.node import Node
-from nvpair_wm.pins import TRUSTED_DIR
+from nvpair_wm.pins import CERT_FILE, KEY_FILE, TRUSTED_DIR
+from nvpair_wm.versions import CONTRACT_VERSION
 
 #: Longest Unix socket path (sun_path is 108 bytes on Linux, NUL included).
 _MAX_UNIX_PATH = 107
@@ -119,6 +122,12 @@ def parser() -> argparse.ArgumentParser:
         help="error, warn, info (default) or debug; logs go to stderr",
     )
     p.add_argument(
+        "--log-format",
+        choices=list(logs.FORMATS),
+        help="auto (default: rich on a terminal, plain lines otherwise), plain, or json (one "
+        "object per line: time, level, logger, message and structured fields)",
+    )
+    p.add_argument(
         "--metrics",
         type=metrics_address,
         metavar="ADDR:PORT",
@@ -131,7 +140,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the configuration these flags and --config give, as TOML, and exit",
     )
-    p.add_argument("--version", action="version", version=f"nvpair-wm {__version__}")
+    p.add_argument(
+        "--version",
+        action="version",
+        version=f"nvpair-wm {__version__} (contract {CONTRACT_VERSION})",
+        help="print the package version and the contract version it speaks, and exit",
+    )
     return p
 
 
@@ -149,13 +163,20 @@ def raise_fd_limit() -> None:
 # -- checks of values that parse but cannot work ------------------------------------------------
 
 
-def bind_problem(addr: str) -> str | None:
-    """Why ``addr`` cannot be listened on (not an address, or not one of this host's), or None."""
+def bind_form_problem(addr: str) -> str | None:
+    """Why ``addr`` is no address on any host (numeric but malformed), or None."""
     try:
         ipaddress.ip_address(addr)
     except ValueError:
         if _NUMERIC.fullmatch(addr):
             return "not a valid IPv4 or IPv6 address"
+    return None
+
+
+def bind_problem(addr: str) -> str | None:
+    """Why ``addr`` cannot be listened on (not an address, or not one of this host's), or None."""
+    if why := bind_form_problem(addr):
+        return why
     try:
         infos = socket.getaddrinfo(addr, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as exc:
@@ -169,6 +190,26 @@ def bind_problem(addr: str) -> str | None:
         except OSError as exc:
             problem = exc.strerror or str(exc)
     return f"not an address of this host ({problem})"
+
+
+def node_folders(path: Path) -> list[str]:
+    """The node folders (each holding a ``node.crt``) in ``path`` when ``path`` itself holds
+    none: ``path`` is then the root ``nvpair-wm-cluster init`` made, not one node's folder."""
+
+    def holds_a_certificate(folder: Path) -> bool:
+        try:
+            return stat.S_ISREG(os.stat(folder / CERT_FILE).st_mode)
+        except OSError:
+            return False
+
+    if holds_a_certificate(path) or (path / KEY_FILE).exists():
+        return []
+    try:
+        with os.scandir(path) as scan:
+            entries = sorted(scan, key=lambda e: e.name)
+    except OSError:
+        return []
+    return [e.name for e in entries if holds_a_certificate(Path(e.path))]
 
 
 def cluster_dir_problem(path: Path) -> str | None:
@@ -192,6 +233,11 @@ def cluster_dir_problem(path: Path) -> str | None:
             return f"{where} is not a directory"
         except OSError as exc:
             return f"cannot read {where}: {exc.strerror}"
+    if nodes := node_folders(path):
+        return (
+            f"a cluster root holding the node folders {', '.join(nodes)}; give this node's "
+            f"folder, e.g. --cluster-dir {path / nodes[0]}"
+        )
     return None
 
 
@@ -209,20 +255,28 @@ def ipc_problem(path: str) -> str | None:
     return None
 
 
-def _problems(cfg: Config) -> list[tuple[str, str]]:
-    """(config key, what is wrong) for each value that parsed but cannot work."""
+def _problems(cfg: Config, *, on_this_host: bool) -> list[tuple[str, str]]:
+    """(config key, what is wrong) for each value that parsed but cannot work. Without
+    ``on_this_host`` (``--print-config``: the file may be for another host) only the form of a
+    value is checked, not whether this host has that address, directory or socket."""
     out: list[tuple[str, str]] = []
-    if cfg.bind is not None and (why := bind_problem(cfg.bind)):
+    address_problem = bind_problem if on_this_host else bind_form_problem
+    if cfg.bind is not None and (why := address_problem(cfg.bind)):
         out.append(("bind", why))
+    if cfg.metrics is not None:
+        try:
+            host, _ = config.metrics_address(cfg.metrics)
+        except ValueError as exc:
+            out.append(("metrics", str(exc)))
+        else:
+            if why := address_problem(host):
+                out.append(("metrics", why))
+    if not on_this_host:
+        return out
     if cfg.cluster_dir is not None and (why := cluster_dir_problem(cfg.cluster_dir)):
         out.append(("cluster_dir", why))
     if cfg.ipc is not None and (why := ipc_problem(cfg.ipc)):
         out.append(("ipc", why))
-    if cfg.metrics is not None:
-        try:
-            config.metrics_address(cfg.metrics)
-        except ValueError as exc:
-            out.append(("metrics", str(exc)))
     return out
 
 
@@ -257,17 +311,40 @@ def configure(p: argparse.ArgumentParser, argv: list[str] | None) -> tuple[Confi
             if args.config is not None
             else str(exc)
         )
-    for key, why in _problems(cfg):
+    for key, why in _problems(cfg, on_this_host=not args.print_config):
         p.error(f"{where(key)}: {why}")
     return cfg, bool(args.print_config)
 
 
-def main(argv: list[str] | None = None) -> None:
-    cfg, print_only = configure(parser(), argv)
+def lock_cluster_dir(p: argparse.ArgumentParser, cfg: Config) -> ClusterDirLock | None:
+    """One daemon per cluster directory (dirlock.py): exit 2 naming the lock and its holder."""
+    if cfg.cluster_dir is None:
+        return None
+    try:
+        return dirlock.acquire(cfg.cluster_dir)
+    except ClusterDirInUse as exc:
+        holder = f"process {exc.pid}" if exc.pid is not None else "another process"
+        p.error(
+            f"--cluster-dir {cfg.cluster_dir}: in use by {holder} (it holds the lock "
+            f"{exc.path}); stop it, or give another node's folder"
+        )
+    except OSError as exc:
+        p.error(
+            f"--cluster-dir {cfg.cluster_dir}: cannot create its lock "
+            f"{cfg.cluster_dir / dirlock.LOCK_FILE}: {exc.strerror or exc} (the node needs to "
+            "write its cluster directory)"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Configure, check, lock and run the node; its exit status (entry.py exits with it)."""
+    p = parser()
+    cfg, print_only = configure(p, argv)
     if print_only:
         sys.stdout.write(config.dumps(cfg))
-        sys.exit(0)
-    logs.configure(cfg.log_level)
+        return 0
+    logs.configure(cfg.log_level, cfg.log_format)
+    lock = lock_cluster_dir(p, cfg)
     allocator.pin_mmap_threshold()
     raise_fd_limit()
     try:
@@ -279,4 +356,6 @@ def main(argv: list[str] | None = None) -> None:
         why = " ".join(f"{type(exc).__name__}: {exc}".split())
         logging.getLogger("nvpair_wm").error("fatal: %s; exiting with status 1", why)
         code = 1
-    sys.exit(code)
+    if lock is not None:
+        lock.release()
+    return code

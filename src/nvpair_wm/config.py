@@ -2,11 +2,12 @@
 
 The sans-IO modules own their limits as frozen dataclasses (``TableLimits`` in ``dedup``,
 ``Limits`` in ``http.core``, ``BroadcastLimits`` in ``outbox``, ``BrokerLimits`` in ``local``,
-``PinLimits`` in ``pins``); this module composes them and reads them from TOML (standard
-library ``tomllib``). The file mirrors the dataclasses: :class:`Config`'s own scalars are
-top-level keys, each nested dataclass is a table (``[broadcast]``, ``[http]``, ...). Fields are
-discovered with :func:`dataclasses.fields`, so a field added to any of those dataclasses is
-settable, checked and documented (the table of docs/configuration.md) without a change here.
+``PinLimits`` in ``pins``, ``TLSPolicy`` in ``tls_contexts``); this module composes them and reads
+them from TOML (standard library ``tomllib``). The file mirrors the dataclasses: :class:`Config`'s
+own scalars are top-level keys, each nested dataclass is a table (``[broadcast]``, ``[http]``,
+...). Fields are discovered with :func:`dataclasses.fields`, so a field added to any of those
+dataclasses is settable, checked and documented (the table of docs/configuration.md) without a
+change here.
 
 Units: seconds for every float, bytes for sizes (``*_bytes``, bodies, windows, budgets), a plain
 count otherwise (:func:`unit`), except the keys in :data:`UNITS` (``journal.compact_growth`` is
@@ -32,13 +33,14 @@ from typing import Any, Final
 
 from nvpair_wm_schema.contract import DEFAULT_PORT
 
-from nvpair_wm import codec
+from nvpair_wm import codec, logs
 from nvpair_wm.dedup import TableLimits
 from nvpair_wm.http.core import Limits
 from nvpair_wm.journal import JournalLimits
 from nvpair_wm.local import BrokerLimits
 from nvpair_wm.outbox import BroadcastLimits
 from nvpair_wm.pins import PinLimits
+from nvpair_wm.tls_contexts import TLS_VERSIONS, TLSPolicy
 
 __all__ = [
     "Config",
@@ -55,6 +57,7 @@ __all__ = [
 ]
 
 LOG_LEVELS: Final = ("error", "warn", "info", "debug")
+LOG_FORMATS: Final = logs.FORMATS
 PEER_PROTOCOLS: Final = ("h2", "http/1.1")
 
 
@@ -67,6 +70,7 @@ class Config:
     ipc: str | None = None  # broker endpoint to dial instead of stdio
     cluster_dir: Path | None = None  # node.crt, node.key and trusted/
     log_level: str = "info"  # error, warn, info or debug
+    log_format: str = "auto"  # auto (rich on a terminal, else plain), plain or json
     max_frame: int = codec.MAX_FRAME_BYTES  # one JSON-RPC frame (broker line or peer body)
     max_batch: int = codec.MAX_BATCH_FRAMES  # frames in one batch (line or body); more: refused
     shutdown_grace: float = 5.0  # at exit: time to finish requests and flush queues
@@ -77,6 +81,7 @@ class Config:
     broadcast: BroadcastLimits = field(default_factory=BroadcastLimits)
     pins: PinLimits = field(default_factory=PinLimits)
     journal: JournalLimits = field(default_factory=JournalLimits)
+    tls: TLSPolicy = field(default_factory=TLSPolicy)
 
 
 METRICS_DEFAULT_HOST: Final = "127.0.0.1"  # --metrics binds loopback unless told otherwise
@@ -131,7 +136,9 @@ RANGES: Final[dict[str, tuple[float, float]]] = {
 #: Allowed values of string keys (each element, for lists).
 CHOICES: Final[dict[str, tuple[str, ...]]] = {
     "log_level": LOG_LEVELS,
+    "log_format": LOG_FORMATS,
     "broadcast.protocols": PEER_PROTOCOLS,
+    "tls.min_version": TLS_VERSIONS,
 }
 
 #: Units the naming rule of :func:`unit` would get wrong.

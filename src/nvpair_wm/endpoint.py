@@ -10,10 +10,13 @@ Order of the checks, all before the body is read (``head``):
    issue's "cached per event-loop tick" allows: they were all on their way when the batch
    began, and the next batch asks again. That saves the pin check's syscall per request.
 2. **404** any other path; **405** any other method (with ``Allow: POST``).
-3. **415** a Content-Type other than ``application/json`` (parameters are fine, a charset must be
+3. **409** an ``nvpair-contract-version`` of another major version (:mod:`nvpair_wm.versions`),
+   with a body naming both versions; **400** a value that is not ``MAJOR.MINOR.PATCH``. No header
+   is our own major. What the caller said of its versions is recorded here, for ``manager:status``.
+4. **415** a Content-Type other than ``application/json`` (parameters are fine, a charset must be
    UTF-8).
-4. **413** a declared Content-Length over 1 MiB (the adapters also stop a streamed body there).
-5. **503** with ``Retry-After: 1`` when the queue toward the broker is full (backpressure).
+5. **413** a declared Content-Length over 1 MiB (the adapters also stop a streamed body there).
+6. **503** with ``Retry-After: 1`` when the queue toward the broker is full (backpressure).
 
 Then ``complete`` hands the body to the dispatcher, which answers 202 / 200 / 400 and gives the
 frames for the broker, which go into the :class:`BrokerSink` in arrival order.
@@ -31,9 +34,17 @@ from nvpair_wm.http.core import (
     Response,
     empty_response,
     error_response,
+    json_response,
     too_large,
 )
 from nvpair_wm.io.batch import EndOfBatch, for_loop
+from nvpair_wm.versions import (
+    CONTRACT_HEADER,
+    CONTRACT_VERSION,
+    REFUSED_STATUS,
+    ContractVersion,
+    PeerVersions,
+)
 
 __all__ = [
     "EVENTS_PATH",
@@ -85,6 +96,28 @@ class PinCheck(Protocol):
     def is_pinned(self, fingerprint: str) -> bool: ...
 
 
+_OURS = CONTRACT_VERSION.encode("ascii")
+
+
+def _refuse_version(value: bytes) -> Response | None:
+    """The answer to a request whose contract version is ``value``: None when it is served
+    (our major), 409 naming both versions for another major, 400 for a malformed value."""
+    try:
+        theirs = ContractVersion.parse(value)
+    except ValueError as exc:
+        return error_response(400, str(exc))
+    if theirs.served():
+        return None
+    log.debug("refused a request of contract %s (we speak %s)", theirs.text, CONTRACT_VERSION)
+    body = {
+        "error": f"contract version {theirs.text} is not served here: this node speaks "
+        f"{CONTRACT_VERSION} (major {CONTRACT_VERSION.split('.')[0]} only)",
+        "serverContractVersion": CONTRACT_VERSION,
+        "requestContractVersion": theirs.text,
+    }
+    return json_response(REFUSED_STATUS, body)
+
+
 #: The sessions only read a handler's responses: a bare one can be shared.
 _BARE: dict[int, Response] = {202: empty_response(202)}
 
@@ -119,8 +152,10 @@ class EventsEndpoint:
         *,
         max_body: int = MIB,
         path: str = EVENTS_PATH,
+        versions: PeerVersions | None = None,
     ) -> None:
         self.dispatcher = dispatcher
+        self.versions = versions or PeerVersions()
         self.pins = pins
         self.sink = sink
         self.max_body = max_body
@@ -137,12 +172,24 @@ class EventsEndpoint:
             return error_response(404, "not found")
         if req.method != "POST":
             return error_response(405, "method not allowed", [(b"allow", b"POST")])
-        for name, value in req.headers:  # the first content-type decides
+        content_type = contract = agent = None
+        for name, value in req.headers:  # one pass; the first of each field decides
             if name == b"content-type":
-                if value != b"application/json" and not is_json_content_type(value):
-                    return error_response(415, "content-type must be application/json")
-                break
-        else:
+                if content_type is None:
+                    content_type = value
+            elif name == CONTRACT_HEADER:
+                if contract is None:
+                    contract = value
+            elif name == b"user-agent" and agent is None:
+                agent = value
+        self.versions.heard(fp, contract, agent)
+        if contract is not None and contract != _OURS:
+            refused = _refuse_version(contract)
+            if refused is not None:
+                return refused
+        if content_type is None or (
+            content_type != b"application/json" and not is_json_content_type(content_type)
+        ):
             return error_response(415, "content-type must be application/json")
         if req.content_length is not None and req.content_length > self.max_body:
             return too_large(self.max_body)

@@ -13,6 +13,8 @@ is never caught here.
     │       └── H2ConnectionError     ...badly enough to end an HTTP/2 connection (GOAWAY code)
     ├── ConnectionClosed              the transport is gone (also a ConnectionError)
     ├── TLSError                      handshake refused, TLS protocol error (also a ConnectionError)
+    ├── ClusterDirInUse               another process holds the cluster directory's lock
+    ├── ListenFailed                  a listener cannot bind: names the flag to fix
     └── ClientError                   an outbound request got no response: safe to retry
         ├── ConnectFailed             TCP connect or TLS handshake failed, or timed out
         │   └── PinRefused            the server's certificate is not the record's, or not pinned
@@ -23,12 +25,16 @@ is never caught here.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 __all__ = [
     "ClientError",
+    "ClusterDirInUse",
     "ConnectFailed",
     "ConnectionClosed",
     "ConnectionLost",
     "H2ConnectionError",
+    "ListenFailed",
     "LocalProtocolError",
     "PinRefused",
     "ProtocolError",
@@ -75,6 +81,27 @@ class ConnectionClosed(WmError, ConnectionError):
 
 class TLSError(WmError, ConnectionError):
     """A TLS failure: handshake refused, protocol error, peer vanished mid-handshake."""
+
+
+class ClusterDirInUse(WmError):
+    """Another process runs on this cluster directory: ``path`` is the lock it holds, ``pid``
+    the pid it wrote there (None when it has not yet)."""
+
+    def __init__(self, path: Path, pid: int | None) -> None:
+        holder = f"process {pid}" if pid is not None else "another process"
+        super().__init__(f"in use: {path} is locked by {holder}")
+        self.path = path
+        self.pid = pid
+
+
+class ListenFailed(WmError):
+    """A listener could not bind: ``where`` names the flag to fix (``--metrics ADDR:PORT``,
+    ``--port N (...)``), ``reason`` what the OS said."""
+
+    def __init__(self, where: str, exc: OSError) -> None:
+        self.where = where
+        self.reason = exc.strerror or str(exc)
+        super().__init__(f"{where}: {self.reason}")
 
 
 class ClientError(WmError, ConnectionError):

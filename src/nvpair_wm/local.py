@@ -468,6 +468,14 @@ async def dial_ipc(path: str, limits: BrokerLimits) -> tuple[asyncio.StreamReade
                     f"(dial_timeout {limits.dial_timeout:g} s, backoff {limits.dial_backoff:g} s "
                     f"doubling to {limits.dial_backoff_max:g} s), last: {reason}"
                 ) from exc
+            if schedule.attempts == 1:  # once, at once: the silence that follows is expected
+                log.info(
+                    "waiting for the broker to listen on --ipc %s (%s): trying again for up to "
+                    "%g s (broker.dial_timeout)",
+                    path,
+                    reason,
+                    limits.dial_timeout,
+                )
             log.debug(
                 "broker not reachable at --ipc %s yet (attempt %d, %.2f s): %s; again in %.2f s",
                 path,

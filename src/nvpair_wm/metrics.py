@@ -9,7 +9,10 @@ On, the hot path pays almost nothing either:
   ``nvpair_wm_peer_request_duration_seconds`` (the inter-node endpoint: request head → response,
   by wrapping the endpoint, see :class:`TimedHandler`) and ``nvpair_wm_delivery_seconds``
   (broker-to-peer delivery: a local event put in the peers' queues → a peer's 2xx, see
-  :class:`DeliveryClock`, hooked into ``Broadcaster.publish`` and the link's 2xx branch).
+  :class:`DeliveryClock`, the broadcaster's ``DeliveryObserver``).
+
+``nvpair_wm.node`` builds :class:`Metrics` and wires both in as it builds the server and the
+broadcaster; this module knows neither.
 
 The endpoint is plain HTTP/1.1 on the asyncio loop (GET ``/metrics``; one request per
 connection): the collector then reads the node's state on the thread that changes it, with no
@@ -26,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import h11
 from msgspec import UnsetType
@@ -40,9 +43,7 @@ from nvpair_wm.config import METRICS_DEFAULT_HOST as DEFAULT_HOST
 from nvpair_wm.config import metrics_address as parse_address
 from nvpair_wm.events import Outbound
 from nvpair_wm.http.core import Handler, Request, Response
-
-if TYPE_CHECKING:
-    from nvpair_wm.node import Node
+from nvpair_wm.versions import CONTRACT_VERSION
 
 __all__ = [
     "DEFAULT_HOST",
@@ -106,9 +107,11 @@ class StatusCollector(Collector):
         s = self._status()
         c = s.counters
         info = GaugeMetricFamily(
-            "nvpair_wm_build_info", "Version of this node.", labels=["version"]
+            "nvpair_wm_build_info",
+            "Version of this node: package and contract.",
+            labels=["version", "contract_version"],
         )
-        info.add_metric([s.version], 1)
+        info.add_metric([s.version, CONTRACT_VERSION], 1)
         yield info
         yield GaugeMetricFamily(
             "nvpair_wm_has_identity",
@@ -184,8 +187,17 @@ def _peer_metrics(s: StatusResult) -> Iterator[Metric]:
             ("dropped", "Frames given up (queue full, retries exhausted, refused by the peer)."),
         )
     }
+    info = GaugeMetricFamily(
+        "nvpair_wm_peer_info",
+        "Always 1: the versions the peer last said it speaks (contract) and runs (software), in "
+        "its requests or responses; empty when it has not said.",
+        labels=["peer", "contract_version", "software_version"],
+    )
     for p in s.peers:
         peer = [p.nodeId]
+        contract = p.contractVersion if isinstance(p.contractVersion, str) else ""
+        software = p.softwareVersion if isinstance(p.softwareVersion, str) else ""
+        info.add_metric([p.nodeId, contract, software], 1)
         depth.add_metric(peer, p.queueDepth)
         connected.add_metric([p.nodeId, p.protocol or ""], int(p.connected))
         if isinstance(p.lastErrorAt, int):
@@ -194,6 +206,7 @@ def _peer_metrics(s: StatusResult) -> Iterator[Metric]:
         counters["retried"].add_metric(peer, p.retried)
         counters["coalesced"].add_metric(peer, p.coalesced)
         counters["dropped"].add_metric(peer, p.dropped)
+    yield info
     yield depth
     yield connected
     yield last_error
@@ -272,7 +285,11 @@ class DeliveryClock:
 
 
 class Metrics:
-    """The registry, the two latency recorders and the HTTP endpoint of one node."""
+    """The registry, the two latency recorders and the HTTP endpoint of one node.
+
+    ``status`` is ``manager:status``'s answer (read at scrape time); :meth:`timed` wraps the
+    inter-node handler and :attr:`delivery` observes the broadcaster: both are wired in by
+    ``nvpair_wm.node`` when it builds them. :meth:`start` binds and serves."""
 
     def __init__(
         self,
@@ -303,30 +320,18 @@ class Metrics:
         self._server: asyncio.Server | None = None
         self.port = 0
 
-    @classmethod
-    async def serve(cls, address: tuple[str, int], node: Node) -> Metrics:
-        """Observe ``node`` (its status, its endpoint, its broadcaster) and serve the metrics."""
-        metrics = cls(address, node.dispatcher.status)
-        node.server.handler = metrics.timed(node.server.handler)
-        node.broadcaster.delivery = metrics.delivery
-        await metrics.start()
-        return metrics
-
     def timed(self, handler: Handler) -> TimedHandler:
+        """``handler`` with its request durations observed (the server's handler)."""
         return TimedHandler(handler, self._requests, self.limits)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
     async def start(self) -> None:
-        """Bind and serve; an OSError names the flag and the address."""
-        try:
-            self._server = await asyncio.start_server(
-                self._serve, self.host, self.requested_port, limit=self.limits.max_request_head
-            )
-        except OSError as exc:
-            where = f"{self.host}:{self.requested_port}"
-            raise OSError(exc.errno, f"--metrics {where}: {exc.strerror or exc}") from exc
+        """Bind and serve (an OSError as the OS raised it: the node names the flag)."""
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.requested_port, limit=self.limits.max_request_head
+        )
         sock = self._server.sockets[0].getsockname()
         self.port = sock[1]
         host = f"[{sock[0]}]" if ":" in sock[0] else sock[0]

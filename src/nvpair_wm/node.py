@@ -16,20 +16,23 @@ import gc
 import logging
 import signal
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from nvpair_wm_schema.contract import CONTRACT_VERSION
 from nvpair_wm_schema.manager_status_schema import PeerStatus, StatusResult
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
-from nvpair_wm import __version__, codec, config
+from nvpair_wm import __version__, codec
 from nvpair_wm.broadcaster import Broadcaster
 from nvpair_wm.compactor import compact_in_child
-from nvpair_wm.config import Config
+from nvpair_wm.config import Config, metrics_address
 from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.endpoint import EventsEndpoint
+from nvpair_wm.errors import ListenFailed
+from nvpair_wm.http.core import Handler
 from nvpair_wm.io.pin_watch import WatchedIdentity, WatchedPins, open_watch
 from nvpair_wm.io.server import InterNodeServer
 from nvpair_wm.journal import (
@@ -42,6 +45,7 @@ from nvpair_wm.journal import (
 )
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
+from nvpair_wm.versions import PeerVersions
 
 if TYPE_CHECKING:
     from nvpair_wm.metrics import Metrics
@@ -49,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = ["Config", "Node"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _exit_status(
@@ -102,7 +107,13 @@ class Node:
         if cluster:
             self.journal, records = open_journal(cluster, config.journal, config.table, time.time())
             skipped = reload_table(self.table, records, time.monotonic(), time.time())
-            log.info("journal: reloaded %d records (%d skipped)", len(records) - skipped, skipped)
+            reloaded = len(records) - skipped
+            log.info(
+                "journal: reloaded %d records (%d skipped)",
+                reloaded,
+                skipped,
+                extra={"records": reloaded, "skipped": skipped},
+            )
         self.identity: Identity | _NoIdentity = Identity(cluster) if cluster else _NoIdentity()
         self.pins: PinSet | _NoPins = (
             PinSet(cluster / "trusted", config.pins) if cluster else _NoPins()
@@ -116,21 +127,41 @@ class Node:
             if isinstance(self.identity, Identity)
             else self.identity
         )
-        endpoint = EventsEndpoint(self.dispatcher, pins, self.queue, max_body=config.max_frame)
+        # Metrics are opt-in: prometheus_client is imported only then. They observe the endpoint
+        # (request durations) and the broadcaster (delivery latency), wired in here as those
+        # are built.
+        self.metrics: Metrics | None = None
+        if config.metrics:
+            from nvpair_wm.metrics import Metrics  # noqa: PLC0415
+
+            self.metrics = Metrics(metrics_address(config.metrics), self.dispatcher.status)
+        # What each peer says of its versions, heard in its requests (the endpoint) and in its
+        # responses (the broadcaster); manager:status and the metrics show it.
+        self.versions = PeerVersions()
+        endpoint = EventsEndpoint(
+            self.dispatcher, pins, self.queue, max_body=config.max_frame, versions=self.versions
+        )
+        handler: Handler = endpoint if self.metrics is None else self.metrics.timed(endpoint)
         hosts = [config.bind] if config.bind else None
         self.server = InterNodeServer(
-            endpoint,
+            handler,
             identity,
             port=config.port,
             hosts=hosts,
             limits=config.http,
             is_pinned=pins.is_pinned,
+            tls_policy=config.tls,
         )
         self.broadcaster = Broadcaster(  # the same inotify-watched sources as the server
-            identity, pins, self.table.originated, config.broadcast
+            identity,
+            pins,
+            self.table.originated,
+            config.broadcast,
+            observer=None if self.metrics is None else self.metrics.delivery,
+            versions=self.versions,
+            tls_policy=config.tls,
         )
         self._stop = asyncio.Event()
-        self.metrics: Metrics | None = None
 
     def _peers(self) -> list[PeerStatus]:
         return self.broadcaster.status()
@@ -152,7 +183,7 @@ class Node:
             self.journal.append(outbound, time.time())
 
     def update_nodes(self, nodes: list[NodeRecord]) -> None:
-        log.info("nodes:update with %d records", len(nodes))
+        log.info("nodes:update with %d records", len(nodes), extra={"nodes": len(nodes)})
         self.broadcaster.update_nodes(nodes)
 
     def _status(self) -> StatusResult:
@@ -175,11 +206,16 @@ class Node:
                 loop.add_signal_handler(sig, self._on_signal, sig)
         try:
             ipc = self.config.ipc
-            reader, writer = await (dial_ipc(ipc, self.config.broker) if ipc else open_stdio())
+            opened = await self._unless_stopped(
+                dial_ipc(ipc, self.config.broker) if ipc else open_stdio()
+            )
         except OSError as exc:
             where = f"--ipc {self.config.ipc}" if self.config.ipc else "stdio"
             log.error("cannot open the broker channel (%s): %s", where, exc.strerror or exc)
             return 1
+        if opened is None:  # a signal while waiting for the broker: its line was the one
+            return 0
+        reader, writer = opened
         channel = BrokerChannel(
             reader,
             writer,
@@ -191,13 +227,15 @@ class Node:
         )
         try:
             await self.start()
-        except OSError as exc:
-            where = self.config.bind or "every interface"
-            log.error(
-                "cannot listen on %s port %d: %s", where, self.config.port, exc.strerror or exc
-            )
+        except ListenFailed as exc:
+            log.error("cannot listen on %s: %s", exc.where, exc.reason)
+            await self.stop(0)
             await close_writer(writer)
             return 1
+        if self._stop.is_set():  # a signal during start-up: no ready, nothing to flush
+            await self.stop(0)
+            await close_writer(writer)
+            return 0
         # What startup built (modules, TLS, the reloaded journal) lives as long as the process:
         # out of the cyclic GC's way, so that no full collection traverses it again.
         gc.collect()
@@ -229,13 +267,34 @@ class Node:
         return code
 
     async def start(self) -> None:
-        """Start the inter-node parts: the port is bound whether or not there is an identity."""
-        if self.config.metrics:  # opt-in: prometheus_client is imported only then
-            from nvpair_wm.metrics import Metrics  # noqa: PLC0415
-
-            self.metrics = await Metrics.serve(config.metrics_address(self.config.metrics), self)
-        await self.server.start()
+        """Start the inter-node parts: the port is bound whether or not there is an identity.
+        Raises :class:`ListenFailed` naming the flag whose address cannot be listened on."""
+        if self.metrics is not None:
+            try:
+                await self.metrics.start()
+            except OSError as exc:
+                raise ListenFailed(f"--metrics {self.config.metrics}", exc) from exc
+        try:
+            await self.server.start()
+        except OSError as exc:
+            where = f"--bind {self.config.bind}" if self.config.bind else "every interface"
+            raise ListenFailed(f"--port {self.config.port} ({where})", exc) from exc
         await self.broadcaster.start()
+
+    async def _unless_stopped(self, opening: Awaitable[T]) -> T | None:
+        """``opening``'s result, or None when a stop signal comes first (it is cancelled)."""
+        task = asyncio.ensure_future(opening)
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return None
 
     async def stop(self, grace: float) -> None:
         """Stop the inter-node parts, letting in-flight work finish within ``grace``."""

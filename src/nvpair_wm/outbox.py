@@ -40,6 +40,13 @@ What is retried: connection errors, timeouts, stream resets, 408, 429, 5xx (503 
 not of the frames, that a cluster-directory change ends). 413 halves this link's batch size and
 retries. Other 4xx are final: the frames are dropped and counted, and the body is logged; a 400
 names the bad frames of a batch (``data.index``), and the others were applied by the peer.
+
+Version refusal
+    A peer that answers 409 with another major contract version (:mod:`nvpair_wm.versions`)
+    cannot read anything we send: the link stops at once as if its retries were exhausted (the
+    queue is dropped and stays empty, so it is bounded), says so in one log line, and probes the
+    peer every ``version_probe_interval`` seconds with a snapshot. The first probe the peer takes
+    (it was upgraded, or we were) resynchronises it and ends the refusal.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ from nvpair_wm_schema.manager_status_schema import PeerStatus
 
 from nvpair_wm.dispatch import Outbound
 from nvpair_wm.sync import Key, Originated, Snapshot
+from nvpair_wm.versions import Seen
 
 __all__ = [
     "Backoff",
@@ -91,6 +99,7 @@ class BroadcastLimits:
     retry_max_attempts: int = 8  # consecutive failures before the queue is given up
     retry_max_age: float = 30.0  # ... or this long since the run of failures began
     max_retry_after: float = 60.0  # a peer's Retry-After is honoured up to this
+    version_probe_interval: float = 10.0  # a peer that refused our contract version: next try
     min_reconnect_interval: float = 0.5  # between two connection attempts to one peer
     keepalive_interval: float = 15.0  # HTTP/2 PING after this long without traffic
     keepalive_timeout: float = 10.0  # PING unanswered this long: the connection is dead
@@ -158,6 +167,16 @@ class RetryRun:
             self.exhausted = True
             return True
         return False
+
+    def refused(self, now: float, wait: float) -> None:
+        """The peer cannot read us (another major version): exhausted at once, next try in
+        ``wait`` seconds."""
+        self.generation += 1
+        self.failures += 1
+        if self.since is None:
+            self.since = now
+        self.exhausted = True
+        self.retry_at = now + wait
 
     def success(self) -> None:
         self.failures = 0
@@ -240,8 +259,11 @@ class PeerOutbox:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        fields: dict[str, str] | None = None,
     ) -> None:
         self.name = name
+        #: The structured fields of this peer's log records (``extra``): its nodeId and address.
+        self.fields: dict[str, str] = fields or {"peer": name}
         self.limits = limits
         self._originated = originated
         self._clock = clock
@@ -266,6 +288,7 @@ class PeerOutbox:
         self.snapshots = 0
         self.last_error: str | None = None
         self.last_error_at: int | None = None
+        self.refused_by: str | None = None  # the peer's contract version while it refuses ours
 
     # -- queue ---------------------------------------------------------------------------------
 
@@ -346,6 +369,7 @@ class PeerOutbox:
                 "peer %s: queue has room again; %d frames were dropped while it was full",
                 self.name,
                 self._overflow_dropped,
+                extra=self.fields,
             )
             self._overflow_dropped = 0
         self._queue[item.key] = item
@@ -365,6 +389,7 @@ class PeerOutbox:
                 self.name,
                 len(self._queue) + self._inflight_frames,
                 self._queued_bytes + self._inflight_bytes,
+                extra=self.fields,
             )
         self._overflow_dropped += 1
         self.dropped += 1
@@ -373,7 +398,13 @@ class PeerOutbox:
     def _drop(self, frames: int, why: str) -> None:
         self.dropped += frames
         self._sync_when_idle = True
-        log.debug("peer %s: dropped %d frames (%s)", self.name, frames, why)
+        log.debug(
+            "peer %s: dropped %d frames (%s)",
+            self.name,
+            frames,
+            why,
+            extra={**self.fields, "frames": frames},
+        )
 
     # -- snapshots -------------------------------------------------------------------------------
 
@@ -400,7 +431,12 @@ class PeerOutbox:
                     del queue[key]
                     self._queued_bytes -= len(old.body)
         self.snapshot = snap if len(snap) else None
-        log.debug("peer %s: snapshot of %d frames", self.name, snap.taken)
+        log.debug(
+            "peer %s: snapshot of %d frames",
+            self.name,
+            snap.taken,
+            extra={**self.fields, "frames": snap.taken},
+        )
 
     # -- batches ---------------------------------------------------------------------------------
 
@@ -497,6 +533,8 @@ class PeerOutbox:
             self.dropped += len(bad)
             self._error(detail or f"{len(bad)} frames refused")
         self.retry.success()
+        if self.refused_by is not None:
+            self._accepted_again()
 
     def failed(self, batch: Batch | None, reason: str, retry_after: float | None = None) -> None:
         """A retryable failure (``batch`` None: no request was made, e.g. connect failed)."""
@@ -515,6 +553,37 @@ class PeerOutbox:
         self.dropped += len(batch)
         # The peer is reachable and answering: this is not a failure of the link.
         self.retry.success()
+
+    def incompatible(self, batch: Batch, theirs: str, ours: str) -> None:
+        """The peer refused our contract version (it speaks ``theirs``, another major): stop
+        sending, drop the queue, and probe again in ``version_probe_interval`` seconds."""
+        self._settle(batch)
+        self._error(f"HTTP 409: the peer speaks contract {theirs}, we speak {ours}")
+        wait = self.limits.version_probe_interval
+        if self.refused_by != theirs:
+            log.warning(
+                "peer %s speaks contract %s, we speak %s: sending it nothing (probing every "
+                "%gs; it is resynchronised once it takes our version)",
+                self.name,
+                theirs,
+                ours,
+                wait,
+            )
+        self.refused_by = theirs
+        self.dropped += len(batch.queued) + len(self._queue)
+        self._queue.clear()
+        self._queued_bytes = 0
+        self.snapshot = None
+        self._sync_now = True
+        self.retry.refused(self._clock(), wait)
+
+    def _accepted_again(self) -> None:
+        log.info(
+            "peer %s takes our contract version again (it spoke %s); resynchronising",
+            self.name,
+            self.refused_by,
+        )
+        self.refused_by = None
 
     def too_large(self, batch: Batch) -> bool:
         """413: halve the batch size and retry; False if a single frame is too large."""
@@ -566,6 +635,7 @@ class PeerOutbox:
             self.last_error,
             queued,
             self.limits.retry_max_delay,
+            extra={**self.fields, "failures": run.failures, "frames": queued},
         )
 
     def _error(self, reason: str) -> None:
@@ -575,7 +645,14 @@ class PeerOutbox:
     # -- status ----------------------------------------------------------------------------------
 
     def status(
-        self, node_id: str, address: str, port: int, connected: bool, protocol: str | None
+        self,
+        node_id: str,
+        address: str,
+        port: int,
+        connected: bool,
+        protocol: str | None,
+        *,
+        seen: Seen | None = None,
     ) -> PeerStatus:
         return PeerStatus(
             nodeId=node_id,
@@ -590,4 +667,6 @@ class PeerOutbox:
             dropped=self.dropped,
             lastError=self.last_error,
             lastErrorAt=self.last_error_at,
+            contractVersion=seen.contract if seen is not None else None,
+            softwareVersion=seen.software if seen is not None else None,
         )

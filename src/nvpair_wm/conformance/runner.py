@@ -1,11 +1,16 @@
 """Running behaviour vectors against an implementation: one process per group, cases in order.
 
 Each group starts COMMAND once, with a fresh port, the cluster directory of the member under
-test and, for ``"transport": "ipc"`` groups, ``--ipc``. Its cases run in order against that one
-process (deduplication cases depend on it), then the broker closes the channel and the process
-must exit 0. Beyond each case's own expectations, every case checks what holds everywhere: no
-``-32603`` (internal error), no HTTP 500, and the server presents the certificate of the
-member under test.
+test, ``--config`` when the group sets limits and, for ``"transport": "ipc"`` groups, ``--ipc``.
+Its cases run in order against that one process (deduplication cases depend on it), then the
+broker closes the channel and the process must exit 0. Beyond each case's own expectations,
+every case checks what holds everywhere: no ``-32603`` (internal error), no HTTP 500, the server
+presents the certificate of the member under test, and (in a group with ``peers``) every request
+that reached the kit's peers kept the contract's bounds (``peerserver``).
+
+A group with ``peers`` gets a cluster directory of its own: the subject and one member per
+peer, each pinning the others, so that what the subject originated in other groups (its
+journal, if it keeps one) is not in its snapshots here.
 """
 
 from __future__ import annotations
@@ -27,12 +32,15 @@ from nvpair_wm_schema.contract import INTERNAL_ERROR
 from nvpair_wm import clusterdir
 from nvpair_wm.conformance import expect, peer, vectors
 from nvpair_wm.conformance.broker import WAIT, BrokerError, Implementation
+from nvpair_wm.conformance.peerserver import PeerServer
 
 SUBJECT: Final = "subject"
 PEER: Final = "peer"
 STRANGER: Final = "stranger"
 HOST: Final = "127.0.0.1"
 PROTOCOLS: Final = {"h2": peer.H2, "http/1.1": peer.H1}
+# How long an arrivals case waits, after the frames it wants came, for anything more.
+SETTLE_S: Final = 0.3
 
 
 @dataclass(slots=True)
@@ -78,6 +86,50 @@ class Cluster:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class PeerCluster:
+    """A group's own cluster: the subject and the kit's peers, all pinned both ways."""
+
+    subject_dir: Path
+    fingerprint: str
+    members: dict[str, Path]  # peer name -> its member directory (node.crt, node.key)
+
+    @classmethod
+    def create(cls, root: Path, names: list[str]) -> PeerCluster:
+        dirs = clusterdir.init_cluster(root, [SUBJECT, *names])
+        subject = dirs.pop(SUBJECT)
+        return cls(subject, clusterdir.cert_fingerprint((subject / "node.crt").read_bytes()), dirs)
+
+    def identity(self, name: str) -> peer.Identity:
+        return peer.Identity(self.members[name] / "node.crt", self.members[name] / "node.key")
+
+    def record_fingerprint(self, name: str) -> str:
+        return clusterdir.cert_fingerprint((self.members[name] / "node.crt").read_bytes())
+
+
+def toml_text(config: dict[str, Any]) -> str:
+    """A group's ``config`` (top-level keys, then one table per component) as TOML."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int | float):
+            return repr(v)
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        raise ValueError(f"a config value TOML cannot hold here: {v!r}")
+
+    top = [f"{k} = {value(v)}" for k, v in config.items() if not isinstance(v, dict)]
+    tables = [
+        f"[{name}]\n" + "".join(f"{k} = {value(v)}\n" for k, v in body.items())
+        for name, body in config.items()
+        if isinstance(body, dict)
+    ]
+    return "\n".join(["\n".join(top), *tables]).strip() + "\n"
+
+
 def free_port() -> int:
     """A port nothing listens on now (the implementation binds it a moment later)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -105,8 +157,10 @@ class GroupRun:
         command: Sequence[str],
         cluster: Cluster,
         timeout: float = WAIT,
+        workdir: Path | None = None,
     ) -> None:
         self.group = group
+        self.workdir = workdir if workdir is not None else cluster.root
         self.timeout = timeout
         # An HTTP answer may come only when a server-side timeout fires (408 after a 10 s
         # header timeout): wait well past it.
@@ -119,6 +173,10 @@ class GroupRun:
         self.impl: Implementation | None = None
         self.accepted = 0  # frames of the bodies a repeatUntil case saw accepted
         self.broken: str | None = None
+        self.peer_cluster: PeerCluster | None = None
+        self.peers: dict[str, PeerServer] = {}
+        self.seen: dict[str, tuple[int, int]] = {}  # peer -> (frames, requests) already checked
+        self.config: Path | None = None
 
     def _record(self, case: str, started: float, problems: list[str]) -> None:
         self.results.append(
@@ -131,6 +189,7 @@ class GroupRun:
             # Short and private: a Unix socket path is limited to about 100 bytes.
             ipc_dir = Path(tempfile.mkdtemp(prefix="wmc-", dir="/tmp"))
         try:
+            self._prepare()
             ipc = ipc_dir / "broker.sock" if ipc_dir is not None else None
             if self._start(ipc):
                 for case in self.group["cases"]:
@@ -139,16 +198,75 @@ class GroupRun:
         finally:
             if self.impl is not None:
                 self.impl.kill()
+            for server in self.peers.values():
+                server.close()
             if ipc_dir is not None:
                 shutil.rmtree(ipc_dir, ignore_errors=True)
         return self.results
+
+    def _prepare(self) -> None:
+        """The group's --config file and, for the peer role, its cluster and peer servers."""
+        home = self.workdir / self.name
+        home.mkdir(parents=True, exist_ok=True)
+        if "config" in self.group:
+            self.config = home / "config.toml"
+            self.config.write_text(toml_text(self.group["config"]), encoding="utf-8")
+        specs = self.group.get("peers", [])
+        if not specs:
+            return
+        cluster = PeerCluster.create(home / "cluster", [str(s["name"]) for s in specs])
+        self.peer_cluster = cluster
+        for spec in specs:
+            name = str(spec["name"])
+            cert, key = cluster.identity(name).cert, cluster.identity(name).key
+            if spec.get("certificate") == "mismatch":
+                # Pinned and announced under its member certificate, serving another one.
+                pem, key_pem = clusterdir.make_self_signed(name)
+                cert, key = home / f"{name}-other.crt", home / f"{name}-other.key"
+                cert.write_bytes(pem)
+                key.write_bytes(key_pem)
+            self.peers[name] = PeerServer(
+                name,
+                cert=cert,
+                key=key,
+                client_cert=cluster.subject_dir / "node.crt",
+                protocols=[PROTOCOLS[p] for p in spec.get("protocols", list(PROTOCOLS))],
+                host=HOST,
+            )
+            self.seen[name] = (0, 0)
+
+    def _records(self) -> dict[str, dict[str, Any]]:
+        """The node record of each peer (and of the subject itself), as nodes:update carries."""
+        if self.peer_cluster is None:
+            return {}
+        records = {
+            name: {
+                "nodeId": name,
+                "address": HOST,
+                "port": server.port,
+                "fingerprint": self.peer_cluster.record_fingerprint(name),
+            }
+            for name, server in self.peers.items()
+        }
+        records[SUBJECT] = {
+            "nodeId": SUBJECT,
+            "address": HOST,
+            "port": self.port,
+            "fingerprint": self.peer_cluster.fingerprint,
+        }
+        return records
 
     def _start(self, ipc: Path | None) -> bool:
         """Start the process and check its first line. A process that exits before its first
         line gets one more try on another port: the free port may have been taken meanwhile."""
         started = time.monotonic()
         for attempt in range(2):
-            flags = ["--port", str(self.port), "--cluster-dir", str(self.cluster.subject_dir)]
+            subject = (
+                self.peer_cluster.subject_dir if self.peer_cluster else self.cluster.subject_dir
+            )
+            flags = ["--port", str(self.port), "--cluster-dir", str(subject)]
+            if self.config is not None:
+                flags += ["--config", str(self.config)]
             if ipc is not None:
                 ipc.unlink(missing_ok=True)
             try:
@@ -210,6 +328,10 @@ class GroupRun:
         elif "http" in case:
             protos = case["http"].get("protocols", list(PROTOCOLS))
             runs = [(f"[{p}]", self._http_for(p)) for p in protos]
+        elif "peer" in case:
+            runs = [("", self._peer_action)]
+        elif "arrivals" in case:
+            runs = [("", self._arrivals)]
         else:
             runs = [("", self._control)]
         for suffix, kind in runs:
@@ -228,14 +350,17 @@ class GroupRun:
                     # the group fails at once instead of waiting out one timeout per case.
                     problems = [str(exc)]
                     self.broken = str(exc).splitlines()[0]
+            for server in self.peers.values():
+                problems += server.take_problems()
             self._record(case["name"] + suffix, started, problems)
 
     # -- the kinds of case ------------------------------------------------------------------------
 
     def _local(self, case: dict[str, Any], _: str) -> list[str]:
         assert self.impl is not None
+        records = self._records()
         for item in case["local"]:
-            self.impl.write(vectors.line(item))
+            self.impl.write(vectors.line(vectors.with_records(item, records)))
         lines = self.impl.collect()
         problems = expect.match_lines(lines, case.get("expect", []))
         for line in lines:
@@ -265,11 +390,15 @@ class GroupRun:
     def _http(self, case: dict[str, Any], protocol: str) -> list[str]:
         assert self.impl is not None
         spec = case["http"]
-        identity = {
-            "pinned": self.cluster.pinned,
-            "unpinned": self.cluster.unpinned,
-            "none": None,
-        }[spec.get("client", "pinned")]
+        client = spec.get("client", "pinned")
+        if self.peer_cluster is not None and client in self.peer_cluster.members:
+            identity: peer.Identity | None = self.peer_cluster.identity(client)
+        else:
+            identity = {
+                "pinned": self.cluster.pinned,
+                "unpinned": self.cluster.unpinned,
+                "none": None,
+            }[client]
         headers = list(spec.get("headers", {"content-type": "application/json"}).items())
         want = case["response"]
         until = spec.get("repeatUntil")
@@ -298,7 +427,8 @@ class GroupRun:
                 problems.append(f"expected no HTTP response, got {resp.status}")
                 break
             resp = peer.request(HOST, self.port, identity, protocol, req, timeout=self.http_timeout)
-            if resp.server_fingerprint != self.cluster.fingerprint:
+            own = self.peer_cluster.fingerprint if self.peer_cluster else self.cluster.fingerprint
+            if resp.server_fingerprint != own:
                 problems.append("the server did not present the member's node.crt")
             if resp.status == 500:
                 problems.append("HTTP 500: no input may earn an internal error")
@@ -323,6 +453,97 @@ class GroupRun:
             lines = self.impl.collect()
             problems += [f"broker: {p}" for p in expect.match_lines(lines, [])]
         return problems
+
+    # -- the peer role ---------------------------------------------------------------------------
+
+    def _peer_action(self, case: dict[str, Any], _: str) -> list[str]:
+        server = self.peers[case["peer"]]
+        if "respond" in case:
+            server.respond(case["respond"])
+        action = case.get("action")
+        if action == "down":
+            server.down()
+        elif action == "up":
+            server.up()
+        elif action == "restart":
+            server.drop_connections()
+        return []
+
+    def _arrivals(self, case: dict[str, Any], _: str) -> list[str]:
+        """Wait until each listed peer has the number of frames its matchers want (accepted,
+        since the last check), then ``settle`` seconds more, then match exactly what came."""
+        want: dict[str, dict[str, Any]] = case["arrivals"]
+        deadline = time.monotonic() + float(case.get("within", self.timeout))
+        for name, spec in want.items():
+            done, _requests = self.seen[name]
+            count = len(spec["frames"]) if "frames" in spec else int(spec["count"])
+            self.peers[name].wait_frames(done + count, max(0.0, deadline - time.monotonic()))
+        time.sleep(float(case.get("settle", SETTLE_S)))
+        problems: list[str] = []
+        for name, spec in want.items():
+            server = self.peers[name]
+            done, requests = self.seen[name]
+            frames = server.accepted_frames()
+            arrivals = list(server.arrivals)
+            self.seen[name] = (len(frames), len(arrivals))
+            got, reqs = frames[done:], arrivals[requests:]
+            allowed = spec.get("allowed", [])
+            got = [f for f in got if not any(not expect.match(f, m) for m in allowed)]
+            if "frames" in spec and spec.get("repeats"):
+                problems += [f"{name}: {p}" for p in _cover(got, spec["frames"])]
+            elif "frames" in spec:
+                key = "elements" if spec.get("inOrder") else "items"
+                problems += [f"{name}: {p}" for p in expect.match(got, {key: spec["frames"]})]
+            else:
+                problems += [f"{name}: {p}" for p in _count_distinct(got, spec)]
+            most = spec.get("maxFramesPerRequest")
+            big = [
+                len(a.frames)
+                for a in reqs
+                if a.accepted and most is not None and len(a.frames) > most
+            ]
+            if big:
+                problems.append(f"{name}: accepted requests of {big} frames, more than {most}")
+            refused = sum(not a.accepted for a in reqs)
+            if refused < spec.get("refusedAtLeast", 0):
+                problems.append(
+                    f"{name}: {refused} requests refused, expected at least "
+                    f"{spec['refusedAtLeast']} (the case did not happen)"
+                )
+            if refused > spec.get("refusedAtMost", refused):
+                problems.append(
+                    f"{name}: {refused} requests refused, expected at most {spec['refusedAtMost']}"
+                )
+        return problems
+
+
+def _cover(frames: list[Any], matchers: list[dict[str, Any]]) -> list[str]:
+    """Every matcher matched by some frame, every frame by some matcher: what a snapshot that
+    may repeat frames the peer already has must deliver."""
+    problems = [
+        f"nothing arrived matching {json.dumps(m)[:160]}"
+        for m in matchers
+        if not any(not expect.match(f, m) for f in frames)
+    ]
+    problems += [
+        f"unexpected frame {json.dumps(f)[:160]}"
+        for f in frames
+        if not any(not expect.match(f, m) for m in matchers)
+    ]
+    return problems
+
+
+def _count_distinct(frames: list[Any], spec: dict[str, Any]) -> list[str]:
+    """``count`` frames, each with its own value at the pointer ``distinct``: none lost, none
+    twice (for arrivals too many to list one matcher each)."""
+    problems = []
+    if len(frames) != spec["count"]:
+        problems.append(f"{len(frames)} frames arrived, expected {spec['count']}")
+    keys = [json.dumps(expect.resolve(f, spec["distinct"]), default=str) for f in frames]
+    twice = len(keys) - len(set(keys))
+    if twice:
+        problems.append(f"{twice} frames arrived more than once (same {spec['distinct']})")
+    return problems
 
 
 def check_response(resp: peer.HttpResponse, want: dict[str, Any]) -> list[str]:
@@ -373,7 +594,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="nvpair-wm-conformance-") as tmp:
         cluster = Cluster.create(Path(tmp))
         for group in groups:
-            for result in GroupRun(group, command, cluster, timeout).run():
+            for result in GroupRun(group, command, cluster, timeout, Path(tmp)).run():
                 results.append(result)
                 if on_result is not None:
                     on_result(result)

@@ -16,6 +16,7 @@ from typing import Any, Final
 DEFAULT_DIR: Final = Path(__file__).parent / "vectors"
 FORMAT_SCHEMA: Final = "behaviour-vector.schema.json"
 COUNTER: Final = "{n}"
+RECORD: Final = "$record"
 
 
 def load(directory: Path = DEFAULT_DIR) -> list[dict[str, Any]]:
@@ -75,6 +76,18 @@ def payload(spec: dict[str, Any], start: int = 0) -> bytes:
     else:
         raise ValueError(f"no payload in {spec}")
     return _pad(data, spec.get("padTo"), spec.get("padWith", " "))
+
+
+def with_records(value: Any, records: dict[str, Any]) -> Any:
+    """``value`` with every ``{"$record": NAME}`` replaced by that member's node record (the
+    kit's peers get their ports when the group starts)."""
+    if isinstance(value, dict):
+        if set(value) == {RECORD}:
+            return records[value[RECORD]]
+        return {k: with_records(v, records) for k, v in value.items()}
+    if isinstance(value, list):
+        return [with_records(v, records) for v in value]
+    return value
 
 
 def line(spec: dict[str, Any]) -> bytes:

@@ -50,7 +50,7 @@ from nvpair_wm.proto.h1client import H1ClientSession
 from nvpair_wm.proto.h2.client import H2ClientSession
 from nvpair_wm.proto.sessions import ClientSession
 from nvpair_wm.proto.tls import TLSMachine
-from nvpair_wm.tls_contexts import ALPN_PROTOCOLS, client_context
+from nvpair_wm.tls_contexts import ALPN_PROTOCOLS, TLSPolicy, client_context
 
 __all__ = ["Outcome", "PeerConnection", "Response", "open_connection"]
 
@@ -512,6 +512,7 @@ async def open_connection(
     handshake_timeout: float = 5.0,
     tcp_keepalive: float = 15.0,
     max_response_bytes: int = 1024 * 1024,
+    tls_policy: TLSPolicy | None = None,
 ) -> PeerConnection:
     """Connect, handshake, check the server's pin, and return a ready connection.
 
@@ -521,7 +522,7 @@ async def open_connection(
     """
     check = _PinCheck(expected_fingerprint, is_pinned)
     try:
-        ctx = client_context(identity, check, alpn)
+        ctx = client_context(identity, check, alpn, tls_policy)
     except ValueError as exc:
         raise ConnectFailed(f"our identity is unusable: {exc}") from exc
     ssl_conn = SSL.Connection(ctx, None)

@@ -16,10 +16,14 @@ the other re-check by ``stat``, which is cheap and rare).
 Falls back to reading on every call where that guarantee does not hold: no inotify (not Linux,
 out of watches), a watched path missing or unwatchable, or a symlink among the files (its target
 can change unseen).
+
+:class:`PerTick` is the broadcaster's look at both before each batch: one ``FIONREAD`` through
+the shared descriptor, or one read per event-loop tick of sources that are not watched.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import fcntl
 import logging
@@ -31,9 +35,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from nvpair_wm.pins import NodeIdentity
+    from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
 
-__all__ = ["Watch", "WatchedIdentity", "WatchedPins", "open_watch", "shared_watch"]
+__all__ = [
+    "Both",
+    "PerTick",
+    "TickIdentity",
+    "TickPins",
+    "Watch",
+    "WatchedIdentity",
+    "WatchedPins",
+    "open_watch",
+    "shared_watch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -257,3 +271,105 @@ def shared_watch(identity: object, pins: object) -> Watch | None:
     ):
         return identity._inotify
     return None
+
+
+Both = tuple["NodeIdentity | None", frozenset[str]]  # our identity and the pins, one look
+
+
+class PerTick:
+    """The identity and the pin set, read again only when they may have changed.
+
+    With the node's inotify-watched sources sharing one descriptor (:func:`shared_watch`), a
+    look is one ``FIONREAD`` for both (:meth:`both`): the answer read last stands while nothing
+    was queued since, so a removed pin or a rotated identity is seen by the very next look.
+    With other sources (a few ``stat`` calls and a ``scandir`` per read) they are read at most
+    once per event-loop tick, since reading them before every batch would be most of a
+    broadcast's cost at a low event rate; the next tick reads again, so a change is seen by the
+    next batch started after it. Outside a running loop nothing is cached.
+    """
+
+    __slots__ = ("_both", "_identity", "_loop", "_pins", "_seen", "_stale", "_watch")
+
+    def __init__(self, identity: IdentitySource, pins: PinSource) -> None:
+        self._identity = identity
+        self._pins = pins
+        self._both: tuple[NodeIdentity | None, frozenset[str]] = (None, frozenset())
+        self._stale = True
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watch = shared_watch(identity, pins)
+        self._seen = -1  # the watch's generation _both was read at; -1: not cached
+
+    def both(self) -> Both:
+        """Our identity and the pins, as they are now (see the class docstring)."""
+        watch = self._watch
+        if watch is not None:
+            if watch.unchanged_since(self._seen):
+                return self._both
+            return self._read_watched(watch)
+        if self._stale:
+            self._refresh()
+        return self._both
+
+    def _read_watched(self, watch: Watch) -> tuple[NodeIdentity | None, frozenset[str]]:
+        # The generation first: an event queued while the sources read moves it past the one
+        # kept, and the next look reads again.
+        seen = watch.generation()
+        identity, pins = self._identity, self._pins
+        both = self._both = (identity.current(), pins.current())
+        settled = isinstance(identity, WatchedIdentity) and identity.settled
+        settled = settled and isinstance(pins, WatchedPins) and pins.settled
+        # Not cached by the sources (a symlink among the files, a path unwatchable): read per look.
+        self._seen = seen if settled else -1
+        return both
+
+    def _refresh(self) -> None:
+        self._both = (self._identity.current(), self._pins.current())
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            # Looked up once per loop: on Python 3.11 each asyncio.get_running_loop() is a
+            # getpid syscall, and a refresh comes before every send at a low event rate.
+            try:
+                loop = self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+        self._stale = False
+        loop.call_soon(self._expire)
+
+    def _expire(self) -> None:
+        self._stale = True
+
+    def identity(self) -> NodeIdentity | None:
+        return self.both()[0]
+
+    def pins(self) -> frozenset[str]:
+        return self.both()[1]
+
+    def is_pinned(self, fingerprint: str) -> bool:
+        return fingerprint in self.both()[1]
+
+
+class TickIdentity:
+    """:class:`PerTick`'s identity as an ``IdentitySource``."""
+
+    __slots__ = ("_tick",)
+
+    def __init__(self, tick: PerTick) -> None:
+        self._tick = tick
+
+    def current(self) -> NodeIdentity | None:
+        return self._tick.identity()
+
+
+class TickPins:
+    """:class:`PerTick`'s pins as a ``PinSource``."""
+
+    __slots__ = ("_tick",)
+
+    def __init__(self, tick: PerTick) -> None:
+        self._tick = tick
+
+    def current(self) -> frozenset[str]:
+        return self._tick.pins()
+
+    def is_pinned(self, fingerprint: str) -> bool:
+        return self._tick.is_pinned(fingerprint)

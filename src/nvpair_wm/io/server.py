@@ -53,7 +53,7 @@ from nvpair_wm.proto.h1 import H1Session
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.sessions import ServerSession
 from nvpair_wm.proto.tls import TLSMachine, pointer_to
-from nvpair_wm.tls_contexts import ServerTLS
+from nvpair_wm.tls_contexts import ServerTLS, TLSPolicy
 
 __all__ = ["DEFAULT_PORT", "H2_PREFACE", "InterNodeServer", "ServerConnection", "bind_sockets"]
 
@@ -592,6 +592,7 @@ class InterNodeServer:
         plaintext: bool = False,
         plain_fingerprint: str | None = None,
         plain_alpn: str | None = None,
+        tls_policy: TLSPolicy | None = None,
     ) -> None:
         self.handler = handler
         self.limits = limits or Limits()
@@ -607,7 +608,7 @@ class InterNodeServer:
             self.tls: ServerTLS | None = None
         else:
             assert identity is not None, "a TLS server needs an identity source"
-            self.tls = ServerTLS(identity)
+            self.tls = ServerTLS(identity, tls_policy)
         self.plain_fingerprint = plain_fingerprint
         self.plain_alpn = plain_alpn
         self.is_pinned = is_pinned

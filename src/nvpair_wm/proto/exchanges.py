@@ -8,12 +8,10 @@ it drives. Requests and PINGs are named by the integer the session returned when
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
 from nvpair_wm.errors import ClientError
 
 __all__ = [
-    "USER_AGENT",
     "ClientEvent",
     "ConnectionEnded",
     "PingAnswered",
@@ -23,8 +21,6 @@ __all__ = [
     "ResponseReceived",
     "SessionChanged",
 ]
-
-USER_AGENT: Final = b"nvpair-wm"
 
 
 # Response and ResponseReceived are made once per response: not frozen, whose generated

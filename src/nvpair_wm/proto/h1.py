@@ -7,7 +7,8 @@ head declared (Content-Length bytes, or chunks through
 :class:`~nvpair_wm.proto.h1parse.ChunkedReader`) and calls the
 :class:`~nvpair_wm.http.core.Handler` (synchronous, no IO). Requests pipelined in the buffer are
 answered in order, one at a time, by the same loop. Responses are written here in one join:
-status line, the handler's headers, ``content-length`` always (none for 1xx/204/304),
+status line, the handler's headers, ``server`` and ``nvpair-contract-version`` (every response,
+:mod:`nvpair_wm.versions`), ``content-length`` always (none for 1xx/204/304),
 ``connection: close`` when the connection ends after it. We used h11 until its generality
 (events, state tables, a regex per header) cost most of the CPU per request.
 
@@ -64,6 +65,7 @@ from nvpair_wm.proto.h1parse import (
     parse_head,
     skip_empty_lines,
 )
+from nvpair_wm.versions import RESPONSE_FIELDS
 
 __all__ = ["KEEP_ALIVE_DISCARD_BYTES", "H1Session"]
 
@@ -79,6 +81,8 @@ _STATUS_LINES: dict[int, bytes] = {
 }
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _FRAMING_FIELDS = (b"content-length", b"connection")
+# On every response, whoever made it (nvpair_wm.versions: server and nvpair-contract-version).
+_VERSION_LINES = [name + b": " + value for name, value in RESPONSE_FIELDS]
 
 
 class _State(enum.Enum):
@@ -432,6 +436,7 @@ def _response_bytes(response: Response, close: bool, http10: bool, head: bool) -
     for name, value in response.headers:
         if name not in _FRAMING_FIELDS:
             lines.append(name + b": " + value)
+    lines += _VERSION_LINES
     body = response.body
     if status < 200 or status in _NO_BODY_STATUSES:
         body = b""

@@ -18,7 +18,6 @@ import h11
 
 from nvpair_wm.errors import ConnectionLost, LocalProtocolError, ResponseTimeout
 from nvpair_wm.proto.exchanges import (
-    USER_AGENT,
     ClientEvent,
     ConnectionEnded,
     RequestFailed,
@@ -26,6 +25,7 @@ from nvpair_wm.proto.exchanges import (
     ResponseReceived,
     SessionChanged,
 )
+from nvpair_wm.versions import REQUEST_FIELDS
 
 __all__ = ["MAX_INCOMPLETE_EVENT_BYTES", "H1ClientSession"]
 
@@ -102,7 +102,7 @@ class H1ClientSession:
             raise ConnectionLost(self.ended or "connection busy or closing")
         headers = [
             (b"host", self._authority),
-            (b"user-agent", USER_AGENT),
+            *REQUEST_FIELDS,
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
         ]

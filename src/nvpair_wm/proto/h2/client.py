@@ -54,7 +54,6 @@ from nvpair_wm.errors import (
     StreamRefused,
 )
 from nvpair_wm.proto.exchanges import (
-    USER_AGENT,
     ClientEvent,
     ConnectionEnded,
     PingAnswered,
@@ -104,6 +103,7 @@ from nvpair_wm.proto.h2.settings import (
     PeerSettings,
 )
 from nvpair_wm.proto.h2.streams import response_status, trailers_problem
+from nvpair_wm.versions import REQUEST_FIELDS
 
 __all__ = ["H2ClientSession"]
 
@@ -335,7 +335,7 @@ class H2ClientSession:
             (b":scheme", b"https"),
             (b":authority", self._authority),
             (b":path", path.encode("ascii")),
-            (b"user-agent", USER_AGENT),
+            *REQUEST_FIELDS,
             (b"content-type", b"application/json"),
         )
         block = b"".join([encode_field(name, value) for name, value in fields])

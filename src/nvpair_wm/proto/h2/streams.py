@@ -12,6 +12,7 @@ import re
 from h2.errors import ErrorCodes
 
 from nvpair_wm.http.core import Request, Response, error_response, path_of
+from nvpair_wm.versions import RESPONSE_FIELDS
 
 __all__ = [
     "NO_BODY_STATUSES",
@@ -122,13 +123,15 @@ def valid_fields(headers: list[tuple[bytes, bytes]]) -> bool:
 def response_fields(
     response: Response, head_request: bool
 ) -> tuple[list[tuple[bytes, bytes]], bytes]:
-    """(header fields, body) of ``response``: ``:status`` first, content-length added."""
+    """(header fields, body) of ``response``: ``:status`` first, then the handler's fields, the
+    version fields of every response (:mod:`nvpair_wm.versions`) and content-length."""
     status = response.status
     headers: list[tuple[bytes, bytes]] = [(b":status", _STATUS.get(status) or str(status).encode())]
     for k, v in response.headers:
         name = k.lower()
         if name not in _DROPPED_RESPONSE_FIELDS:
             headers.append((name, v))
+    headers += RESPONSE_FIELDS  # on every response (nvpair_wm.versions)
     body = response.body
     if status in NO_BODY_STATUSES:
         body = b""
