@@ -126,6 +126,8 @@ def _other_value(key: config.Key) -> Any:
         return not key.default
     if key.name == "log_level":
         return "debug"
+    if key.name == "log_format":
+        return "json"
     if key.name == "broadcast.protocols":
         return ["http/1.1"]
     if key.name == "tls.min_version":

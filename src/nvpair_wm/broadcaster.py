@@ -175,6 +175,7 @@ class _Link:
             ctx.limits,
             ctx.originated,
             rng=ctx.rng,
+            fields={"peer": peer.node_id, "address": f"{peer.address}:{peer.port}"},
         )
         self.conn: PeerConnection | None = None
         self._conn_identity: str | None = None
@@ -201,7 +202,12 @@ class _Link:
     def _ended(self, task: asyncio.Task[None]) -> None:
         """A link task that died of a bug says so at once (``stop`` gathers it quietly)."""
         if not task.cancelled() and (exc := task.exception()) is not None:
-            log.error("peer %s: link task failed", self.outbox.name, exc_info=exc)
+            log.error(
+                "peer %s: link task failed",
+                self.outbox.name,
+                exc_info=exc,
+                extra=self.outbox.fields,
+            )
 
     @property
     def task(self) -> asyncio.Task[None] | None:
@@ -353,7 +359,13 @@ class _Link:
         except PinRefused as exc:
             # Warn once per distinct refusal; the probes that follow repeat it at debug level.
             level = logging.WARNING if str(exc) != self._last_refusal else logging.DEBUG
-            log.log(level, "peer %s: refusing to send: %s", self.outbox.name, exc)
+            log.log(
+                level,
+                "peer %s: refusing to send: %s",
+                self.outbox.name,
+                exc,
+                extra=self.outbox.fields,
+            )
             self._last_refusal = str(exc)
             self.outbox.failed(None, f"pin check failed: {exc}")
             return None
@@ -371,6 +383,7 @@ class _Link:
                 run.failures,
                 max(wait, 0.0),
                 exc,
+                extra=self.outbox.fields,
             )
             self._was_connected = False
             return None
@@ -379,7 +392,13 @@ class _Link:
         self._last_refusal = None
         # A reconnect after an idle close is routine (about once a minute on a quiet link).
         level = logging.DEBUG if self._was_connected else logging.INFO
-        log.log(level, "peer %s: connected (%s); resynchronising", self.outbox.name, conn.protocol)
+        log.log(
+            level,
+            "peer %s: connected (%s); resynchronising",
+            self.outbox.name,
+            conn.protocol,
+            extra=self.outbox.fields,
+        )
         self._was_connected = True
         self.outbox.connected()
         return conn
@@ -388,7 +407,12 @@ class _Link:
         if not conn.closed:
             why = "our identity changed" if self._conn_identity != identity else "unusable"
             conn.close(why)
-        log.debug("peer %s: connection ended: %s", self.outbox.name, conn.close_reason)
+        log.debug(
+            "peer %s: connection ended: %s",
+            self.outbox.name,
+            conn.close_reason,
+            extra=self.outbox.fields,
+        )
         if self._ping is not None:
             self._ping.cancel()
             self._ping = None
@@ -525,6 +549,7 @@ class _Link:
                 len(bad),
                 len(batch),
                 _text(response.body),
+                extra=outbox.fields,
             )
             outbox.delivered(batch, bad, f"HTTP 400: {_text(response.body)}")
         elif status == 413:
@@ -532,7 +557,7 @@ class _Link:
         elif status in _RETRY_STATUSES or status >= 500:
             wait = retry_after(response.header(b"retry-after"))
             detail = f"HTTP {status}: {_text(response.body)}"
-            log.debug("peer %s: %s (retrying)", outbox.name, detail)
+            log.debug("peer %s: %s (retrying)", outbox.name, detail, extra=outbox.fields)
             outbox.failed(batch, detail, wait)
         else:
             log.warning(
@@ -541,6 +566,7 @@ class _Link:
                 len(batch),
                 status,
                 _text(response.body),
+                extra={**outbox.fields, "frames": len(batch)},
             )
             outbox.rejected(batch, status, _text(response.body))
 
@@ -637,7 +663,9 @@ class Broadcaster:
             await asyncio.wait(tasks, timeout=grace)
         leftover = sum(lk.outbox.depth for lk in links)
         if leftover:
-            log.warning("shutting down with %d frames unsent to peers", leftover)
+            log.warning(
+                "shutting down with %d frames unsent to peers", leftover, extra={"frames": leftover}
+            )
         await asyncio.gather(*(lk.stop() for lk in links), *self._stopping, return_exceptions=True)
         if self._ticker is not None:
             await asyncio.gather(self._ticker, return_exceptions=True)
@@ -676,6 +704,7 @@ class Broadcaster:
                 "dropping %d queued frames",
                 link.outbox.name,
                 link.outbox.depth,
+                extra={**link.outbox.fields, "frames": link.outbox.depth},
             )
             if self._started:
                 task = asyncio.get_running_loop().create_task(link.stop())
@@ -686,6 +715,6 @@ class Broadcaster:
         for peer in changes.added:
             link = _Link(peer, self._link_context)
             self._links[peer.fingerprint] = link
-            log.info("peer %s added", link.outbox.name)
+            log.info("peer %s added", link.outbox.name, extra=link.outbox.fields)
             if self._started:
                 link.start()

@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from nvpair_wm_schema.contract import DEFAULT_PORT
 
-from nvpair_wm import codec
+from nvpair_wm import codec, logs
 from nvpair_wm.dedup import TableLimits
 from nvpair_wm.http.core import Limits
 from nvpair_wm.journal import JournalLimits
@@ -57,6 +57,7 @@ __all__ = [
 ]
 
 LOG_LEVELS: Final = ("error", "warn", "info", "debug")
+LOG_FORMATS: Final = logs.FORMATS
 PEER_PROTOCOLS: Final = ("h2", "http/1.1")
 
 
@@ -69,6 +70,7 @@ class Config:
     ipc: str | None = None  # broker endpoint to dial instead of stdio
     cluster_dir: Path | None = None  # node.crt, node.key and trusted/
     log_level: str = "info"  # error, warn, info or debug
+    log_format: str = "auto"  # auto (rich on a terminal, else plain), plain or json
     max_frame: int = codec.MAX_FRAME_BYTES  # one JSON-RPC frame (broker line or peer body)
     max_batch: int = codec.MAX_BATCH_FRAMES  # frames in one batch (line or body); more: refused
     shutdown_grace: float = 5.0  # at exit: time to finish requests and flush queues
@@ -134,6 +136,7 @@ RANGES: Final[dict[str, tuple[float, float]]] = {
 #: Allowed values of string keys (each element, for lists).
 CHOICES: Final[dict[str, tuple[str, ...]]] = {
     "log_level": LOG_LEVELS,
+    "log_format": LOG_FORMATS,
     "broadcast.protocols": PEER_PROTOCOLS,
     "tls.min_version": TLS_VERSIONS,
 }

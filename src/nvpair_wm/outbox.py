@@ -259,8 +259,11 @@ class PeerOutbox:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        fields: dict[str, str] | None = None,
     ) -> None:
         self.name = name
+        #: The structured fields of this peer's log records (``extra``): its nodeId and address.
+        self.fields: dict[str, str] = fields or {"peer": name}
         self.limits = limits
         self._originated = originated
         self._clock = clock
@@ -366,6 +369,7 @@ class PeerOutbox:
                 "peer %s: queue has room again; %d frames were dropped while it was full",
                 self.name,
                 self._overflow_dropped,
+                extra=self.fields,
             )
             self._overflow_dropped = 0
         self._queue[item.key] = item
@@ -385,6 +389,7 @@ class PeerOutbox:
                 self.name,
                 len(self._queue) + self._inflight_frames,
                 self._queued_bytes + self._inflight_bytes,
+                extra=self.fields,
             )
         self._overflow_dropped += 1
         self.dropped += 1
@@ -393,7 +398,13 @@ class PeerOutbox:
     def _drop(self, frames: int, why: str) -> None:
         self.dropped += frames
         self._sync_when_idle = True
-        log.debug("peer %s: dropped %d frames (%s)", self.name, frames, why)
+        log.debug(
+            "peer %s: dropped %d frames (%s)",
+            self.name,
+            frames,
+            why,
+            extra={**self.fields, "frames": frames},
+        )
 
     # -- snapshots -------------------------------------------------------------------------------
 
@@ -420,7 +431,12 @@ class PeerOutbox:
                     del queue[key]
                     self._queued_bytes -= len(old.body)
         self.snapshot = snap if len(snap) else None
-        log.debug("peer %s: snapshot of %d frames", self.name, snap.taken)
+        log.debug(
+            "peer %s: snapshot of %d frames",
+            self.name,
+            snap.taken,
+            extra={**self.fields, "frames": snap.taken},
+        )
 
     # -- batches ---------------------------------------------------------------------------------
 
@@ -619,6 +635,7 @@ class PeerOutbox:
             self.last_error,
             queued,
             self.limits.retry_max_delay,
+            extra={**self.fields, "failures": run.failures, "frames": queued},
         )
 
     def _error(self, reason: str) -> None:

@@ -39,6 +39,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 from cryptography.x509 import Certificate
+from cryptography.x509.oid import NameOID
 
 __all__ = [
     "CERT_FILE",
@@ -246,6 +247,13 @@ class NodeIdentity:
     private_key: OpenSSLPrivateKey = field(repr=False, compare=False)
 
 
+def _common_name(cert: Certificate) -> str | None:
+    """The certificate's CN: the node's id, as ``nvpair-wm-cluster`` names it."""
+    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    value = names[0].value if names else None
+    return value if isinstance(value, str) else None
+
+
 class IdentitySource(Protocol):
     """What the TLS layers and the broadcaster need: :class:`Identity`, or a stand-in that
     never has one (a node started without ``--cluster-dir``)."""
@@ -338,7 +346,12 @@ class Identity:
             certificate=cert,
             private_key=key,
         )
-        _log.info("cluster identity loaded: %s (fingerprint %s)", self.cert_path, ident.fingerprint)
+        _log.info(
+            "cluster identity loaded: %s (fingerprint %s)",
+            self.cert_path,
+            ident.fingerprint,
+            extra={"nodeId": _common_name(cert), "fingerprint": ident.fingerprint},
+        )
         return ident
 
     def current(self) -> NodeIdentity | None:
