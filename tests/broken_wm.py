@@ -1,78 +1,279 @@
-"""A deliberately broken nvpair-wm, to show the conformance kit catches what it should.
+"""Deliberately broken nvpair-wms, to show the conformance kit catches what it should.
 
-``python tests/broken_wm.py MODE [nvpair-wm flags...]`` is a real process that behaves like
-nvpair-wm except for one fault:
-
-- ``code``: rewrites error code -32601 (Method not found) to -32602 on its way to the broker;
-- ``dedup``: rewrites the outcome ``duplicate`` to ``applied`` on its way to the broker;
-- ``status``: answers 400 where nvpair-wm answers 415 (a wrong Content-Type);
-- ``forward``: treats a duplicate event as new, so a peer's duplicate reaches the broker again.
-
-The first two run nvpair-wm as a child and filter its stdout line by line; the others patch
-one function in this process, then run nvpair-wm's own ``cli.main``.
+``python tests/broken_wm.py MODE [nvpair-wm flags...]`` is a real nvpair-wm process with one
+fault: before it runs nvpair-wm's own ``cli.main``, it replaces one function or method of the
+daemon, so the fault is in what the daemon does (decides, keeps, sends), not a filter on what
+it writes. ``MODES`` lists each with what it breaks; ``tests/test_behaviour.py`` names the
+vectors that must catch each one.
 """
 
 from __future__ import annotations
 
-import signal
-import subprocess
+import dataclasses
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from nvpair_wm import cli, dedup, endpoint
+import msgspec
+from nvpair_wm_schema.contract import INVALID_PARAMS
+from nvpair_wm_schema.nodes_update_schema import NodesUpdate
+
+from nvpair_wm import cli, codec, dedup, dispatch, endpoint, events, node, outbox, sync
 from nvpair_wm.http.core import Request, Response, error_response
-
-REWRITES = {
-    "code": (b'"code":-32601', b'"code":-32602'),
-    "dedup": (b'"outcome":"duplicate"', b'"outcome":"applied"'),
-}
+from nvpair_wm.io import client
+from nvpair_wm.proto import h1
 
 
-def _filter_stdout(mode: str, args: list[str]) -> int:
-    old, new = REWRITES[mode]
-    child = subprocess.Popen(
-        [sys.executable, "-m", "nvpair_wm", *args], stdout=subprocess.PIPE, bufsize=0
-    )
-    signal.signal(signal.SIGTERM, lambda *_: child.terminate())
-    assert child.stdout is not None
-    out = sys.stdout.buffer
-    for line in iter(child.stdout.readline, b""):
-        out.write(line.replace(old, new))
-        out.flush()
-    return child.wait()
+def _wrong_code() -> None:
+    """-32601 (Method not found) is reported as -32602 (Invalid params)."""
+    response = codec.RpcError.response
+
+    def broken(self: codec.RpcError, index: int | None = None) -> Any:
+        if self.code == codec.METHOD_NOT_FOUND:
+            return response(dataclasses.replace(self, code=INVALID_PARAMS), index)
+        return response(self, index)
+
+    codec.RpcError.response = broken  # type: ignore[method-assign]
 
 
-def _wrong_status(args: list[str]) -> int:
+def _nodes_update_not_applied() -> None:
+    """A nodes:update request is answered "duplicate" (it is applied all the same)."""
+    answer = dispatch.Dispatcher._answer
+
+    def broken(self: dispatch.Dispatcher, item: Any, outcome: Any, answers: list[Any]) -> None:
+        if isinstance(item, NodesUpdate):
+            outcome = "duplicate"
+        answer(self, item, outcome, answers)
+
+    dispatch.Dispatcher._answer = broken  # type: ignore[method-assign]
+
+
+def _line_limit_doubled() -> None:
+    """The local channel reads lines of up to 2 MiB instead of the contract's 1 MiB."""
+    init = codec.LineBuffer.__init__
+
+    def broken(self: codec.LineBuffer, max_frame: int = codec.MAX_FRAME_BYTES) -> None:
+        init(self, 2 * max_frame)
+
+    codec.LineBuffer.__init__ = broken  # type: ignore[method-assign]
+
+
+def _batch_reversed() -> None:
+    """A batch's elements are handled last to first."""
+    decode = codec.decode
+
+    def broken(payload: bytes, max_batch: int = codec.MAX_BATCH_FRAMES) -> codec.Decoded:
+        decoded = decode(payload, max_batch)
+        if decoded.batch:
+            decoded.items.reverse()
+        return decoded
+
+    codec.decode = broken
+
+
+def _duplicates_applied() -> None:
+    """A duplicate event is taken for a new one (answered, forwarded and re-sent as applied)."""
+    observe = dedup.WorkloadTable.observe
+
+    def broken(self: dedup.WorkloadTable, *a: Any, **kw: Any) -> dedup.Outcome:
+        outcome = observe(self, *a, **kw)
+        return "applied" if outcome == "duplicate" else outcome
+
+    dedup.WorkloadTable.observe = broken  # type: ignore[method-assign]
+
+
+def _removal_not_narrowed() -> None:
+    """A removal's runId is ignored: it removes the newest run of the id, whichever it is."""
+    remove = dedup.WorkloadTable.remove
+
+    def broken(
+        self: dedup.WorkloadTable,
+        origin: str,
+        workload_id: str,
+        run_id: str | None,
+        now: float,
+        *,
+        local: bool = False,
+    ) -> tuple[dedup.Outcome, dedup.Removal]:
+        return remove(self, origin, workload_id, None, now, local=local)
+
+    dedup.WorkloadTable.remove = broken  # type: ignore[method-assign]
+
+
+def _wrong_status() -> None:
+    """400 where a wrong Content-Type earns 415."""
     head = endpoint.EventsEndpoint.head
 
-    def broken_head(self: endpoint.EventsEndpoint, req: Request) -> Response | None:
+    def broken(self: endpoint.EventsEndpoint, req: Request) -> Response | None:
         resp = head(self, req)
         if resp is not None and resp.status == 415:
             return error_response(400, "bad request")
         return resp
 
-    endpoint.EventsEndpoint.head = broken_head  # type: ignore[method-assign]
-    return cli.main(args)
+    endpoint.EventsEndpoint.head = broken  # type: ignore[method-assign]
 
 
-def _forward_duplicates(args: list[str]) -> int:
-    observe = dedup.WorkloadTable.observe
+def _busy_without_retry_after() -> None:
+    """503 when the queue toward the broker is full, without Retry-After."""
+    endpoint.EventsEndpoint._busy = staticmethod(  # type: ignore[method-assign]
+        lambda: error_response(503, "queue toward the broker is full")
+    )
 
-    def broken_observe(self: dedup.WorkloadTable, *a: Any, **kw: Any) -> dedup.Outcome:
-        outcome = observe(self, *a, **kw)
-        return "applied" if outcome == "duplicate" else outcome
 
-    dedup.WorkloadTable.observe = broken_observe  # type: ignore[method-assign]
-    return cli.main(args)
+def _timeout_as_400() -> None:
+    """A request whose headers never finish gets 400 instead of 408."""
+    h1.request_timeout = lambda: error_response(400, "bad request")  # type: ignore[attr-defined]
+
+
+def _relays_peer_events() -> None:
+    """Events received from a peer are sent on to every peer (gossip the contract forbids)."""
+    nodes: list[node.Node] = []
+    init = node.Node.__init__
+    complete = endpoint.EventsEndpoint.complete
+
+    def keep(self: node.Node, *a: Any, **kw: Any) -> None:
+        init(self, *a, **kw)
+        nodes.append(self)
+
+    def broken(self: endpoint.EventsEndpoint, req: Request, body: bytes) -> Response:
+        resp = complete(self, req, body)
+        if 200 <= resp.status < 300 and nodes:
+            items = codec.decode(body).items
+            out = [
+                dispatch.outbound_event(i) for i in items if isinstance(i, events.LIFECYCLE_TYPES)
+            ]
+            nodes[0].broadcaster.publish(out)
+        return resp
+
+    node.Node.__init__ = keep  # type: ignore[method-assign]
+    endpoint.EventsEndpoint.complete = broken  # type: ignore[method-assign]
+
+
+def _removal_without_run() -> None:
+    """A local removal goes to the peers without its runId."""
+
+    def broken(removal: dedup.Removal) -> dispatch.Outbound:
+        frame = dispatch.removal_frame(removal)
+        frame.params.runId = msgspec.UNSET
+        key = (removal.origin, removal.workload_id, removal.run_id or "")
+        return dispatch.Outbound(key, float("inf"), codec.encode(frame))
+
+    dispatch.outbound_removal = broken
+
+
+def _keeps_dropped_peers() -> None:
+    """A nodes:update adds peers but never drops one."""
+    update = node.Node.update_nodes
+    known: dict[str, Any] = {}
+
+    def broken(self: node.Node, nodes: list[Any]) -> None:
+        known.update({n.nodeId: n for n in nodes})
+        update(self, list(known.values()))
+
+    node.Node.update_nodes = broken  # type: ignore[method-assign]
+
+
+class _AnyFingerprint(str):
+    """Equal to every fingerprint (a pin check that checks nothing)."""
+
+    __hash__ = str.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+
+def _no_pin_check() -> None:
+    """The broadcaster sends to whatever server answers, whatever certificate it presents."""
+
+    def broken(self: client._PinCheck, fingerprint: str) -> bool:
+        self.seen = fingerprint
+        self.expected = _AnyFingerprint(self.expected)  # the backstop after the handshake too
+        return True
+
+    client._PinCheck.__call__ = broken  # type: ignore[method-assign]
+
+
+def _ignores_retry_after() -> None:
+    """A peer's Retry-After is not honoured: the retry follows the usual backoff."""
+    failed = outbox.PeerOutbox.failed
+
+    def broken(
+        self: outbox.PeerOutbox, batch: Any, reason: str, retry_after: float | None = None
+    ) -> None:
+        failed(self, batch, reason, None)
+
+    outbox.PeerOutbox.failed = broken  # type: ignore[method-assign]
+
+
+def _never_gives_up() -> None:
+    """A peer that keeps failing is retried for ever: nothing queued is ever given up."""
+    failure = outbox.RetryRun.failure
+
+    def broken(self: outbox.RetryRun, *a: Any, **kw: Any) -> bool:
+        failure(self, *a, **kw)
+        self.exhausted = False
+        return False
+
+    outbox.RetryRun.failure = broken  # type: ignore[method-assign]
+
+
+def _no_snapshot() -> None:
+    """A new connection starts without the origin's current state (an empty snapshot)."""
+    sync.Snapshot.of = classmethod(lambda cls, originated: cls([], []))  # type: ignore[assignment,method-assign]
+
+
+def _413_drops_the_batch() -> None:
+    """A 413 drops the batch instead of halving it."""
+
+    def broken(self: outbox.PeerOutbox, batch: outbox.Batch) -> bool:
+        self.rejected(batch, 413, "too large")
+        return False
+
+    outbox.PeerOutbox.too_large = broken  # type: ignore[method-assign]
+
+
+def _unbounded_batches() -> None:
+    """Requests to a peer take as many frames and bytes as are queued (no batch bound)."""
+    init = outbox.PeerOutbox.__init__
+
+    def broken(
+        self: outbox.PeerOutbox, name: str, limits: outbox.BroadcastLimits, *a: Any, **kw: Any
+    ) -> None:
+        unbounded = dataclasses.replace(limits, max_batch_frames=10**9, max_batch_bytes=1 << 40)
+        init(self, name, unbounded, *a, **kw)
+
+    outbox.PeerOutbox.__init__ = broken  # type: ignore[method-assign]
+
+
+MODES: dict[str, Callable[[], None]] = {
+    "code": _wrong_code,
+    "nodes-update": _nodes_update_not_applied,
+    "line-limit": _line_limit_doubled,
+    "batch-order": _batch_reversed,
+    "dedup": _duplicates_applied,
+    "narrow": _removal_not_narrowed,
+    "status": _wrong_status,
+    "busy": _busy_without_retry_after,
+    "timeout": _timeout_as_400,
+    "relay": _relays_peer_events,
+    "remove-run": _removal_without_run,
+    "keep-peers": _keeps_dropped_peers,
+    "pin": _no_pin_check,
+    "retry-after": _ignores_retry_after,
+    "give-up": _never_gives_up,
+    "snapshot": _no_snapshot,
+    "413": _413_drops_the_batch,
+    "bounds": _unbounded_batches,
+}
 
 
 def main() -> int:
     mode, args = sys.argv[1], sys.argv[2:]
-    if mode == "status":
-        return _wrong_status(args)
-    if mode == "forward":
-        return _forward_duplicates(args)
-    return _filter_stdout(mode, args)
+    MODES[mode]()
+    return cli.main(args)
 
 
 if __name__ == "__main__":

@@ -104,7 +104,7 @@ def test_a_full_disk_is_shown_retried_and_repaired_by_a_rewrite(tmp_path: Path) 
     with WmProcess(*args[:6]) as again:
         assert again.recv()["method"] == "ready"
         assert again.status()["counters"]["workloads"] == 4
-        assert "reloaded 4 records" in again.wait_stderr("journal: reloaded")
+        assert "reloaded 4 workloads" in again.wait_stderr("journal: reloaded")
         assert journal(again)["state"] == "healthy"
         again.close_stdin()
         assert again.wait() == 0

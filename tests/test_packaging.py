@@ -142,19 +142,23 @@ def test_installed_cluster_tool_makes_a_cluster(installed: Installed) -> None:
 def test_installed_conformance_kit_carries_its_vectors_and_passes_the_installed_daemon(
     installed: Installed,
 ) -> None:
-    """A team in another language installs the wheel and runs the kit: the behaviour vectors
-    must be inside it (they live in schema/conformance/behaviour/ in the tree)."""
+    """A team in another language installs the wheel and runs the kit, in both roles (broker
+    and client, and peer): the behaviour vectors must be inside it (they live in
+    schema/conformance/behaviour/ in the tree)."""
     kit = str(installed.bin / "nvpair-wm-conformance")
     groups = run([kit, "--list"], cwd=installed.work, env=clean_env())
-    for group in ("local-errors", "local-framing", "http-status", "http-dedup"):
+    for group in ("local-errors", "local-framing", "http-status", "http-dedup", "peer-relay"):
         assert group in groups, groups
+    daemon = str(installed.bin / "nvpair-wm")
     out = run(
-        [kit, "--json", "--only", "local-errors", "--", str(installed.bin / "nvpair-wm")],
+        [kit, "--json", "--only", "local-errors", "--only", "peer-relay", "--", daemon],
         cwd=installed.work,
         env=clean_env(),
     )
     report = json.loads(out)
-    assert report["failed"] == 0 and report["passed"] >= 10, out
+    ran = {r["group"] for r in report["results"]}
+    assert ran == {"local-errors", "peer-relay"}, out
+    assert report["failed"] == 0 and report["passed"] >= 30, out
 
 
 def test_pipx_install_gives_working_commands(tmp_path: Path) -> None:
