@@ -160,7 +160,28 @@ class StatusCollector(Collector):
             ("broker_queue_frames", c.brokerQueue, "Frames waiting to be written to the broker."),
         ):
             yield GaugeMetricFamily(f"nvpair_wm_{name}", text, value=value)
+        yield from _journal_metrics(s)
         yield from _peer_metrics(s)
+
+
+def _journal_metrics(s: StatusResult) -> Iterator[Metric]:
+    """``StatusResult.journal``: healthy or not (absent when the journal is off) and since when
+    it fails."""
+    journal = s.journal
+    if isinstance(journal, UnsetType) or journal.state == "off":
+        return
+    yield GaugeMetricFamily(
+        "nvpair_wm_journal_healthy",
+        "1 while the journal keeps what this node originated; 0 while its writes fail (it "
+        "retries, then rewrites the whole state).",
+        value=int(journal.state == "healthy"),
+    )
+    if journal.failingSince is not None:
+        yield GaugeMetricFamily(
+            "nvpair_wm_journal_failing_since_timestamp_seconds",
+            "When the journal started failing (Unix time; absent while healthy).",
+            value=journal.failingSince / 1000,
+        )
 
 
 def _peer_metrics(s: StatusResult) -> Iterator[Metric]:

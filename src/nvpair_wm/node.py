@@ -20,7 +20,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nvpair_wm_schema.contract import CONTRACT_VERSION
-from nvpair_wm_schema.manager_status_schema import PeerStatus, StatusResult
+from nvpair_wm_schema.manager_status_schema import JournalStatus, PeerStatus, StatusResult
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
@@ -29,7 +29,7 @@ from nvpair_wm.broadcaster import Broadcaster
 from nvpair_wm.compactor import compact_in_child
 from nvpair_wm.config import Config, metrics_address
 from nvpair_wm.dedup import WorkloadTable
-from nvpair_wm.dispatch import Dispatcher, Outbound
+from nvpair_wm.dispatch import Dispatcher, Outbound, outbound_removal
 from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.errors import ListenFailed
 from nvpair_wm.events import Forwarded
@@ -216,7 +216,17 @@ class Node:
             port=self._bound_port(),
             peers=self._peers(),
             counters=counters,
+            journal=self._journal_status(),
         )
+
+    def _journal_status(self) -> JournalStatus:
+        journal = self.journal
+        if journal is None or not journal.limits.enabled:
+            return JournalStatus(state="off", failingSince=None, lastError=None)
+        if journal.failing_since is None:
+            return JournalStatus(state="healthy", failingSince=None, lastError=None)
+        since = int(journal.failing_since * 1000)
+        return JournalStatus(state="failing", failingSince=since, lastError=journal.last_error)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -338,7 +348,11 @@ class Node:
         fsync = limits.fsync_interval
         interval = fsync if fsync > 0 else limits.compaction_check_interval
         while True:
-            await asyncio.sleep(interval)
+            retry = journal.recovery_delay(time.monotonic())
+            await asyncio.sleep(interval if retry is None else min(interval, retry))
+            if not journal.healthy:
+                self._journal_recover(journal)
+                continue
             await self._journal_commit(journal)
             wall = time.time()
             live = len(self.table) + self.table.tombstones  # what a compaction could keep
@@ -366,6 +380,16 @@ class Node:
                     t2 - t1,
                     (t3 - t2) * 1e3,
                 )
+
+    def _journal_recover(self, journal: Journal) -> None:
+        """A failing journal, when its backoff is due: the log rewritten whole from the table, on
+        the loop, so that nothing published meanwhile can slip between the state it writes and
+        the appends that follow it."""
+        if journal.recovery_delay(time.monotonic()) != 0.0:
+            return
+        events, removals = self.table.originated()
+        items = [*events, *(outbound_removal(r) for r in removals)]
+        journal.recover(items, time.time(), time.monotonic())
 
     @staticmethod
     async def _journal_commit(journal: Journal) -> None:
