@@ -394,11 +394,13 @@ class Checker:
             if key not in b.removed and (held is None or int(held["seq"]) < seq):
                 b.view[key] = info
                 b.last_change = rec.t
+            self._arrived(key, seq, rec.node, rec.t)  # it holds that seq now, as if told
             return
         for key in pending[1]:
             b.removed.add(key)
             if b.view.pop(key, None) is not None:
                 b.last_change = rec.t
+            self._arrived(key, math.inf, rec.node, rec.t)
 
     def _arrived(self, key: WKey, seq: float, node: str, t: float) -> None:
         """``node``'s broker now holds ``key`` at ``seq`` (inf: removed): settle what it covers."""
