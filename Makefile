@@ -94,3 +94,11 @@ clean:
 .PHONY: soak
 soak: venv
 	$(PY) -m tests.soak $(ARGS)
+
+# h2 as the oracle (tests/test_h2_oracle.py) over more sequences than `make test` runs:
+# make fuzz SEED=S N=COUNT
+SEED ?= 9113
+N    ?= 50000
+.PHONY: fuzz
+fuzz: venv
+	H2_ORACLE_SEED=$(SEED) H2_ORACLE_N=$(N) $(PY) -m pytest tests/test_h2_oracle.py -q

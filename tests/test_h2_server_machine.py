@@ -480,6 +480,12 @@ def test_headers_padding_priority_and_continuation() -> None:
         (lambda p: p.headers(1) + p.headers(1), ErrorCodes.STREAM_CLOSED),
         (lambda p: raw(1, 5, 1, p.block(REQUEST) + b"\xfe"), ErrorCodes.COMPRESSION_ERROR),
         (lambda p: raw(1, 5, 1, p.block(REQUEST) + b"\x21"), ErrorCodes.COMPRESSION_ERROR),
+        # An even stream is one only a server opens: idle for ever here (5.1, found by h2).
+        (lambda p: p.headers(3) + raw(0, 1, 2, b"x"), ErrorCodes.PROTOCOL_ERROR),
+        (lambda p: p.headers(3) + raw(3, 0, 2, b"\0\0\0\x08"), ErrorCodes.PROTOCOL_ERROR),
+        (lambda p: p.headers(3) + raw(8, 0, 2, b"\0\0\0\x01"), ErrorCodes.PROTOCOL_ERROR),
+        # Stream 1 was never opened: our reset of its DATA does not open it (5.1.1).
+        (lambda p: p.headers(3) + raw(0, 0, 1, b"x") + p.headers(1), ErrorCodes.PROTOCOL_ERROR),
     ],
     ids=[
         "DATA inside a header block",
@@ -495,6 +501,10 @@ def test_headers_padding_priority_and_continuation() -> None:
         "HEADERS after END_STREAM both ways",
         "HPACK index past both tables",
         "HPACK size update after a field",
+        "DATA on an even stream below the highest",
+        "RST_STREAM on an even stream below the highest",
+        "WINDOW_UPDATE on an even stream below the highest",
+        "HEADERS opening a stream reset before it opened",
     ],
 )
 def test_connection_errors(frames: object, code: ErrorCodes) -> None:
