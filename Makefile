@@ -88,7 +88,7 @@ demo: venv-run
 	@$(PY) -m nvpair_wm.demo $(ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist
+	rm -rf $(VENV) .releases .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist
 
 # Seeded fault-injection soak (tests/soak): make soak ARGS="--seed S --minutes M --nodes N"
 .PHONY: soak

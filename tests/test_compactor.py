@@ -350,7 +350,7 @@ def test_a_real_node_compacts_in_a_child_and_keeps_every_event(tmp_path: Path) -
         a.start()
         st = a.status()
         assert st["counters"]["workloads"] == 40, st
-        a.wait_log("journal: reloaded 40 records")
+        a.wait_log("journal: reloaded 40 workloads and 0 tombstones")
     finally:
         cluster.close()
     assert cluster.errors() == []
@@ -361,8 +361,8 @@ def test_a_real_node_compacts_in_a_child_and_keeps_every_event(tmp_path: Path) -
 
 
 def test_a_real_node_waits_for_compact_growth_times_what_it_kept(tmp_path: Path) -> None:
-    """``journal.compact_growth = 2`` in a real ``nvpair-wm``'s --config: after a restart that
-    kept 40 records (40 workloads, nothing to drop), 79 superseding events (under 2 x 40) leave
+    """``journal.compact_growth = 2`` in a real ``nvpair-wm``'s --config: after a compaction
+    that kept 40 records (40 workloads) and a restart, 79 superseding events (under 2 x 40) leave
     the log alone through many checks (one per ``fsync_interval``), and the 80th makes the next
     check compact all 120 records to 40. With the old rule (growth 1) it would have compacted
     after 40 of them, reading 80 records."""
@@ -380,13 +380,14 @@ def test_a_real_node_waits_for_compact_growth_times_what_it_kept(tmp_path: Path)
         a = cluster["node-a"]
         a.start()
         ids = [f"w{i}" for i in range(40)]
-        a.send_all(event("workload:started", workload("node-a", w, 1)) for w in ids)
-        assert a.status()["counters"]["workloads"] == 40  # distinct: no garbage, no compaction
+        a.send_all(event("workload:started", workload("node-a", w, s)) for s in (1, 2) for w in ids)
+        assert a.status()["counters"]["workloads"] == 40
+        a.wait_log("journal: compacted")  # 80 records, half garbage: to a checkpoint of 40
         assert a.stop() == 0
         a.start()
-        a.wait_log("journal: reloaded 40 records")
+        a.wait_log("journal: reloaded 40 workloads and 0 tombstones")
         superseding = [
-            event("workload:started", workload("node-a", w, s)) for s in (2, 3) for w in ids
+            event("workload:started", workload("node-a", w, s)) for s in (3, 4) for w in ids
         ]
         a.send_all(superseding[:79])
         assert a.status()["counters"]["workloads"] == 40  # every line dispatched, journaled
@@ -397,7 +398,7 @@ def test_a_real_node_waits_for_compact_growth_times_what_it_kept(tmp_path: Path)
         a.send_all(superseding[79:])
         compacted = a.wait_log("journal: compacted")
         assert "120 records read, 40 kept" in compacted, compacted
-        assert newest_in(path) == dict.fromkeys(ids, 3)
+        assert newest_in(path) == dict.fromkeys(ids, 4)
         assert a.stop() == 0
     finally:
         cluster.close()
