@@ -21,7 +21,7 @@ from bench.harness import (
     load_factor,
     render_summary,
 )
-from tests.source_tree import ROOT
+from tests.support.source_tree import ROOT
 
 
 def results() -> list[BenchResult]:
