@@ -21,6 +21,7 @@ from typing import Any
 
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.dirlock import LOCK_FILE
+from tests.test_health import get
 from tests.wm_process import WAIT, WmProcess
 
 W = {
@@ -89,10 +90,15 @@ def test_a_full_disk_is_shown_retried_and_repaired_by_a_rewrite(tmp_path: Path) 
         assert seen["nvpair_wm_journal_healthy"] == 0.0, seen
         since = seen["nvpair_wm_journal_failing_since_timestamp_seconds"]
         assert since == failing["failingSince"] / 1000
+        status, body = get(metrics, "/readyz")  # not ready while the journal fails
+        assert status == 503 and body["reasons"] == [
+            f"the journal is failing: {failing['lastError']}"
+        ], body
         submit(wm, "3")  # while failing: in the table, not in the file
         wm.wait_stderr("works again")  # writes 4 and 5 (two rewrites) failed, the third worked
         assert journal(wm)["state"] == "healthy"
         assert scrape(metrics) == {"nvpair_wm_journal_healthy": 1.0}
+        assert get(metrics, "/readyz") == (200, {"ready": True})
         submit(wm, "4")  # appended to the rewritten log
         assert wm.status()["counters"]["workloads"] == 4
         errors = [ln for ln in wm.stderr_log if "ERROR" in ln]

@@ -142,7 +142,9 @@ class Node:
         if config.metrics:
             from nvpair_wm.metrics import Metrics  # noqa: PLC0415
 
-            self.metrics = Metrics(metrics_address(config.metrics), self.dispatcher.status)
+            self.metrics = Metrics(
+                metrics_address(config.metrics), self.dispatcher.status, readiness=self.readiness
+            )
         # What each peer says of its versions, heard in its requests (the endpoint) and in its
         # responses (the broadcaster); manager:status and the metrics show it.
         self.versions = PeerVersions()
@@ -175,6 +177,7 @@ class Node:
             tls_policy=config.tls,
         )
         self._stop = asyncio.Event()
+        self._ready_sent = False  # GET /readyz
 
     def _peers(self) -> list[PeerStatus]:
         return self.broadcaster.status()
@@ -233,6 +236,11 @@ class Node:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._on_signal, sig)
+        try:  # first, so that the probes answer while the node waits for its broker
+            await self._start_metrics()
+        except ListenFailed as exc:
+            log.error("cannot listen on %s: %s", exc.where, exc.reason)
+            return 1
         try:
             ipc = self.config.ipc
             opened = await self._unless_stopped(
@@ -241,8 +249,10 @@ class Node:
         except OSError as exc:
             where = f"--ipc {self.config.ipc}" if self.config.ipc else "stdio"
             log.error("cannot open the broker channel (%s): %s", where, exc.strerror or exc)
+            await self.stop(0)
             return 1
         if opened is None:  # a signal while waiting for the broker: its line was the one
+            await self.stop(0)
             return 0
         reader, writer = opened
         channel = BrokerChannel(
@@ -271,6 +281,7 @@ class Node:
         gc.freeze()
         params = ReadyParams(version=__version__, contractVersion=CONTRACT_VERSION)
         self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=params))])
+        self._ready_sent = True
         tasks = [
             asyncio.create_task(channel.write_forever(), name="broker-writer"),
             asyncio.create_task(self._expire_forever(), name="expiry"),
@@ -298,17 +309,45 @@ class Node:
     async def start(self) -> None:
         """Start the inter-node parts: the port is bound whether or not there is an identity.
         Raises :class:`ListenFailed` naming the flag whose address cannot be listened on."""
-        if self.metrics is not None:
-            try:
-                await self.metrics.start()
-            except OSError as exc:
-                raise ListenFailed(f"--metrics {self.config.metrics}", exc) from exc
+        await self._start_metrics()
         try:
             await self.server.start()
         except OSError as exc:
             where = f"--bind {self.config.bind}" if self.config.bind else "every interface"
             raise ListenFailed(f"--port {self.config.port} ({where})", exc) from exc
         await self.broadcaster.start()
+
+    async def _start_metrics(self) -> None:
+        """The --metrics listener (metrics and probes), once: raises :class:`ListenFailed`."""
+        if self.metrics is not None and not self.metrics.port:
+            try:
+                await self.metrics.start()
+            except OSError as exc:
+                raise ListenFailed(f"--metrics {self.config.metrics}", exc) from exc
+
+    def readiness(self) -> list[str]:
+        """Why this node does not relay yet (empty: it does), for ``GET /readyz``: ``ready``
+        sent to the broker, the inter-node listener up, the identity loaded (or knowingly
+        absent: no --cluster-dir), the journal healthy (or knowingly off)."""
+        reasons: list[str] = []
+        if self._stop.is_set():
+            reasons.append("stopping")
+        elif not self._ready_sent:
+            reasons.append("starting: ready not sent to the broker yet")
+        if not self._bound_port():
+            reasons.append("the inter-node listener is not up")
+        cluster = self.config.cluster_dir
+        if cluster is not None and self.identity.current() is None:
+            reasons.append(
+                f"no cluster identity: node.crt/node.key in {cluster} missing or unusable"
+            )
+        if cluster is not None and self.config.journal.enabled:
+            journal = self.journal
+            if journal is None:
+                reasons.append("the journal could not be opened at start (see the log)")
+            elif journal.failing_since is not None:
+                reasons.append(f"the journal is failing: {journal.last_error}")
+        return reasons
 
     async def _unless_stopped(self, opening: Awaitable[T]) -> T | None:
         """``opening``'s result, or None when a stop signal comes first (it is cancelled)."""
