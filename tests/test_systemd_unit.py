@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from nvpair_wm.clusterdir import init_cluster
-from tests.source_tree import ROOT
-from tests.wm_process import WAIT
+from tests.support.source_tree import ROOT
+from tests.support.wm_process import WAIT
 
 UNIT = ROOT / "packaging" / "nvpair-wm.service"
 DAEMON = Path(sys.executable).parent / "nvpair-wm"
