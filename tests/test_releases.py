@@ -22,8 +22,8 @@ from nvpair_wm import __version__, journal
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.versions import CONTRACT_VERSION
 from tests.conftest import WAIT
-from tests.releases import ROOT, Release, build, previous, releases, version_key
 from tests.support.cluster import Cluster, event, is_removal, is_upsert, removal, workload
+from tests.support.releases import ROOT, Release, build, previous, releases, version_key
 
 
 def _at(commit: str, path: str) -> str:
