@@ -92,7 +92,7 @@ THIS_TREE: Final = (sys.executable, "-m", "nvpair_wm")
 class Upgrade:
     """A rolling upgrade: every node starts on ``first`` and is restarted, one by one under
     the load and the faults, on ``then`` (a downgrade is the same with the two swapped). Each
-    is the command that runs that release's ``nvpair-wm`` (``tests.releases.build``)."""
+    is the command that runs that release's ``nvpair-wm`` (``tests.support.releases.build``)."""
 
     first: tuple[str, ...]
     then: tuple[str, ...]
