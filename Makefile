@@ -88,9 +88,17 @@ demo: venv-run
 	@$(PY) -m nvpair_wm.demo $(ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist
+	rm -rf $(VENV) .releases .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist
 
 # Seeded fault-injection soak (tests/soak): make soak ARGS="--seed S --minutes M --nodes N"
 .PHONY: soak
 soak: venv
 	$(PY) -m tests.soak $(ARGS)
+
+# h2 as the oracle (tests/test_h2_oracle.py) over more sequences than `make test` runs:
+# make fuzz SEED=S N=COUNT
+SEED ?= 9113
+N    ?= 50000
+.PHONY: fuzz
+fuzz: venv
+	H2_ORACLE_SEED=$(SEED) H2_ORACLE_N=$(N) $(PY) -m pytest tests/test_h2_oracle.py -q

@@ -27,6 +27,7 @@ from typing import Any
 from nvpair_wm.clusterdir import cert_fingerprint, init_cluster
 from nvpair_wm.config import dumps
 from nvpair_wm.pins import CERT_FILE, KEY_FILE
+from tests.support.polling import eventually
 from tests.wm_process import WAIT, WmProcess
 
 POLL_EVERY = 0.05  # pause between two manager:status polls (a poll interval, not a sync sleep)
@@ -133,18 +134,20 @@ class Node:
         Bounded by ``timeout``; between two polls it pauses ``POLL_EVERY`` so as not to keep the
         node busy answering. Returns the status that satisfied ``cond``.
         """
-        deadline = time.monotonic() + timeout
-        while True:
-            st = self.status()
-            if cond(st):
-                return st
-            if time.monotonic() > deadline:
-                tail = "\n".join(self.wm.stderr_log[-15:])
-                raise AssertionError(
-                    f"{self.name}: {what or 'condition'} not reached within {timeout}s; last "
-                    f"status: {json.dumps(st)}\nstderr tail:\n{tail}"
-                )
-            time.sleep(POLL_EVERY)
+        last: list[Any] = []
+
+        def satisfied() -> Any:
+            last[:] = [self.status()]
+            return last[0] if cond(last[0]) else None
+
+        def failure() -> str:
+            tail = "\n".join(self.wm.stderr_log[-15:])
+            return (
+                f"{self.name}: {what or 'condition'} not reached; last status: "
+                f"{json.dumps(last[0])}\nstderr tail:\n{tail}"
+            )
+
+        return eventually(satisfied, failure, within=timeout, every=POLL_EVERY)
 
     def peer(self, status: Any, name: str) -> Any:
         """The PeerStatus for ``name`` in a manager:status result, or None."""

@@ -21,6 +21,7 @@ from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.http.core import Limits
 from nvpair_wm.io.server import InterNodeServer
 from nvpair_wm.pins import Identity, PinSet
+from tests.support.nodes import Node, StartNode, finish, launch, wait_ready
 
 # ==================================================================================================
 # Inter-node TLS server (tests/test_tls_server.py, test_http1.py, test_endpoint_curl.py)
@@ -293,3 +294,27 @@ def http_request(
         head += f"Content-Type: {content_type}\r\n"
     head += f"Content-Length: {len(body)}\r\n{extra}\r\n"
     return head.encode() + body
+
+
+# ==================================================================================================
+# nvpair-wm subprocesses on a cluster directory (test_internode_e2e.py, test_batch_bound.py,
+# test_admission.py)
+#
+# start_node        factory: start_node(cluster_dir, *extra_args) -> a running
+#                   tests.support.nodes.Node with its port known; on the way out: SIGTERM -> exit
+#                   0, stdout read to EOF, only JSON-RPC frames on it
+# ==================================================================================================
+
+
+@pytest.fixture
+def start_node() -> Iterator[StartNode]:
+    started: list[Node] = []
+
+    def start(cluster_dir: Path, *extra: str) -> Node:
+        node = launch(cluster_dir, *extra)
+        started.append(node)  # finished on the way out even if it never gets ready
+        return wait_ready(node)
+
+    yield start
+    for node in started:
+        finish(node)

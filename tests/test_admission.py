@@ -24,9 +24,8 @@ import pytest
 
 from tests.conftest import CertPair, TLSCluster
 from tests.frames import event, workload
-from tests.test_internode_e2e import StartNode, start_node
-
-__all__ = ["start_node"]  # the fixture, imported for pytest
+from tests.support.nodes import StartNode
+from tests.support.polling import eventually_async
 
 HELD = 1_100
 CHURN = 1_000
@@ -145,10 +144,12 @@ def test_rss_returns_near_rest_after_connection_churn(
     async def settle(baseline: int) -> None:
         """Until the node holds no more descriptors than at rest: every close processed.
         (Nothing outside the process signals that; /proc is polled, bounded.)"""
-        deadline = time.monotonic() + 30
-        while fds() > baseline:
-            assert time.monotonic() < deadline, f"{fds()} descriptors still open"
-            await asyncio.sleep(0.05)
+        await eventually_async(
+            lambda: fds() <= baseline,
+            lambda: f"{fds()} descriptors still open",
+            within=30,
+            every=0.05,
+        )
 
     async def main() -> list[int]:
         body = event("workload:submitted", workload(id=f"rest-{pid}"))

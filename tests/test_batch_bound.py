@@ -21,13 +21,7 @@ from nvpair_wm import codec
 from nvpair_wm.http.core import MIB
 from tests.conftest import TLSCluster
 from tests.frames import batch, event_frame, workload
-from tests.test_internode_e2e import (  # noqa: F401 - start_node is a fixture
-    PROTOCOLS,
-    StartNode,
-    fence,
-    post,
-    start_node,
-)
+from tests.support.nodes import PROTOCOLS, StartNode, fence, post
 from tests.wm_process import WmProcess
 
 
@@ -97,7 +91,7 @@ def test_local_bound_from_config_applies_a_full_batch_and_refuses_a_longer_one(
 @pytest.mark.parametrize("proto", PROTOCOLS)
 def test_peer_attack_body_gets_413_and_the_endpoint_goes_on(
     proto: str,
-    start_node: StartNode,  # noqa: F811 - the fixture imported above
+    start_node: StartNode,
     tls_cluster: TLSCluster,
     tmp_path: Path,
 ) -> None:
@@ -117,7 +111,7 @@ def test_peer_attack_body_gets_413_and_the_endpoint_goes_on(
 @pytest.mark.parametrize("proto", PROTOCOLS)
 def test_peer_bound_from_config_refuses_a_longer_batch_as_a_whole(
     proto: str,
-    start_node: StartNode,  # noqa: F811 - the fixture imported above
+    start_node: StartNode,
     tls_cluster: TLSCluster,
     tmp_path: Path,
 ) -> None:

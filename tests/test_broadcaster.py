@@ -15,7 +15,7 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +33,7 @@ from nvpair_wm.io.server import InterNodeServer
 from nvpair_wm.pins import Identity, IdentitySource, PinSet, PinSource
 from tests.conftest import WAIT, RecordingSink, TLSCluster, WmServer
 from tests.frames import event, remove, status_result, workload
+from tests.support.polling import eventually_async
 
 T = TypeVar("T")
 
@@ -51,15 +52,6 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
             return await coro
 
     return asyncio.run(bounded())
-
-
-async def eventually(cond: Callable[[], bool], what: str, within: float = WAIT) -> None:
-    """Wait until ``cond()`` holds (checked every 10 ms), or fail saying what did not happen."""
-    deadline = time.monotonic() + within
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        await asyncio.sleep(0.01)
 
 
 # -- servers --------------------------------------------------------------------------------------
@@ -221,7 +213,7 @@ def test_local_events_reach_the_peer_once_with_fields_unchanged(
         assert await upserts(a.sink, 1) == [("1", 1, "queued")]
         b.report(submitted("1", 2))
         assert await upserts(a.sink, 1) == [("1", 2, "running")]
-        await eventually(lambda: b.peer().sent == 3, "the third response")
+        await eventually_async(lambda: b.peer().sent == 3, "the third response")
         st = b.peer()
         assert st.nodeId == "a" and st.connected and st.protocol == protocols[0]
         assert st.sent == 3 and st.dropped == 0 and st.lastError is None
@@ -297,7 +289,7 @@ def test_restarted_peer_is_caught_up_without_new_events(
         b.report(submitted("1"))
         assert await upserts(a1.sink, 1) == [("1", 1, "queued")]
         await asyncio.to_thread(a1.stop, 0.5)
-        await eventually(lambda: not b.peer().connected, "b notices that a went away")
+        await eventually_async(lambda: not b.peer().connected, "b notices that a went away")
         b.report(submitted("2"))  # while a is down
         b.report(submitted("1", 2))
         # a restarts with an empty table (a new process): b reconnects and resynchronises.
@@ -329,13 +321,13 @@ def test_peer_whose_retries_were_exhausted_is_probed_and_caught_up(
         b.bc.update_nodes([record(tls_cluster, "a", port)])
         await b.bc.start()
         b.report(submitted("1"))
-        await eventually(lambda: b.peer().dropped >= 1, "retries exhausted: queue dropped")
+        await eventually_async(lambda: b.peer().dropped >= 1, "retries exhausted: queue dropped")
         st = b.peer()
         assert not st.connected and st.lastError and "connect" in st.lastError
         b.report(submitted("2"))  # dropped at once: the resync will carry it
         a2 = await asyncio.to_thread(servers.start, tls_cluster.dirs["a"], port)
         assert sorted(await upserts(a2.sink, 2)) == [("1", 1, "queued"), ("2", 1, "queued")]
-        await eventually(lambda: b.peer().connected and b.peer().queueDepth == 0, "caught up")
+        await eventually_async(lambda: b.peer().connected and b.peer().queueDepth == 0, "caught up")
         await b.bc.close(1.0)
 
     run(go())
@@ -379,7 +371,7 @@ def test_unpinned_peer_gets_nothing_more_and_is_caught_up_when_pinned_again(
         b.report(submitted("1"))
         assert ids((await handler.next())[1]) == [("1", 1)]
         pin.unlink()
-        await eventually(lambda: b.bc.status() == [], "a dropped after it was unpinned")
+        await eventually_async(lambda: b.bc.status() == [], "a dropped after it was unpinned")
         b.report(submitted("2"))  # not sent: a is not pinned
         pin.write_bytes(saved)
         _, frames = await handler.next()
@@ -408,11 +400,11 @@ def test_a_removed_pin_or_identity_stops_the_very_next_batch(
         b.bc.update_nodes([record(tls_cluster, "a", a.port)])
         await b.bc.start()
         (link,) = b.bc._links.values()
-        await eventually(lambda: link.conn is not None and link.conn.usable, "a connected")
+        await eventually_async(lambda: link.conn is not None and link.conn.usable, "a connected")
         b.report(submitted("1"))
         assert link.outbox.in_flight == 1  # started at once, inside publish
         assert ids((await handler.next())[1]) == [("1", 1)]
-        await eventually(lambda: link.outbox.in_flight == 0, "the batch answered")
+        await eventually_async(lambda: link.outbox.in_flight == 0, "the batch answered")
         pin.unlink()
         if not watched:
             await asyncio.sleep(0)  # the next tick: read again there
@@ -421,7 +413,7 @@ def test_a_removed_pin_or_identity_stops_the_very_next_batch(
         pin.write_bytes(saved_pin)
         _, frames = await handler.next()
         assert ("2", 1) in ids(frames)
-        await eventually(lambda: link.outbox.in_flight == 0, "the batch answered")
+        await eventually_async(lambda: link.outbox.in_flight == 0, "the batch answered")
         key.unlink()  # our identity gone
         if not watched:
             await asyncio.sleep(0)
@@ -452,7 +444,7 @@ def test_one_look_per_publish_gives_each_link_its_own_verdict(
         b.bc.update_nodes([record(tls_cluster, "a", a.port), record(tls_cluster, "c", c.port)])
         await b.bc.start()
         links = {lk.peer.node_id: lk for lk in b.bc._links.values()}
-        await eventually(
+        await eventually_async(
             lambda: all(lk.conn is not None and lk.conn.usable for lk in links.values()),
             "a and c connected",
         )
@@ -460,7 +452,9 @@ def test_one_look_per_publish_gives_each_link_its_own_verdict(
         assert [links[n].outbox.in_flight for n in "ac"] == [1, 1]  # both at once, in publish
         assert ids((await ha.next())[1]) == [("1", 1)]
         assert ids((await hc.next())[1]) == [("1", 1)]
-        await eventually(lambda: links["c"].outbox.idle and links["a"].outbox.idle, "answered")
+        await eventually_async(
+            lambda: links["c"].outbox.idle and links["a"].outbox.idle, "answered"
+        )
         pin.unlink()
         if not watched:
             await asyncio.sleep(0)  # sources read per tick: the next tick reads again
@@ -492,8 +486,8 @@ def test_a_burst_to_an_idle_link_starts_as_many_requests_as_it_may(
         b.bc.update_nodes([record(tls_cluster, "a", a.port)])
         await b.bc.start()
         (link,) = b.bc._links.values()
-        await eventually(lambda: link.conn is not None and link.conn.usable, "a connected")
-        await eventually(lambda: link.outbox.idle, "the first snapshot (empty) settled")
+        await eventually_async(lambda: link.conn is not None and link.conn.usable, "a connected")
+        await eventually_async(lambda: link.outbox.idle, "the first snapshot (empty) settled")
         items = [b.dispatcher.local(submitted(str(i))).outbound[0] for i in range(3)]
         b.bc.publish(items)
         assert (link.outbox.in_flight, link.outbox.depth) == (2, 1)
@@ -502,7 +496,7 @@ def test_a_burst_to_an_idle_link_starts_as_many_requests_as_it_may(
         for _ in range(3):
             got += ids((await handler.next())[1])
         assert sorted(got) == [("0", 1), ("1", 1), ("2", 1)]
-        await eventually(lambda: link.outbox.idle, "all answered")
+        await eventually_async(lambda: link.outbox.idle, "all answered")
         await b.bc.close(1.0)
 
     try:
@@ -522,7 +516,7 @@ def test_server_with_the_wrong_certificate_gets_nothing(
         b.bc.update_nodes([record(tls_cluster, "a", impostor.port)])
         await b.bc.start()
         b.report(submitted("1"))
-        await eventually(lambda: b.peer().lastError is not None, "the pin check failed")
+        await eventually_async(lambda: b.peer().lastError is not None, "the pin check failed")
         st = b.peer()
         assert "pin check failed" in (st.lastError or "") and not st.connected and st.sent == 0
         await b.bc.close(0.1)
@@ -572,7 +566,7 @@ def test_503_with_retry_after_is_retried_after_the_delay(
         t2, again = await handler.next()
         assert ids(first) == ids(again) == [("2", 1)]
         assert t2 - t1 >= 1.0  # Retry-After honoured
-        await eventually(lambda: b.peer().sent == 2, "the retry's response")
+        await eventually_async(lambda: b.peer().sent == 2, "the retry's response")
         st = b.peer()
         assert st.retried == 1 and st.sent == 2 and st.dropped == 0
         assert st.lastError is not None and st.lastError.startswith("HTTP 503")
@@ -592,7 +586,7 @@ def test_400_is_not_retried(servers: Servers, tls_cluster: TLSCluster) -> None:
         await b.bc.start()
         b.report(submitted("1"))
         assert ids((await handler.next())[1]) == [("1", 1)]  # snapshot or event: refused
-        await eventually(lambda: b.peer().dropped == 1, "the refused frame is counted")
+        await eventually_async(lambda: b.peer().dropped == 1, "the refused frame is counted")
         b.report(submitted("2"))
         assert ids((await handler.next())[1]) == [("2", 1)]  # next is new, not a retry
         st = b.peer()
@@ -636,7 +630,7 @@ def test_close_flushes_what_is_queued(servers: Servers, tls_cluster: TLSCluster)
     async def go() -> None:
         b.bc.update_nodes([record(tls_cluster, "a", a.port)])
         await b.bc.start()
-        await eventually(lambda: b.peer().connected, "connected")
+        await eventually_async(lambda: b.peer().connected, "connected")
         for i in range(20):
             b.report(submitted(str(i)))
         await b.bc.close(5.0)
@@ -746,14 +740,14 @@ def test_h2_keepalive_finds_a_silent_peer(servers: Servers, tls_cluster: TLSClus
     async def go() -> None:
         b.bc.update_nodes([record(tls_cluster, "a", a.port)])
         await b.bc.start()
-        await eventually(lambda: b.peer().connected, "connected")
+        await eventually_async(lambda: b.peer().connected, "connected")
         # a's process hangs (no FIN, no answers): its event loop stops running.
         a.loop.call_soon_threadsafe(frozen.wait, WAIT)
-        await eventually(
+        await eventually_async(
             lambda: "PING unanswered" in (b.peer().lastError or ""), "the PING times out"
         )
         frozen.set()  # a recovers: b reconnects (and resynchronises)
-        await eventually(lambda: b.peer().connected, "reconnected")
+        await eventually_async(lambda: b.peer().connected, "reconnected")
         await b.bc.close(1.0)
 
     try:
@@ -776,12 +770,12 @@ def test_h2_keepalive_resumes_once_a_busy_link_goes_idle(
     async def go() -> None:
         b.bc.update_nodes([record(tls_cluster, "a", a.port)])
         await b.bc.start()
-        await eventually(lambda: b.peer().connected, "connected")
+        await eventually_async(lambda: b.peer().connected, "connected")
         b.report(submitted("1"))  # the link is busy, then idle again after the response
         assert ids((await handler.next())[1]) == [("1", 1)]
-        await eventually(lambda: b.peer().sent == 1, "the response")
+        await eventually_async(lambda: b.peer().sent == 1, "the response")
         a.loop.call_soon_threadsafe(frozen.wait, WAIT)  # a hangs: no FIN, no answers
-        await eventually(
+        await eventually_async(
             lambda: "PING unanswered" in (b.peer().lastError or ""), "the PING times out"
         )
         frozen.set()
@@ -825,7 +819,7 @@ def test_403_from_a_peer_that_does_not_pin_us_yet_is_retried_until_it_does(
     async def go() -> None:
         b.bc.update_nodes([record(tls_cluster, "a", a.port)])
         await b.bc.start()
-        await eventually(lambda: b.peer().retried >= 2, "b retries after 403")
+        await eventually_async(lambda: b.peer().retried >= 2, "b retries after 403")
         st = b.peer()
         assert (st.lastError or "").startswith("HTTP 403") and st.sent == 0
         pin.write_bytes(saved)  # a now pins b

@@ -46,7 +46,8 @@ from nvpair_wm.node import Config, Node
 from tests.cluster import Cluster, event, workload
 from tests.frames import event_frame, line
 from tests.frames import workload as frame_workload
-from tests.test_journal import LIMITS, T0, dispatcher, outbounds
+from tests.support.journal import LIMITS, T0, dispatcher, outbounds
+from tests.support.polling import eventually, eventually_async
 
 FIND_WITHIN = 10.0  # seconds to find a running child in /proc (it appears within ms)
 TEMP = f".{JOURNAL_FILE}.tmp"
@@ -72,11 +73,9 @@ def compactor_children(parent: int | None = None) -> list[int]:
 
 async def one_child() -> int:
     """The compactor child once it runs (polled: nothing announces it)."""
-    deadline = time.monotonic() + FIND_WITHIN
-    while not (pids := compactor_children()):
-        assert time.monotonic() < deadline, "no compactor child appeared"
-        await asyncio.sleep(0.001)
-    [pid] = pids
+    [pid] = await eventually_async(
+        compactor_children, "no compactor child appeared", within=FIND_WITHIN, every=0.001
+    )
     return pid
 
 
@@ -351,7 +350,7 @@ def test_a_real_node_compacts_in_a_child_and_keeps_every_event(tmp_path: Path) -
         a.start()
         st = a.status()
         assert st["counters"]["workloads"] == 40, st
-        a.wait_log("journal: reloaded 40 records")
+        a.wait_log("journal: reloaded 40 workloads and 0 tombstones")
     finally:
         cluster.close()
     assert cluster.errors() == []
@@ -362,8 +361,8 @@ def test_a_real_node_compacts_in_a_child_and_keeps_every_event(tmp_path: Path) -
 
 
 def test_a_real_node_waits_for_compact_growth_times_what_it_kept(tmp_path: Path) -> None:
-    """``journal.compact_growth = 2`` in a real ``nvpair-wm``'s --config: after a restart that
-    kept 40 records (40 workloads, nothing to drop), 79 superseding events (under 2 x 40) leave
+    """``journal.compact_growth = 2`` in a real ``nvpair-wm``'s --config: after a compaction
+    that kept 40 records (40 workloads) and a restart, 79 superseding events (under 2 x 40) leave
     the log alone through many checks (one per ``fsync_interval``), and the 80th makes the next
     check compact all 120 records to 40. With the old rule (growth 1) it would have compacted
     after 40 of them, reading 80 records."""
@@ -381,13 +380,14 @@ def test_a_real_node_waits_for_compact_growth_times_what_it_kept(tmp_path: Path)
         a = cluster["node-a"]
         a.start()
         ids = [f"w{i}" for i in range(40)]
-        a.send_all(event("workload:started", workload("node-a", w, 1)) for w in ids)
-        assert a.status()["counters"]["workloads"] == 40  # distinct: no garbage, no compaction
+        a.send_all(event("workload:started", workload("node-a", w, s)) for s in (1, 2) for w in ids)
+        assert a.status()["counters"]["workloads"] == 40
+        a.wait_log("journal: compacted")  # 80 records, half garbage: to a checkpoint of 40
         assert a.stop() == 0
         a.start()
-        a.wait_log("journal: reloaded 40 records")
+        a.wait_log("journal: reloaded 40 workloads and 0 tombstones")
         superseding = [
-            event("workload:started", workload("node-a", w, s)) for s in (2, 3) for w in ids
+            event("workload:started", workload("node-a", w, s)) for s in (3, 4) for w in ids
         ]
         a.send_all(superseding[:79])
         assert a.status()["counters"]["workloads"] == 40  # every line dispatched, journaled
@@ -398,7 +398,7 @@ def test_a_real_node_waits_for_compact_growth_times_what_it_kept(tmp_path: Path)
         a.send_all(superseding[79:])
         compacted = a.wait_log("journal: compacted")
         assert "120 records read, 40 kept" in compacted, compacted
-        assert newest_in(path) == dict.fromkeys(ids, 3)
+        assert newest_in(path) == dict.fromkeys(ids, 4)
         assert a.stop() == 0
     finally:
         cluster.close()
@@ -513,19 +513,23 @@ def test_a_child_does_not_outlive_a_node_killed_mid_compaction(tmp_path: Path) -
         [sys.executable, "-c", HELPER, str(tmp_path / JOURNAL_FILE)], stdin=subprocess.DEVNULL
     )
     try:
-        deadline = time.monotonic() + FIND_WITHIN
-        while not (pids := compactor_children(helper.pid)):
-            assert helper.poll() is None and time.monotonic() < deadline, "no child appeared"
-            time.sleep(0.001)
-        [child] = pids
+
+        def child_pids() -> list[int]:
+            pids = compactor_children(helper.pid)
+            assert pids or helper.poll() is None, "no child appeared"
+            return pids
+
+        [child] = eventually(child_pids, "no child appeared", within=FIND_WITHIN, every=0.001)
         os.kill(child, signal.SIGSTOP)
         helper.kill()
         helper.wait()
         os.kill(child, signal.SIGCONT)
-        deadline = time.monotonic() + FIND_WITHIN
-        while state_of(child) not in ("", "Z"):  # reaped by init, or dead and not yet reaped
-            assert time.monotonic() < deadline, f"child {child} outlived its parent"
-            time.sleep(0.001)
+        eventually(  # reaped by init, or dead and not yet reaped
+            lambda: state_of(child) in ("", "Z"),
+            f"child {child} outlived its parent",
+            within=FIND_WITHIN,
+            every=0.001,
+        )
         temp = tmp_path / TEMP
         assert not temp.exists() or temp.stat().st_size < whole.size
     finally:

@@ -16,12 +16,10 @@ the validators disagree with each other.
 from __future__ import annotations
 
 import json
-import math
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import import_module
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -33,140 +31,33 @@ from nvpair_wm_schema.http_error_schema import HttpError
 from nvpair_wm_schema.inbound_frame_schema import InboundFrame
 from nvpair_wm_schema.jsonrpc_schema import ErrorResponse, EventResponse
 from nvpair_wm_schema.manager_status_schema import StatusResponse
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
 
 from nvpair_wm import codec
 from nvpair_wm.codec import InvalidFrame
+from tests.support.conformance import (
+    BASE,
+    MAX_DEPTH,
+    REGISTRY,
+    SCHEMA_DIR,
+    SCHEMAS,
+    SUFFIX,
+    NotIJson,
+    nesting_depth,
+    schema_stems,
+    strict_loads,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_DIR = ROOT / "schema"
 VECTOR_DIR = SCHEMA_DIR / "conformance"
-BASE = "https://schemas.nvpair.dev/wm/v1/"
-SUFFIX = ".schema.json"
 
 
 # --------------------------------------------------------------------------- strict I-JSON parsing
 
 
-class NotIJson(ValueError):
-    """The text is not an I-JSON (RFC 7493) text as this contract reads it."""
-
-
-def _check_str(s: str) -> None:
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise NotIJson(f"lone surrogate in string {s!r}") from exc
-
-
-def _walk_strings(value: Any) -> None:
-    if isinstance(value, str):
-        _check_str(value)
-    elif isinstance(value, list):
-        for v in value:
-            _walk_strings(v)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _check_str(k)
-            _walk_strings(v)
-
-
-def _finite_float(s: str) -> float:
-    f = float(s)
-    if not math.isfinite(f):
-        raise NotIJson(f"{s} is not a finite IEEE 754 double")
-    return f
-
-
-def _no_constant(s: str) -> Any:
-    raise NotIJson(f"{s} is not JSON")
-
-
-# schema/README.md, "Nesting and I-JSON in every member": levels of arrays and objects.
-MAX_DEPTH = 64
-
-
-def _finite_int(s: str) -> int:
-    n = int(s)
-    try:
-        float(n)
-    except OverflowError:
-        raise NotIJson(f"{s[:20]}... is beyond every finite IEEE 754 double") from None
-    return n
-
-
-def _depth(value: Any) -> int:
-    """Nesting of arrays and objects, iteratively (the value may be deeper than the stack)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        node, level = stack.pop()
-        if isinstance(node, dict | list):
-            deepest = max(deepest, level)
-            stack.extend(
-                (v, level + 1) for v in (node.values() if isinstance(node, dict) else node)
-            )
-    return deepest
-
-
-def strict_loads(text: str, *, duplicates: str = "last") -> Any:
-    """Parse JSON text as this contract does: RFC 8259 JSON that is also I-JSON (strings,
-    numbers; also integer literals), at most ``MAX_DEPTH`` levels deep.
-
-    ``duplicates="last"``: a repeated member name keeps its last value (the contract's rule, and
-    Python's, JavaScript's and Go's default); ``"error"`` refuses it (used for the vector files
-    themselves, which must not depend on that rule).
-    """
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        obj: dict[str, Any] = {}
-        for k, v in items:
-            if duplicates == "error" and k in obj:
-                raise NotIJson(f"duplicate member name {k!r}")
-            obj[k] = v
-        return obj
-
-    try:
-        value = json.loads(
-            text,
-            object_pairs_hook=pairs,
-            parse_float=_finite_float,
-            parse_int=_finite_int,
-            parse_constant=_no_constant,
-        )
-    except json.JSONDecodeError as exc:
-        raise NotIJson(str(exc)) from exc
-    except RecursionError as exc:  # Python's own parser met its bound: far beyond ours
-        raise NotIJson(f"nested deeper than {MAX_DEPTH} levels") from exc
-    if _depth(value) > MAX_DEPTH:
-        raise NotIJson(f"nested deeper than {MAX_DEPTH} levels")
-    _walk_strings(value)
-    return value
-
-
 # --------------------------------------------------------------------------- schemas and vectors
-
-
-def schema_stems() -> list[str]:
-    return sorted(p.name[: -len(SUFFIX)] for p in SCHEMA_DIR.glob(f"*{SUFFIX}"))
 
 
 def vector_stems() -> list[str]:
     return sorted(p.stem for p in VECTOR_DIR.glob("*.json"))
-
-
-def load_schemas() -> dict[str, dict[str, Any]]:
-    return {
-        stem: strict_loads((SCHEMA_DIR / f"{stem}{SUFFIX}").read_text("utf-8"), duplicates="error")
-        for stem in schema_stems()
-    }
-
-
-SCHEMAS = load_schemas()
-REGISTRY: Registry = Registry().with_resources(
-    (s["$id"], Resource.from_contents(s, default_specification=DRAFT202012))
-    for s in SCHEMAS.values()
-)
 
 
 def load_vectors(stem: str) -> list[dict[str, Any]]:
@@ -470,7 +361,7 @@ def test_strict_parser() -> None:
     """The jsonschema side's parser does what the README says a runner must do."""
     assert strict_loads('{"a":1,"a":2}') == {"a": 2}
     assert strict_loads('"\\ud83d\\ude00"') == "\U0001f600"
-    assert _depth(strict_loads("[" * MAX_DEPTH + "]" * MAX_DEPTH)) == MAX_DEPTH
+    assert nesting_depth(strict_loads("[" * MAX_DEPTH + "]" * MAX_DEPTH)) == MAX_DEPTH
     assert strict_loads("9" * 300) == int("9" * 300)  # a finite double, if not an exact one
     for bad in [
         '"\\ud800"',

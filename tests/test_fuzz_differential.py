@@ -38,8 +38,8 @@ from nvpair_wm import codec
 from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher
 from tests.frames import status_result
-from tests.test_conformance import BASE, MAX_DEPTH, REGISTRY, NotIJson, strict_loads
-from tests.test_properties import bundle
+from tests.support.bundle import bundle
+from tests.support.conformance import BASE, MAX_DEPTH, REGISTRY, NotIJson, strict_loads
 
 FRAME_REFS: Final = [
     *(

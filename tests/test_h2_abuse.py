@@ -27,7 +27,7 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
-from tests.test_http2 import (
+from tests.support.h2_peers import (
     WAIT,
     EchoHandler,
     H2Client,

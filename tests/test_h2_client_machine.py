@@ -40,9 +40,9 @@ from nvpair_wm.proto.exchanges import (
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.h2.client import H2ClientSession
 from nvpair_wm.proto.h2.hpack import encode_fields
-from tests.test_client_machines import AUTHORITY, MIB, PATH, connected, failures, responses
-from tests.test_h2_server_machine import frames_of, raw
-from tests.test_proto import Recorder
+from tests.support.client_sessions import AUTHORITY, MIB, PATH, connected, failures, responses
+from tests.support.handlers import Recorder
+from tests.support.raw_frames import frames_of, raw
 
 # -- against our own server machine ---------------------------------------------------------------
 
@@ -340,6 +340,9 @@ INFO = encode_fields(((b":status", b"103"),))
 WITH_LENGTH = encode_fields(((b":status", b"202"), (b"content-length", b"5")))
 TWO_STATUSES = encode_fields(((b":status", b"202"), (b":status", b"200")))
 NO_STATUS = encode_fields(((b"content-length", b"0"),))
+UPPER_NAME = encode_fields(((b":status", b"202"), (b"X-Upper", b"1")))
+CONNECTION_FIELD = encode_fields(((b":status", b"202"), (b"connection", b"close")))
+PATH_IN_RESPONSE = encode_fields(((b":status", b"202"), (b":path", b"/")))
 
 
 @pytest.mark.parametrize(
@@ -368,6 +371,10 @@ NO_STATUS = encode_fields(((b"content-length", b"0"),))
         (raw(1, 5, 1, INFO), ErrorCodes.PROTOCOL_ERROR, "ended by a 103"),
         (raw(1, 5, 1, TWO_STATUSES), ErrorCodes.PROTOCOL_ERROR, "without a valid :status"),
         (raw(1, 5, 1, NO_STATUS), ErrorCodes.PROTOCOL_ERROR, "without a valid :status"),
+        (raw(4, 0, 0, b"\x00\x02\x00\x00\x00\x01"), ErrorCodes.PROTOCOL_ERROR, "ENABLE_PUSH"),
+        (raw(1, 5, 1, UPPER_NAME), ErrorCodes.PROTOCOL_ERROR, "bad field name"),
+        (raw(1, 5, 1, CONNECTION_FIELD), ErrorCodes.PROTOCOL_ERROR, "connection-specific"),
+        (raw(1, 5, 1, PATH_IN_RESPONSE), ErrorCodes.PROTOCOL_ERROR, "pseudo-header"),
         (raw(1, 4, 1, OK) + raw(1, 4, 1, OK), ErrorCodes.PROTOCOL_ERROR, "without END_STREAM"),
         (raw(1, 4, 1, WITH_LENGTH) + raw(0, 1, 1, b"abc"), ErrorCodes.PROTOCOL_ERROR, "length 5"),
         (raw(1, 0, 1, OK) + raw(6, 0, 0, b"\x00" * 8), ErrorCodes.PROTOCOL_ERROR, "inside"),

@@ -32,7 +32,11 @@ from nvpair_wm.proto.h1 import H1Session
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.h2.hpack import Decoder, encode_fields
 from nvpair_wm.proto.h2.streams import Stream
-from tests.test_proto import Recorder
+from tests.support.handlers import Recorder
+from tests.support.raw_frames import (
+    frames_of,
+    raw,
+)
 
 FP = "ab" * 32
 
@@ -224,22 +228,6 @@ def test_response_encoder_is_plain_hpack_without_indexing() -> None:
 
 
 # -- the session, fed bytes ----------------------------------------------------------------------
-
-
-def raw(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
-    return (
-        len(payload).to_bytes(3, "big") + bytes((ftype, flags)) + sid.to_bytes(4, "big") + payload
-    )
-
-
-def frames_of(data: bytes) -> list[Frame]:
-    out: list[Frame] = []
-    while data:
-        f, length = Frame.parse_frame_header(memoryview(data[:9]))
-        f.parse_body(memoryview(data[9 : 9 + length]))
-        out.append(f)
-        data = data[9 + length :]
-    return out
 
 
 REQUEST = [(":method", "POST"), (":scheme", "https"), (":path", "/e"), (":authority", "t")]
@@ -492,6 +480,12 @@ def test_headers_padding_priority_and_continuation() -> None:
         (lambda p: p.headers(1) + p.headers(1), ErrorCodes.STREAM_CLOSED),
         (lambda p: raw(1, 5, 1, p.block(REQUEST) + b"\xfe"), ErrorCodes.COMPRESSION_ERROR),
         (lambda p: raw(1, 5, 1, p.block(REQUEST) + b"\x21"), ErrorCodes.COMPRESSION_ERROR),
+        # An even stream is one only a server opens: idle for ever here (5.1, found by h2).
+        (lambda p: p.headers(3) + raw(0, 1, 2, b"x"), ErrorCodes.PROTOCOL_ERROR),
+        (lambda p: p.headers(3) + raw(3, 0, 2, b"\0\0\0\x08"), ErrorCodes.PROTOCOL_ERROR),
+        (lambda p: p.headers(3) + raw(8, 0, 2, b"\0\0\0\x01"), ErrorCodes.PROTOCOL_ERROR),
+        # Stream 1 was never opened: our reset of its DATA does not open it (5.1.1).
+        (lambda p: p.headers(3) + raw(0, 0, 1, b"x") + p.headers(1), ErrorCodes.PROTOCOL_ERROR),
     ],
     ids=[
         "DATA inside a header block",
@@ -507,6 +501,10 @@ def test_headers_padding_priority_and_continuation() -> None:
         "HEADERS after END_STREAM both ways",
         "HPACK index past both tables",
         "HPACK size update after a field",
+        "DATA on an even stream below the highest",
+        "RST_STREAM on an even stream below the highest",
+        "WINDOW_UPDATE on an even stream below the highest",
+        "HEADERS opening a stream reset before it opened",
     ],
 )
 def test_connection_errors(frames: object, code: ErrorCodes) -> None:

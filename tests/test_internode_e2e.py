@@ -20,18 +20,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import http.client
-import itertools
 import json
 import os
-import queue
 import shutil
 import signal
 import socket
 import ssl
-import subprocess
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,208 +44,25 @@ from hyperframe.frame import (
 
 from nvpair_wm.clusterdir import cert_fingerprint, remove_member
 from nvpair_wm.http.core import MIB
-from tests.conftest import CertPair, TLSCluster
-from tests.curl import CurlResult, base_args, parse
+from tests.conftest import TLSCluster
 from tests.frames import batch, event, event_frame, workload
-from tests.wm_process import WAIT, WmProcess
+from tests.support.nodes import (
+    EVENTS,
+    JSON_HEADERS,
+    PROTOCOLS,
+    CurlRun,
+    StartNode,
+    assert_only_jsonrpc,
+    client_ssl,
+    curl,
+    fence,
+    post,
+    tls_socket,
+    uid,
+)
+from tests.wm_process import WAIT
 
-PROTOCOLS = ["--http2", "--http1.1"]
-EVENTS = "/v1/workloads/events"
-_JSON = {"Content-Type": "application/json"}
-_ids = itertools.count(1)
-
-
-def _uid(prefix: str) -> str:
-    return f"{prefix}-{next(_ids)}"
-
-
-# ---------------------------------------------------------------------------------------------
-# The subprocess
-# ---------------------------------------------------------------------------------------------
-
-
-class Node(WmProcess):
-    """A WmProcess whose stdout pump can be paused (``reading``), noting stdout EOF.
-
-    Pausing stops ``readline`` calls, so the pipe (and then the node's write buffer and its
-    bounded queue toward the broker) fills up exactly as with a broker that stops reading.
-    """
-
-    def __init__(self, *args: str) -> None:
-        self.reading = threading.Event()
-        self.reading.set()
-        self.stdout_eof = threading.Event()
-        self.signalled = False
-        super().__init__(*args)
-        self.port = 0
-
-    def _pump_stdout(self) -> None:
-        assert self.proc.stdout is not None
-        try:
-            while True:
-                self.reading.wait()
-                line = self.proc.stdout.readline()
-                if not line:
-                    return
-                self.stdout_log.append(line)
-                self.raw_lines.put(line)
-        finally:
-            self.stdout_eof.set()
-
-    def url(self, path: str = EVENTS) -> str:
-        return f"https://127.0.0.1:{self.port}{path}"
-
-    def recv_line(self) -> bytes:
-        """The next stdout line, as the broker reads it."""
-        try:
-            return self.raw_lines.get(timeout=WAIT)
-        except queue.Empty:
-            tail = "\n".join(self.stderr_log[-20:])
-            raise AssertionError(f"no frame within {WAIT}s; stderr:\n{tail}") from None
-
-    def upsert(self) -> dict[str, Any]:
-        """The next stdout frame, which must be a ``workloads:upsert``; its workloadInfo."""
-        frame = self.recv()
-        assert frame.get("method") == "workloads:upsert", frame
-        info: dict[str, Any] = frame["params"]["workloadInfo"]
-        return info
-
-    def terminate(self, sig: int = signal.SIGTERM) -> None:
-        self.signalled = True
-        super().terminate(sig)
-
-    def sigterm_and_wait(self) -> int:
-        """Stop it (once: a second SIGTERM during exit would kill it) and wait for its exit."""
-        self.reading.set()
-        if not self.signalled:
-            self.terminate(signal.SIGTERM)
-        return self.wait(WAIT)
-
-
-def assert_only_jsonrpc(lines: list[bytes]) -> None:
-    """Every stdout line is one complete JSON-RPC 2.0 frame (or a batch of them)."""
-    for line in lines:
-        assert line.endswith(b"\n") and line.count(b"\n") == 1, line[:200]
-        decoded = json.loads(line)
-        for frame in decoded if isinstance(decoded, list) else [decoded]:
-            assert isinstance(frame, dict) and frame.get("jsonrpc") == "2.0", line[:200]
-            assert "method" in frame or "id" in frame, line[:200]
-
-
-StartNode = Callable[..., Node]
-
-
-@pytest.fixture
-def start_node() -> Iterator[StartNode]:
-    """``start_node(cluster_dir, *extra_args)`` → a running :class:`Node` with its port known.
-
-    On the way out: SIGTERM → exit 0, stdout read to EOF, only JSON-RPC frames on it.
-    """
-    started: list[Node] = []
-
-    def start(cluster_dir: Path, *extra: str) -> Node:
-        node = Node("--bind", "127.0.0.1", "--port", "0", "--cluster-dir", str(cluster_dir), *extra)
-        started.append(node)
-        ready = node.recv()
-        assert ready.get("method") == "ready", ready
-        status = node.status()
-        assert isinstance(status["port"], int) and status["port"] > 0, status
-        node.port = status["port"]
-        return node
-
-    yield start
-    for node in started:
-        with node:
-            code = node.sigterm_and_wait()
-            assert node.stdout_eof.wait(WAIT), "stdout not closed after exit"
-            assert_only_jsonrpc(node.stdout_log)
-            assert code == 0, "\n".join(node.stderr_log[-30:])
-
-
-# ---------------------------------------------------------------------------------------------
-# Clients
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class CurlRun:
-    code: int
-    results: list[CurlResult]
-    stderr: str
-
-    @property
-    def one(self) -> CurlResult:
-        assert self.code == 0, self.stderr
-        [result] = self.results
-        return result
-
-
-def curl(
-    proto: str,
-    urls: list[str],
-    *,
-    pair: CertPair | None,
-    data: Path | None = None,
-    uploads: list[Path] | None = None,
-    ctype: str = "application/json",
-) -> CurlRun:
-    """Run curl once (several URLs reuse one connection). ``data``: one body for every URL;
-    ``uploads``: one file per URL, streamed (``-T``), so a FIFO makes curl wait for us."""
-    cert, key = (None, None) if pair is None else (pair.cert, pair.key)
-    args = base_args(proto, WAIT, cert, key)
-    args += ["-H", f"Content-Type: {ctype}"]
-    if data is not None:
-        args += ["--data-binary", f"@{data}", *urls]
-    else:
-        assert uploads is not None and len(uploads) == len(urls)
-        args += ["-X", "POST"]
-        for upload, url in zip(uploads, urls, strict=True):
-            args += ["-T", str(upload), url]
-    proc = subprocess.run(args, capture_output=True, timeout=WAIT * 2, check=False)
-    return CurlRun(proc.returncode, parse(proc.stdout), proc.stderr.decode())
-
-
-def post(proto: str, node: Node, body: bytes, pair: CertPair, tmp: Path) -> CurlResult:
-    """One curl POST; asserts the HTTP version that was negotiated."""
-    path = tmp / f"body-{next(_ids)}.json"
-    path.write_bytes(body)
-    result = curl(proto, [node.url()], pair=pair, data=path).one
-    assert result.http_version == ("2" if proto == "--http2" else "1.1")
-    return result
-
-
-def _client_ssl(pair: CertPair, alpn: str) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    ctx.load_cert_chain(pair.cert, pair.key)
-    ctx.set_alpn_protocols([alpn])
-    return ctx
-
-
-def tls_socket(port: int, pair: CertPair, alpn: str) -> ssl.SSLSocket:
-    raw = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
-    try:
-        sock = _client_ssl(pair, alpn).wrap_socket(raw)
-    except BaseException:
-        raw.close()
-        raise
-    assert sock.selected_alpn_protocol() == alpn
-    return sock
-
-
-def fence(node: Node, pair: CertPair) -> None:
-    """Nothing else reached the broker: a fresh event from ``pair`` is the next stdout frame."""
-    wid = _uid("fence")
-    conn = http.client.HTTPSConnection(
-        "127.0.0.1", node.port, timeout=WAIT, context=_client_ssl(pair, "http/1.1")
-    )
-    try:
-        conn.request("POST", EVENTS, event("workload:submitted", workload(id=wid)), _JSON)
-        assert conn.getresponse().status == 202
-    finally:
-        conn.close()
-    assert node.upsert()["id"] == wid
+# The subprocess (Node, the start_node fixture) and the clients are in tests/support/nodes.py.
 
 
 def connect_refused(port: int) -> bool:
@@ -273,7 +85,7 @@ def test_pinned_caller_gets_202_and_the_broker_receives_exactly_one_upsert(
     proto: str, start_node: StartNode, tls_cluster: TLSCluster, tmp_path: Path
 ) -> None:
     node = start_node(tls_cluster.server_dir)
-    sent = workload(id=_uid("w"), state="queued", seq=3, prompt="secret-prompt-text")
+    sent = workload(id=uid("w"), state="queued", seq=3, prompt="secret-prompt-text")
     r = post(proto, node, event("workload:started", sent), tls_cluster.pair("b"), tmp_path)
     assert (r.status, r.body) == (202, b"")
 
@@ -295,7 +107,7 @@ def test_unpinned_certificate_gets_403_and_nothing_reaches_the_broker(
     r = post(
         proto,
         node,
-        event("workload:submitted", workload(id=_uid("w"))),
+        event("workload:submitted", workload(id=uid("w"))),
         tls_cluster.stranger,
         tmp_path,
     )
@@ -310,7 +122,7 @@ def test_no_client_certificate_fails_the_handshake(
 ) -> None:
     node = start_node(tls_cluster.server_dir, "--log-level", "debug")
     body = tmp_path / "body.json"
-    body.write_bytes(event("workload:submitted", workload(id=_uid("w"))))
+    body.write_bytes(event("workload:submitted", workload(id=uid("w"))))
     run = curl(proto, [node.url()], pair=None, data=body)
     # curl's exit code depends on when it notices (35 in the handshake; with TLS 1.3 the
     # client finishes first and the certificate_required alert arrives later: 55 or 56).
@@ -324,7 +136,7 @@ def test_pin_removed_between_two_requests_on_one_open_connection_gets_403(
     proto: str, start_node: StartNode, tls_cluster: TLSCluster, tmp_path: Path
 ) -> None:
     node = start_node(tls_cluster.server_dir)
-    first_id, second_id = _uid("w"), _uid("w")
+    first_id, second_id = uid("w"), uid("w")
     first = tmp_path / "first.json"
     first.write_bytes(event("workload:submitted", workload(id=first_id)))
     second = tmp_path / "second.fifo"
@@ -387,13 +199,13 @@ def test_no_identity_at_start_port_bound_then_files_copied_in_same_process(
     socket.create_connection(("127.0.0.1", port), timeout=WAIT).close()  # the port is bound
     body = tmp_path / "body.json"
     for proto in PROTOCOLS:
-        body.write_bytes(event("workload:submitted", workload(id=_uid("w"))))
+        body.write_bytes(event("workload:submitted", workload(id=uid("w"))))
         run = curl(proto, [node.url()], pair=tls_cluster.pair("b"), data=body)
         assert run.code != 0 and [r.status for r in run.results] == [0], run
 
     _install_identity(tls_cluster.server_dir, late)
     for proto in PROTOCOLS:  # the very next handshake succeeds: no restart, no rebind
-        wid = _uid("w")
+        wid = uid("w")
         r = post(
             proto,
             node,
@@ -419,7 +231,7 @@ def test_duplicate_from_two_pinned_peers_reaches_the_broker_once(
     proto: str, start_node: StartNode, tls_cluster: TLSCluster, tmp_path: Path
 ) -> None:
     node = start_node(tls_cluster.server_dir)
-    wid = _uid("w")
+    wid = uid("w")
     body = event("workload:submitted", workload(id=wid, originatedFrom="node-x"))
     assert post(proto, node, body, tls_cluster.pair("b"), tmp_path).status == 202
     assert post(proto, node, body, tls_cluster.pair("c"), tmp_path).status == 202
@@ -432,7 +244,7 @@ def test_batch_mixing_good_and_bad_frames_gets_400_naming_the_bad_index(
     proto: str, start_node: StartNode, tls_cluster: TLSCluster, tmp_path: Path
 ) -> None:
     node = start_node(tls_cluster.server_dir)
-    good, bad, later = _uid("good"), _uid("bad"), _uid("good")
+    good, bad, later = uid("good"), uid("bad"), uid("good")
     body = batch(
         event_frame("workload:submitted", workload(id=good)),
         event_frame("workload:started", workload(id=bad, state="running", seq="not-a-number")),
@@ -457,8 +269,8 @@ def test_batch_with_a_frame_nested_1000_deep_gets_400_for_it_and_the_rest_applie
     """Issue 9: one unprocessable frame is that frame's error in the 400, never a 500; issue 10:
     nesting beyond the bound (and beyond msgspec's own) is a parse error naming the bound."""
     node = start_node(tls_cluster.server_dir)
-    good, later = _uid("good"), _uid("good")
-    deep = json.dumps(event_frame("workload:submitted", workload(id=_uid("deep"), x="HOLE")))
+    good, later = uid("good"), uid("good")
+    deep = json.dumps(event_frame("workload:submitted", workload(id=uid("deep"), x="HOLE")))
     deep_frame = deep.replace('"HOLE"', "[" * 1000 + "]" * 1000).encode()
     body = b"[%s,%s,%s]" % (
         json.dumps(event_frame("workload:submitted", workload(id=good))).encode(),
@@ -486,8 +298,8 @@ def test_batch_breaking_i_json_in_unknown_members_gets_400_for_those_frames_only
     """Every member is held to I-JSON, also one nothing reads: each offending frame is its own
     -32700 with a reason saying what was wrong; the valid frames around them are applied."""
     node = start_node(tls_cluster.server_dir)
-    good, later = _uid("good"), _uid("good")
-    template = json.dumps(event_frame("workload:submitted", workload(id=_uid("bad"), x="HOLE")))
+    good, later = uid("good"), uid("good")
+    template = json.dumps(event_frame("workload:submitted", workload(id=uid("bad"), x="HOLE")))
     bad = {
         b"1e400": "beyond every finite IEEE 754 double",
         b'"\\ud800"': "lone surrogate \\ud800",
@@ -511,7 +323,7 @@ def test_body_of_1_mib_plus_1_byte_gets_413(
     proto: str, start_node: StartNode, tls_cluster: TLSCluster, tmp_path: Path
 ) -> None:
     node = start_node(tls_cluster.server_dir)
-    frame = event("workload:submitted", workload(id=_uid("w")))
+    frame = event("workload:submitted", workload(id=uid("w")))
     body = frame + b" " * (MIB + 1 - len(frame))
     assert len(body) == MIB + 1
     r = post(proto, node, body, tls_cluster.pair("b"), tmp_path)
@@ -536,21 +348,21 @@ def test_backpressure_503_with_retry_after_then_nothing_lost(
     accepted: list[str] = []
     refused: tuple[bytes, list[str]] | None = None
     conn = http.client.HTTPSConnection(
-        "127.0.0.1", node.port, timeout=WAIT, context=_client_ssl(tls_cluster.pair("b"), "http/1.1")
+        "127.0.0.1", node.port, timeout=WAIT, context=client_ssl(tls_cluster.pair("b"), "http/1.1")
     )
     try:
         # ~280 KB of upserts: more than the pipe and the node's write buffer hold together.
-        ids = [_uid("bulk") for _ in range(1000)]
-        conn.request("POST", EVENTS, _events(ids), _JSON)
+        ids = [uid("bulk") for _ in range(1000)]
+        conn.request("POST", EVENTS, _events(ids), JSON_HEADERS)
         response = conn.getresponse()
         assert (response.status, response.read()) == (202, b"")
         accepted += ids
         # No event says "the pipe is full now": post small batches until the first 503,
         # bounded by count (each POST waits for its answer).
         for _ in range(200):
-            ids = [_uid("small") for _ in range(5)]
+            ids = [uid("small") for _ in range(5)]
             body = _events(ids)
-            conn.request("POST", EVENTS, body, _JSON)
+            conn.request("POST", EVENTS, body, JSON_HEADERS)
             response = conn.getresponse()
             payload = response.read()
             if response.status == 503:
@@ -574,7 +386,7 @@ def test_backpressure_503_with_retry_after_then_nothing_lost(
         assert arrived == accepted
         # The last accepted frame was written, so the queue is empty: new POSTs get 202, and
         # the refused batch, sent again, is accepted now (a 503 consumed nothing).
-        conn.request("POST", EVENTS, refused[0], _JSON)
+        conn.request("POST", EVENTS, refused[0], JSON_HEADERS)
         response = conn.getresponse()
         assert (response.status, response.read()) == (202, b"")
     finally:
@@ -582,7 +394,7 @@ def test_backpressure_503_with_retry_after_then_nothing_lost(
         conn.close()
     assert [node.upsert()["id"] for _ in refused[1]] == refused[1]
     for proto in PROTOCOLS:
-        wid = _uid("after")
+        wid = uid("after")
         r = post(
             proto,
             node,
@@ -613,7 +425,7 @@ def test_sigterm_with_an_http1_upload_in_flight_completes_it_and_exits_0(
     start_node: StartNode, tls_cluster: TLSCluster
 ) -> None:
     node = start_node(tls_cluster.server_dir)
-    wid = _uid("inflight")
+    wid = uid("inflight")
     body = event("workload:submitted", workload(id=wid))
     half = len(body) // 2
     with (
@@ -711,7 +523,7 @@ def test_sigterm_with_an_http2_upload_in_flight_gets_goaway_completes_it_and_exi
     start_node: StartNode, tls_cluster: TLSCluster
 ) -> None:
     node = start_node(tls_cluster.server_dir)
-    wid = _uid("inflight")
+    wid = uid("inflight")
     body = event("workload:submitted", workload(id=wid))
     half = len(body) // 2
     with tls_socket(node.port, tls_cluster.pair("b"), "h2") as sock:

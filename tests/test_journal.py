@@ -14,7 +14,6 @@ import logging
 import math
 import os
 import random
-import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ import pytest
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.dedup import Removal, TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, outbound_event, outbound_removal
-from nvpair_wm.events import Outbound, lifecycle_frame
+from nvpair_wm.events import lifecycle_frame
 from nvpair_wm.journal import (
     HEADER,
     JOURNAL_FILE,
@@ -43,29 +42,20 @@ from nvpair_wm.journal import (
     encode_record,
     fsync_and_close,
     open_journal,
+    read_log,
     record_of,
     reload_table,
-    scan_log,
 )
 from nvpair_wm.node import Config, Node
 from tests.frames import LIFECYCLE, STATES, event_frame, info, line, remove_frame, workload
-
-LIMITS = TableLimits(
-    terminal_ttl=10.0, live_ttl=100.0, tombstone_ttl=20.0, max_workloads=50, max_tombstones=50
+from tests.support.journal import (
+    LIMITS,
+    T0,
+    broker_line,
+    dispatcher,
+    outbounds,
 )
-T0 = 1_800_000_000.0  # a unix time
-
-
-def dispatcher(table: WorkloadTable) -> Dispatcher:
-    def no_status() -> Any:
-        raise AssertionError("not asked")
-
-    return Dispatcher(table, no_status, clock=lambda: 1000.0)
-
-
-def broker_line(disp: Dispatcher, frame: dict[str, Any]) -> list[Outbound]:
-    """One broker line through the real dispatcher: what the node publishes (and journals)."""
-    return disp.local(line(frame)).outbound
+from tests.support.polling import eventually_async
 
 
 def snapshot(table: WorkloadTable) -> tuple[list[bytes], list[Removal]]:
@@ -74,6 +64,11 @@ def snapshot(table: WorkloadTable) -> tuple[list[bytes], list[Removal]]:
     return sorted(e.body for e in events), sorted(
         removals, key=lambda r: (r.origin, r.workload_id, r.run_id or "")
     )
+
+
+def appended_log(records: list[Record]) -> bytes:
+    """A journal file holding ``records`` as appended (one record each, no checkpoint)."""
+    return HEADER + b"".join(map(encode_record, records))
 
 
 def ev_record(
@@ -116,35 +111,18 @@ class TestCodec:
             rm_record("7", "run-x", at=T0 + 1.5),
             rm_record("8", at=T0 + 2.0),
         ]
-        decoded, damage = decode_log(encode_log(records))
+        decoded, damage = decode_log(appended_log(records))
         assert damage is None
         assert decoded == records
         assert decoded[0].wid == "ü-1 ✓" and decoded[0].body.startswith(b'{"method"')
         assert decoded[1].kind == REMOVAL and decoded[1].run == "run-x"
         assert decoded[2].run == ""  # a removal of every run
 
-    def test_scan_sees_the_same_records_as_decode(self) -> None:
-        """A compaction reads spans (keys undecoded, where each record lies); a start reads
-        records. Both must see the same log, and the same damage."""
-        records = [
-            ev_record(wid="ü-1", state="completed"),
-            rm_record("7", at=T0 + 1),
-        ]
-        data = encode_log(records) + b"\x01\x02"
-        spans, damage = scan_log(data)
-        assert (damage, [len(spans)]) == (decode_log(data)[1], [2])
-        for span, rec in zip(spans, records, strict=True):
-            assert data[span.start : span.end] == encode_record(rec)
-            assert (span.kind, span.at) == (rec.kind, rec.at)
-            assert (span.origin, span.wid, span.run) == tuple(
-                x.encode() for x in (rec.origin, rec.wid, rec.run)
-            )
-
     def test_keys_that_are_not_utf8_are_damage_to_a_compaction_as_to_a_start(self) -> None:
         """A record whose checksum holds but whose keys are not UTF-8 (a foreign writer's)
         ends a scan where it ends a decode, with the same damage; non-ASCII UTF-8 keys do
         not."""
-        good = encode_log([ev_record(wid="ü-2", run="r\u00e9")])
+        good = appended_log([ev_record(wid="ü-2", run="r\u00e9")])
         bad = bytearray(encode_record(rm_record("#")))  # the only "#": its workload id
         bad[bad.index(b"#")] = 0xFF
         bad[4:8] = zlib.crc32(bad[8:]).to_bytes(4, "little")  # the frame: length, CRC-32
@@ -152,9 +130,7 @@ class TestCodec:
         records, expected = decode_log(data)
         assert expected is not None and expected.reason == "record strings are not UTF-8"
         assert (len(records), expected.offset) == (1, len(good))
-        spans, damage = scan_log(data)
-        assert (len(spans), damage) == (1, expected)
-        assert spans[0].wid == "ü-2".encode()
+        assert records[0].wid == "ü-2"
 
     def test_empty_file_is_empty_journal(self) -> None:
         assert decode_log(b"") == ([], None)
@@ -162,8 +138,8 @@ class TestCodec:
 
     def test_truncated_tail_at_every_offset_keeps_the_whole_records(self) -> None:
         records = [ev_record(wid=str(i), seq=i + 1) for i in range(3)]
-        data = encode_log(records)
-        last = len(encode_log(records[:2]))
+        data = appended_log(records)
+        last = len(appended_log(records[:2]))
         for cut in range(last, len(data)):
             got, damage = decode_log(data[:cut])
             if cut == last:
@@ -178,22 +154,22 @@ class TestCodec:
 
     def test_zero_filled_tail_is_torn(self) -> None:
         records = [ev_record(wid=str(i)) for i in range(2)]
-        data = encode_log(records)
+        data = appended_log(records)
         got, damage = decode_log(data + bytes(300))
         assert got == records
         assert damage is not None and damage.torn and damage.reason == "zero-filled tail"
 
     def test_last_record_failing_its_checksum_is_torn(self) -> None:
         records = [ev_record(wid=str(i)) for i in range(2)]
-        data = bytearray(encode_log(records))
+        data = bytearray(appended_log(records))
         data[-3] ^= 0xFF
         got, damage = decode_log(bytes(data))
         assert got == records[:1] and damage is not None and damage.torn
 
     def test_garbage_in_the_middle_is_corruption(self) -> None:
         records = [ev_record(wid=str(i)) for i in range(3)]
-        data = bytearray(encode_log(records))
-        second = len(encode_log(records[:1]))
+        data = bytearray(appended_log(records))
+        second = len(appended_log(records[:1]))
         data[second + 20 : second + 30] = b"\xde\xad\xbe\xef" * 2 + b"!!"
         got, damage = decode_log(bytes(data))
         assert got == records[:1]
@@ -206,13 +182,13 @@ class TestCodec:
         assert damage.reason == "no journal header"
 
     def test_impossible_length_is_corruption(self) -> None:
-        data = encode_log([ev_record()]) + b"\xff\xff\xff\x7f" + bytes(4) + b"x" * 50
+        data = appended_log([ev_record()]) + b"\xff\xff\xff\x7f" + bytes(4) + b"x" * 50
         got, damage = decode_log(data)
         assert len(got) == 1 and damage is not None and not damage.torn
 
     def test_record_with_a_valid_checksum_but_bad_fields_is_corruption(self) -> None:
         bad = Record(9, T0, "a", "b", "c")  # kind 9 does not exist
-        data = encode_log([ev_record()]) + encode_record(bad) + encode_record(ev_record())
+        data = appended_log([ev_record()]) + encode_record(bad) + encode_record(ev_record())
         got, damage = decode_log(data)
         assert len(got) == 1 and damage is not None and not damage.torn
         assert "kind 9" in damage.reason
@@ -329,6 +305,7 @@ def test_reload_keeps_each_records_age() -> None:
         "1",
         "run-a",
         outbound_event(lifecycle_frame(info(state="completed"))).body,
+        seq=1,
     )
     table = WorkloadTable(LIMITS)
     reload_table(table, [done], mono=500.0, wall=T0)
@@ -347,10 +324,6 @@ def test_reload_skips_a_body_that_no_longer_decodes() -> None:
 
 
 # -- the file shell ----------------------------------------------------------------------------
-
-
-def outbounds(disp: Dispatcher, *frames: dict[str, Any]) -> list[Outbound]:
-    return [out for frame in frames for out in broker_line(disp, frame)]
 
 
 def die(journal: Journal) -> None:
@@ -376,12 +349,21 @@ def test_append_then_reopen(tmp_path: Path) -> None:
     )
     journal.append(batch, T0 + 1)
     die(journal)
+    before = (tmp_path / JOURNAL_FILE).read_bytes()
     again, records = open_journal(tmp_path, JournalLimits(), LIMITS, T0 + 2)
     assert again is not None
-    assert [(r.kind, r.wid) for r in records] == [(LIVE, "1"), (REMOVAL, "2")]
-    assert b'"seq":2' in records[0].body
-    # The start compacted the file: it holds exactly what was reloaded.
-    assert decode_log((tmp_path / JOURNAL_FILE).read_bytes()) == (records, None)
+    # A sound file is reloaded as it is: every record, in order; the table folds them.
+    assert records == [record_of(o, T0 + 1) for o in batch]
+    kept = Fold(records).compacted(T0 + 2, LIMITS)
+    assert [(r.kind, r.wid, r.seq) for r in kept] == [(LIVE, "1", 2), (REMOVAL, "2", 0)]
+    table = WorkloadTable(LIMITS)
+    assert reload_table(table, records, mono=10.0, wall=T0 + 2) == 0
+    assert (len(table), table.tombstones) == (1, 1)
+    assert [o.seq for o in table.originated()[0]] == [2]
+    # The start wrote nothing: the records it read count toward the next compaction (in a
+    # child process), which folds them into checkpoint records.
+    assert (tmp_path / JOURNAL_FILE).read_bytes() == before
+    assert again.compaction_due(T0 + 2 + LIMITS.terminal_ttl)  # by time: 4 appended records
     again.close()
 
 
@@ -421,7 +403,7 @@ def test_truncated_tail_is_reported_moved_aside_and_the_rest_kept(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     records = [ev_record(wid=str(i)) for i in range(3)]
-    data = encode_log(records)
+    data = appended_log(records)
     (tmp_path / JOURNAL_FILE).write_bytes(data[:-7])
     with caplog.at_level(logging.WARNING, logger="nvpair_wm.journal"):
         journal, kept = open_journal(tmp_path, JournalLimits(), LIMITS, T0 + 1)
@@ -438,7 +420,7 @@ def test_garbage_is_reported_moved_aside_and_the_node_starts_empty(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     records = [ev_record(wid=str(i)) for i in range(3)]
-    data = bytearray(encode_log(records))
+    data = bytearray(appended_log(records))
     data[40:60] = b"\x13\x37" * 10
     (tmp_path / JOURNAL_FILE).write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, logger="nvpair_wm.journal"):
@@ -499,7 +481,8 @@ def test_compaction_bounds_the_file(tmp_path: Path) -> None:
     assert peak <= len(HEADER) + (100 + 3 + 3) * one  # min records + kept + one batch
     journal.close()
     _, records = open_journal(tmp_path, limits, LIMITS, T0 + 2)
-    assert [b'"seq":399' in r.body for r in records] == [True] * 3
+    kept = Fold(records).compacted(T0 + 2, LIMITS)
+    assert [(b'"seq":399' in r.body, r.seq) for r in kept] == [(True, 399)] * 3
 
 
 def test_a_log_of_distinct_workloads_is_not_rescanned_as_it_grows(tmp_path: Path) -> None:
@@ -630,7 +613,8 @@ def test_appends_during_a_compaction_are_kept(tmp_path: Path) -> None:
     # Appending goes on into the installed file; a later start folds it all.
     journal.append(outbounds(disp, event_frame("workload:submitted", workload(id="2"))), T0 + 3)
     die(journal)
-    _, kept = open_journal(tmp_path, JournalLimits(), LIMITS, T0 + 4)
+    _, records = open_journal(tmp_path, JournalLimits(), LIMITS, T0 + 4)
+    kept = Fold(records).compacted(T0 + 4, LIMITS)
     assert [(r.kind, r.wid) for r in kept] == [(REMOVAL, "1"), (LIVE, "2")]
 
 
@@ -674,10 +658,9 @@ def test_node_journals_what_it_publishes_and_compacts_on_its_timer(tmp_path: Pat
         task = asyncio.create_task(node._journal_forever(journal))
         try:
             # No event announces a compaction: poll the file, bounded.
-            deadline = time.monotonic() + 10
-            while len(decode_log(path.read_bytes())[0]) != 1:
-                assert time.monotonic() < deadline, "not compacted"
-                await asyncio.sleep(0.01)
+            await eventually_async(
+                lambda: len(decode_log(path.read_bytes())[0]) == 1, "not compacted", within=10
+            )
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -709,9 +692,11 @@ def test_group_commit_off_the_loop_syncs_a_duplicate(tmp_path: Path) -> None:
 
 
 def test_a_compaction_with_nothing_to_drop_writes_nothing(tmp_path: Path) -> None:
-    """Distinct workloads, none expired: the log already is its compaction. The job writes no
-    temporary file, the log is left byte for byte (with what was appended meanwhile), and it
-    counts as a compaction (not due again until as many records are appended, growth 1)."""
+    """Checkpoint records alone, none expired: the log already is its compaction. The job
+    writes no temporary file, the log is left byte for byte (with what was appended
+    meanwhile), and it counts as a compaction (not due again until as many records are
+    appended, growth 1). Appended records make the next one a rewrite into checkpoint records,
+    even of distinct workloads (so that a start reads them in bulk)."""
     limits = JournalLimits(compact_min_records=4, compact_growth=1.0)
     journal, _ = open_journal(tmp_path, limits, LIMITS, T0)
     assert journal is not None
@@ -719,24 +704,28 @@ def test_a_compaction_with_nothing_to_drop_writes_nothing(tmp_path: Path) -> Non
     for i in range(4):
         journal.append(outbounds(disp, event_frame("workload:submitted", workload(id=f"{i}"))), T0)
     assert journal.compaction_due(T0 + 1)
+    journal.compact(T0 + 1)  # a rewrite: the four appended records become a checkpoint
+    path = tmp_path / JOURNAL_FILE
+    contents = read_log(path.read_bytes())
+    assert (len(contents.records), contents.damage, contents.tail) == (4, None, 0)
     job = journal.begin_compaction(T0 + 1)
     assert job is not None
     job.run()
     assert job.unchanged and job.kept == 4
     assert not (tmp_path / f".{JOURNAL_FILE}.tmp").exists()
     journal.append(outbounds(disp, event_frame("workload:submitted", workload(id="4"))), T0 + 1)
-    before = (tmp_path / JOURNAL_FILE).read_bytes()
+    before = path.read_bytes()
     journal.finish_compaction(job)
-    assert (tmp_path / JOURNAL_FILE).read_bytes() == before
+    assert path.read_bytes() == before
     assert not journal.compaction_due(T0 + 2)  # 1 appended since, 4 kept
     for i in range(5, 8):
         journal.append(outbounds(disp, event_frame("workload:submitted", workload(id=f"{i}"))), T0)
     assert journal.compaction_due(T0 + 2)
-    # A workload's second event makes the next one a real rewrite, which drops the first.
     journal.append(outbounds(disp, event_frame("workload:started", workload(id="0", seq=2))), T0)
     journal.compact(T0 + 2)
-    records, damage = decode_log((tmp_path / JOURNAL_FILE).read_bytes())
-    assert damage is None and sorted(r.wid for r in records) == [f"{i}" for i in range(8)]
+    contents = read_log(path.read_bytes())
+    assert contents.damage is None and contents.tail == 0
+    assert sorted(r.wid for r in contents.records) == [f"{i}" for i in range(8)]
     journal.close()
 
 
@@ -791,11 +780,11 @@ def covers(removal: Record, event: Record) -> bool:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_a_compaction_writes_what_a_start_keeps(tmp_path: Path, seed: int) -> None:
-    """The two compactions agree: what :class:`Compaction` writes (spans: keys undecoded,
-    bytes copied) is, byte for byte and so record for record in order, what a start keeps
-    (records decoded, folded, re-encoded) from the same log at the same time."""
+    """The compaction writes, byte for byte and so record for record in order, what a fold of
+    the decoded log keeps (records folded, re-encoded as checkpoint records) at the same
+    time."""
     records = random_log(seed, 300)
-    data = encode_log(records)
+    data = appended_log(records)
     path = tmp_path / JOURNAL_FILE
     path.write_bytes(data)
     decoded, damage = decode_log(data)  # what a start reads (_open_locked)
@@ -811,9 +800,7 @@ def test_a_compaction_writes_what_a_start_keeps(tmp_path: Path, seed: int) -> No
         written = job.temp.read_bytes()
         assert decode_log(written) == (kept, None), wall  # the same records, in the same order
         # And the same bytes, the stronger statement (equal bytes decode to equal records; equal
-        # records, whose times compare by value, need not be equal bytes): the fast path copies
-        # each record's bytes, the reference re-encodes the decoded record, and the format
-        # leaves the encoder no choice, so these agree too.
+        # records, whose times compare by value, need not be equal bytes).
         assert written == encode_log(kept), wall
         assert (job.read, job.kept, job.size) == (len(records), len(kept), len(written))
 
@@ -874,14 +861,14 @@ def test_a_compaction_folds_with_the_cyclic_gc_paused(
     from nvpair_wm import journal as journal_module  # noqa: PLC0415
 
     seen: list[bool] = []
-    real_scan = journal_module.scan_log
-
-    def scan(data: bytes) -> Any:
-        seen.append(gc.isenabled())
-        return real_scan(data)
-
-    monkeypatch.setattr(journal_module, "scan_log", scan)
+    real_read = journal_module.read_log
     journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+
+    def scan(data: bytes, path: Path | None = None) -> Any:
+        seen.append(gc.isenabled())
+        return real_read(data, path)
+
+    monkeypatch.setattr(journal_module, "read_log", scan)
     assert journal is not None
     disp = dispatcher(WorkloadTable(LIMITS))
     for seq in (1, 2):
@@ -892,10 +879,10 @@ def test_a_compaction_folds_with_the_cyclic_gc_paused(
     journal.compact(T0 + 1)
     assert seen == [False] and gc.isenabled()
 
-    def boom(data: bytes) -> Any:
+    def boom(data: bytes, path: Path | None = None) -> Any:
         raise RuntimeError("a bug of ours")
 
-    monkeypatch.setattr(journal_module, "scan_log", boom)
+    monkeypatch.setattr(journal_module, "read_log", boom)
     journal.append(outbounds(disp, event_frame("workload:started", workload(id="1", seq=3))), T0)
     job = journal.begin_compaction(T0 + 2)
     assert job is not None

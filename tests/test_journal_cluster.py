@@ -81,7 +81,7 @@ def restart_with_journal(cluster: Cluster, a: Node, held: int) -> None:
     a.start()
     st = a.status()
     assert st["counters"]["workloads"] == held and st["counters"]["tombstones"] == 2, st
-    a.wait_log(f"journal: reloaded {held + 2} records")
+    a.wait_log(f"journal: reloaded {held} workloads and 2 tombstones")
     cluster.announce(to=[a])
     a.send_all(
         [
@@ -253,3 +253,59 @@ def test_repeated_kills_while_the_peer_is_stopped_lose_nothing(
     for wid, order in seqs.items():
         assert order == sorted(set(order)), (wid, order)
     assert len(b.removals()) == len(removed)  # each once
+
+
+def test_a_restarted_relay_forwards_nothing_older_than_its_broker_has(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    """Issue 24, the spec's multi-path workload: it enters on A (queued), runs on C (C's broker
+    reports it started, then completed), and A's broker removes another. B relays all of it to
+    its broker. After B's ``kill -9`` and restart, A's snapshot still holds the queued event
+    and C's (which refuses A meanwhile) the completed workload A removed: B's journal knows
+    what its broker was told, so B finds the first stale and the second removed, and its
+    broker is told neither (only, once, the newest seq it already had)."""
+    cluster = make_cluster(3)
+    cluster.start()
+    a, b, c = cluster["node-a"], cluster["node-b"], cluster["node-c"]
+    a.send(event("workload:submitted", workload("node-a", "w1", 1)))
+    c.wait_for(is_upsert("w1", 1))
+    c.send(event("workload:started", workload("node-a", "w1", 2, scheduledOn="node-c")))
+    a.send(event("workload:submitted", workload("node-a", "w2", 1)))
+    c.wait_for(is_upsert("w2", 1))
+    c.send_all(
+        [
+            event("workload:started", workload("node-a", "w2", 2, scheduledOn="node-c")),
+            event("workload:completed", workload("node-a", "w2", 3, scheduledOn="node-c")),
+        ]
+    )
+    a.wait_for(is_upsert("w2", 3))
+    b.wait_for(is_upsert("w2", 3))
+    (c.cluster_dir / "trusted" / "node-a.crt").unlink()  # C refuses A: no removal for C
+    a.send(removal("node-a", "w2", "run-node-a"))
+    b.wait_until(
+        lambda _: (
+            {k: v["seq"] for k, v in b.view().items()} == {("node-a", "w1"): 2}
+            and [r["workloadId"] for r in b.removals()] == ["w2"]
+        ),
+        timeout=CONVERGE_WITHIN,
+    )
+    b.kill()
+    b.start()  # the broker keeps its view across B's restart
+    cluster.announce(to=[b])
+    # A's and C's snapshots reach B: A's queued w1 (seq 1) is stale, C's w2 removed, A's
+    # removal a duplicate. Only status tells (none of them is forwarded).
+    st = b.poll_status(
+        lambda st: (
+            st["counters"]["byChannel"]["peer"]["stale"] >= 1
+            and st["counters"]["byChannel"]["peer"]["suppressed"] >= 1
+        ),
+        timeout=CONVERGE_WITHIN,
+        what="A's stale snapshot and C's removed workload refused",
+    )
+    assert st["counters"]["workloads"] == 1 and st["counters"]["tombstones"] == 1, st
+    # C's w1 at the seq the broker already has goes to it once more (a broker that restarted
+    # too needs it back); nothing older, and not the removed w2.
+    b.wait_for(is_upsert("w1", 2), timeout=CONVERGE_WITHIN)
+    b.status()  # everything B wrote before this answer is in `seen`
+    assert [(u["id"], u["seq"]) for u in b.upserts()] == [("w1", 2)], b.seen
+    assert b.removals() == [], b.seen

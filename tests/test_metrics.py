@@ -11,7 +11,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.metrics import DEFAULT_HOST, parse_address
 from nvpair_wm.versions import CONTRACT_VERSION
 from tests.cluster import POLL_EVERY, Node, event, is_upsert, workload
+from tests.support.polling import eventually
 from tests.wm_process import WAIT, run_cli
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -68,14 +68,16 @@ def metrics_url(node: Node) -> str:
 def wait_scrape(url: str, name: str, want: float, **labels: str) -> Samples:
     """Scrape until the sample reaches ``want``: a counter catching up with traffic that no
     frame announces (a poll with a bounded deadline, as ``Node.poll_status``)."""
-    deadline = time.monotonic() + WAIT
-    while True:
+    got = [0.0]
+
+    def reached() -> Samples | None:
         samples = scrape(url)
-        got = samples.get((name, tuple(sorted(labels.items()))), 0.0)
-        if got >= want:
-            return samples
-        assert time.monotonic() < deadline, f"{name}{labels} stayed at {got}, wanted {want}"
-        time.sleep(POLL_EVERY)
+        got[0] = samples.get((name, tuple(sorted(labels.items()))), 0.0)
+        return samples if got[0] >= want else None
+
+    return eventually(
+        reached, lambda: f"{name}{labels} stayed at {got[0]}, wanted {want}", every=POLL_EVERY
+    )
 
 
 @pytest.fixture

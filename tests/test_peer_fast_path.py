@@ -35,6 +35,7 @@ from nvpair_wm.dispatch import Dispatcher, PeerResult, _not_from_peers, removal_
 from nvpair_wm.events import (
     LIFECYCLE_TYPES,
     RELAY_HEAD,
+    Forwarded,
     lifecycle_frame,
     translate,
     upsert,
@@ -250,6 +251,7 @@ def _reference_peer(d: Dispatcher, body: bytes) -> PeerResult:
         return PeerResult(413, codec.encode(HttpError(error=err.reason)), [])
     now = d._clock()
     to_broker: list[bytes] = []
+    forwarded: list[Forwarded] = []
     answers: list[Any] = []
     bad = False
     d.counters.framesIn += len(decoded.items)
@@ -268,20 +270,24 @@ def _reference_peer(d: Dispatcher, body: bytes) -> PeerResult:
             outcome = d.table.observe(info, now)
             if outcome == "applied":
                 to_broker.append(codec.encode_line(upsert(info)))
+                key = (info.originatedFrom, info.id, info.runId)
+                forwarded.append(Forwarded(*key, info.seq, info.state))
         else:
             p = item.params
             run = p.runId if isinstance(p.runId, str) else None
             outcome, removal = d.table.remove(p.originatedFrom, p.workloadId, run, now)
             if outcome == "applied":
                 to_broker.append(codec.encode_line(removal_frame(removal)))
+                key = (removal.origin, removal.workload_id, removal.run_id or "")
+                forwarded.append(Forwarded(*key, 0, "removed"))
         d._count(ch, outcome)
         rid = getattr(item, "id", UNSET)
         if rid is not UNSET:
             answers.append(codec.event_response(rid, outcome))
     if not answers:
-        return PeerResult(202, None, to_broker)
+        return PeerResult(202, None, to_broker, forwarded)
     out = answers if decoded.batch else answers[0]
-    return PeerResult(400 if bad else 200, codec.encode(out), to_broker)
+    return PeerResult(400 if bad else 200, codec.encode(out), to_broker, forwarded)
 
 
 def _dispatcher(max_batch: int) -> Dispatcher:
@@ -303,6 +309,7 @@ def test_peer_equals_the_general_path(max_batch: int) -> None:
     for body in bodies:
         got, want = fast.peer(body), _reference_peer(ref, body)
         assert (got.status, got.body, got.to_broker) == (want.status, want.body, want.to_broker)
+        assert got.forwarded == want.forwarded, body
         assert fast.counters == ref.counters, body
         assert fast.peer_counters == ref.peer_counters, body
         applied += len(got.to_broker)

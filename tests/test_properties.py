@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import typing
 from importlib import import_module
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -36,65 +35,14 @@ from hypothesis_jsonschema import from_schema
 from jsonschema import Draft202012Validator
 from nvpair_wm_schema.broker_frame_schema import BrokerFrame
 from nvpair_wm_schema.inbound_frame_schema import InboundFrame
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
 
 from nvpair_wm import codec
-
-ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_DIR = ROOT / "schema"
-BASE = "https://schemas.nvpair.dev/wm/v1/"
-
-SCHEMAS = {
-    p.name: json.loads(p.read_text("utf-8")) for p in sorted(SCHEMA_DIR.glob("*.schema.json"))
-}
-REGISTRY: Registry = Registry().with_resources(
-    (s["$id"], Resource.from_contents(s, default_specification=DRAFT202012))
-    for s in SCHEMAS.values()
+from tests.support.bundle import (
+    SCHEMAS,
+    bundle,
 )
 
-# Keywords that carry no constraint (or that hypothesis-jsonschema would not understand, like the
-# OpenAPI-style ``discriminator``, an annotation in 2020-12): dropped from bundled schemas.
-ANNOTATIONS = {
-    "$schema",
-    "$id",
-    "$defs",
-    "$comment",
-    "title",
-    "description",
-    "examples",
-    "discriminator",
-}
-
-
-def _inline(schema: Any, resolver: Any) -> Any:
-    if not isinstance(schema, dict):
-        return schema
-    if "$ref" in schema:
-        resolved = resolver.lookup(schema["$ref"])
-        target = _inline(resolved.contents, resolved.resolver)
-        rest = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
-        return {"allOf": [target, _inline(rest, resolver)]} if rest else target
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key in ANNOTATIONS:
-            continue
-        if key == "properties":
-            out[key] = {name: _inline(sub, resolver) for name, sub in value.items()}
-        elif key in ("items", "not"):
-            out[key] = _inline(value, resolver)
-        elif key in ("anyOf", "oneOf", "allOf"):
-            out[key] = [_inline(sub, resolver) for sub in value]
-        else:
-            out[key] = value
-    return out
-
-
-def bundle(ref: str) -> dict[str, Any]:
-    """A self-contained schema for ``ref``: every $ref inlined (the contract has no cycles)."""
-    bundled = _inline({"$ref": ref}, REGISTRY.resolver())
-    assert "$ref" not in json.dumps(bundled)
-    return bundled  # type: ignore[no-any-return]
+BASE = "https://schemas.nvpair.dev/wm/v1/"
 
 
 def generated_type(ref: str) -> Any:

@@ -18,7 +18,7 @@ from OpenSSL import SSL
 
 from nvpair_wm.clusterdir import cert_fingerprint
 from nvpair_wm.errors import TLSError
-from nvpair_wm.http.core import Limits, Request, Response, empty_response
+from nvpair_wm.http.core import Limits
 from nvpair_wm.pins import Identity, PinSet
 from nvpair_wm.proto import tls as tls_module
 from nvpair_wm.proto.h1 import H1Session
@@ -26,24 +26,11 @@ from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.tls import TLSMachine, pointer_to
 from nvpair_wm.tls_contexts import ServerTLS, client_context
 from tests.conftest import TLSCluster
+from tests.support.handlers import (
+    Recorder,
+)
 
 FP = "ab" * 32
-
-
-class Recorder:
-    """A Handler that answers 202 and records what it completed."""
-
-    max_body = 1024 * 1024
-
-    def __init__(self) -> None:
-        self.completed: list[tuple[str, bytes]] = []
-
-    def head(self, req: Request) -> Response | None:
-        return None
-
-    def complete(self, req: Request, body: bytes) -> Response:
-        self.completed.append((req.path, body))
-        return empty_response(202)
 
 
 def h1_request(body: bytes = b"{}", target: str = "/e", extra: str = "") -> bytes:

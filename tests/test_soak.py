@@ -1,4 +1,5 @@
-"""The seeded fault-injection soak (tests/soak), short: one seed, 3 nodes, about a minute.
+"""The seeded fault-injection soak (tests/soak), short: one seed, 3 nodes, about a minute; and
+a short rolling upgrade from the previous release (docs/compatibility.md).
 
 Real ``nvpair-wm`` processes with real mutual TLS, in network namespaces when this runs as root
 (loopback and pins otherwise), every fault kind of the schedule injected once, every broker
@@ -12,11 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.soak.runner import Options, run
+from nvpair_wm import __version__
+from tests.releases import build, previous
+from tests.soak.runner import THIS_TREE, Options, Upgrade, run
 from tests.soak.schedule import KINDS
 
 SEED = 20261203
 SECONDS = 45.0  # of workload and faults; then quiesce and convergence (a few seconds)
+ROLLING_SEED = 20261204
+ROLLING_SECONDS = 30.0  # three upgrade restarts, at 7.5, 15 and 22.5 s
 
 
 @pytest.mark.timeout(180)
@@ -40,3 +45,31 @@ def test_a_short_seeded_soak_has_no_violations(tmp_path: Path) -> None:
     # The overflow fault made at least one link drop frames from a full queue.
     dropped = sum(p["dropped"] for st in out.statuses.values() for p in st["peers"])
     assert dropped > 0, out.statuses
+
+
+@pytest.mark.timeout(420)  # the first run builds the previous release (about 30 s, then kept)
+def test_a_short_rolling_upgrade_from_the_previous_release_has_no_violations(
+    tmp_path: Path,
+) -> None:
+    """Every node starts on the previous release (built from its commit in releases.toml) and
+    is restarted, one by one, on this tree, under load and the seeded faults."""
+    release = previous()
+    upgrade = Upgrade(tuple(build(release)), THIS_TREE, release.version, "this tree")
+    lines: list[str] = []
+    opts = Options(seed=ROLLING_SEED, seconds=ROLLING_SECONDS, workdir=tmp_path,
+                   log=lines.append, upgrade=upgrade)  # fmt: skip
+    out = run(opts)
+    report = out.report
+    print("\n".join(lines), report.summary(), sep="\n")
+    assert report.ok, f"seed {ROLLING_SEED}:\n{report.summary()}\nhistory: {out.history}\n" + (
+        "\n".join(lines)
+    )
+    assert report.faults["upgrade"] == 3 and report.restarts
+    # Every node went through its upgrade restart: graceful ones exited 0 (a node whose broker
+    # was deaf at its turn is killed instead, and is not in upgrade_exits).
+    assert all(code == 0 for code in out.upgrade_exits.values()), out.upgrade_exits
+    assert out.exit_codes == dict.fromkeys(report.nodes, 0), out.exit_codes
+    # At the end every node runs this tree, and each sees its peers as this tree.
+    for name, status in out.statuses.items():
+        assert status["version"] == __version__, name
+        assert {p["softwareVersion"] for p in status["peers"]} == {__version__}, status

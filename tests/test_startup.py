@@ -10,13 +10,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.dirlock import LOCK_FILE
+from tests.support.polling import eventually
 from tests.wm_process import WAIT, WmProcess, run_cli
 
 
@@ -168,15 +168,19 @@ def test_a_signal_during_start_up_exits_0_with_one_line(
     )
     try:
         lock = node / LOCK_FILE
-        deadline = time.monotonic() + WAIT
-        pid = 0
-        while time.monotonic() < deadline:  # the lock names the daemon (strace's child)
+
+        def stopped_daemon() -> int:
+            """The daemon's pid once strace holds it in openat(journal.log), else 0 (the lock
+            names the daemon, strace's child)."""
             text = lock.read_text().strip() if lock.exists() else ""
             if text.isdigit() and _state(pid := int(text)) == ("t", "257"):
-                break  # stopped by strace in openat(journal.log)
-            time.sleep(0.01)
-        else:
-            pytest.fail(f"the daemon never reached the journal's open: {proc.communicate()}")
+                return pid
+            return 0
+
+        pid = eventually(
+            stopped_daemon,
+            lambda: f"the daemon never reached the journal's open: {proc.communicate()}",
+        )
         os.kill(pid, sig)
         out, err = proc.communicate(timeout=WAIT)
     finally:

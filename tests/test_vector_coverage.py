@@ -23,7 +23,7 @@ import jsonschema
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from tests.test_conformance import NotIJson, strict_loads
+from tests.support.conformance import NotIJson, strict_loads
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_DIR = ROOT / "schema"

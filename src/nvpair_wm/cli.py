@@ -28,6 +28,7 @@ from nvpair_wm import __version__, allocator, config, dirlock, logs
 from nvpair_wm.config import Config, ConfigError
 from nvpair_wm.dirlock import ClusterDirLock
 from nvpair_wm.errors import ClusterDirInUse
+from nvpair_wm.journal import JournalFormatError
 from nvpair_wm.node import Node
 from nvpair_wm.pins import CERT_FILE, KEY_FILE, TRUSTED_DIR
 from nvpair_wm.versions import CONTRACT_VERSION
@@ -349,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     raise_fd_limit()
     try:
         code = asyncio.run(Node(cfg).run())
+    except JournalFormatError as exc:  # a newer release's journal: kept as it is, not read
+        logging.getLogger("nvpair_wm").error("%s; exiting with status 2", exc)
+        code = 2
     except KeyboardInterrupt:  # pragma: no cover - SIGINT is handled inside run()
         code = 130
     except Exception as exc:  # a bug outside the watched tasks: one line, and a non-zero status

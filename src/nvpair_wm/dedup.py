@@ -64,10 +64,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Generic, TypeAlias, TypeVar
+from typing import Final, Generic, Protocol, TypeAlias, TypeVar
 
 from nvpair_wm_schema.jsonrpc_schema import EventOutcome
-from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 
 from nvpair_wm.events import TERMINAL, Outbound
 
@@ -87,6 +86,22 @@ class TableLimits:
     max_workloads: int = 200_000  # terminal ones are evicted first, then live ones
     max_tombstones: int = 100_000
     expire_interval: float = 1.0  # how often the node runs expire() (the daemon's timer)
+
+
+class Observed(Protocol):
+    """What :meth:`WorkloadTable.observe` reads of an event: a ``WorkloadInfo``, or a journal
+    record's key and seq at a restart."""
+
+    @property
+    def originatedFrom(self) -> str: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def runId(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def seq(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +212,12 @@ class WorkloadTable:
         self._runs: dict[str, _Index] = {}
         # runId → its pair (a cache, cleared whenever a generation is dropped).
         self._pairs: dict[str, _Pair] = {}
+        # (runId, id) of peers' workloads whose newest seq a restart reloaded from what the node
+        # had forwarded to its broker (journal.reload_table): a peer's event of exactly that seq
+        # is applied once more (a broker that restarted too gets its view back from the peers'
+        # snapshots; one that did not is told a duplicate, which moves nothing), a lower one is
+        # stale. Emptied as they are seen again, removed, expired or evicted.
+        self._resend: set[_Key] = set()
         self.duplicates = 0
         self.stale = 0
         self.suppressed = 0
@@ -210,7 +231,7 @@ class WorkloadTable:
     def tombstones(self) -> int:
         return len(self._tombs)
 
-    def observe(self, info: WorkloadInfo, now: float, *, replay: Outbound | None = None) -> Outcome:
+    def observe(self, info: Observed, now: float, *, replay: Outbound | None = None) -> Outcome:
         """Record one event. ``replay`` is its encoded form, kept for peers that (re)connect
         (only for events this node originated)."""
         wid = info.id
@@ -255,6 +276,9 @@ class WorkloadTable:
             newest = int(value.seq)
         # A redelivery changes nothing, not even the entry's generation.
         if seq == newest:
+            if self._resend and replay is None and key in self._resend:
+                self._resend.discard(key)  # the first copy since the restart: forwarded again
+                return APPLIED
             self.duplicates += 1
             return "duplicate"
         if seq < newest:
@@ -284,7 +308,7 @@ class WorkloadTable:
 
     def _insert(
         self,
-        info: WorkloadInfo,
+        info: Observed,
         target: _Generations[_Value],
         now: float,
         replay: Outbound | None,
@@ -349,6 +373,7 @@ class WorkloadTable:
             for gen in (self._live.cur, self._live.prev, self._done.cur, self._done.prev):
                 if gen.pop(key, None) is not None:
                     self._unindex(key)
+                    self._resend.discard(key)
                     break
         tombs.prev.pop(okey, None)
         tombs.cur.pop(okey, None)
@@ -366,6 +391,53 @@ class WorkloadTable:
             self.evicted += 1
         return APPLIED, removal
 
+    def restore(
+        self,
+        key: tuple[str, str, str],
+        seq: int,
+        terminal: bool,
+        replay: Outbound | None,
+        now: float,
+    ) -> bool:
+        """Put back a workload from the journal at a restart, as :meth:`observe` would record
+        it, when the table holds no workload with this id and no tombstone: a start reloads
+        hundreds of thousands, and this skips observe's lookups. False when it did nothing
+        (the caller observes the event instead). ``key``: (originatedFrom, id, runId)."""
+        origin, wid, run = key
+        tombs = self._tombs
+        if wid in self._runs or (tombs.cur and (origin, wid) in tombs.cur):
+            return False
+        if tombs.prev and (origin, wid) in tombs.prev:
+            return False
+        pair = self._pairs.get(run)
+        if pair is None or pair[0] != origin:
+            pair = (sys.intern(origin), sys.intern(run))
+            self._pairs[pair[1]] = pair
+        target = self._done if terminal else self._live
+        held = (pair[1], wid)
+        target.cur[held] = replay if replay is not None else seq
+        target.cur_last = max(target.cur_last, now)
+        self._runs[wid] = pair
+        live, done = self._live, self._done
+        over = len(live.cur) + len(live.prev) + len(done.cur) + len(done.prev) - self._max_workloads
+        if over > 0:
+            self._evict(over, held)
+        return True
+
+    def resend_once(self, run: str, workload_id: str, *, once: bool = True) -> None:
+        """Mark a reloaded peer's workload: its newest seq, from a peer, is applied once more
+        (see ``_resend``); ``once=False`` unmarks it (its broker reported a newer event)."""
+        if once:
+            self._resend.add((run, workload_id))
+        else:
+            self._resend.discard((run, workload_id))
+
+    def forget_tombstone(self, origin: str, workload_id: str) -> None:
+        """Drop the tombstone of (originatedFrom, id), as its expiry would: a journal reload
+        puts back an event that was applied after the tombstone had expired."""
+        self._tombs.cur.pop((origin, workload_id), None)
+        self._tombs.prev.pop((origin, workload_id), None)
+
     def expire(self, now: float) -> int:
         """Drop the generations that are due; returns how many entries were dropped."""
         dropped = 0
@@ -373,6 +445,8 @@ class WorkloadTable:
         for gens in (self._done, self._live):
             for gen in gens.expire(now):
                 dropped += len(gen)
+                if self._resend:
+                    self._resend.difference_update(gen)
                 for key in gen:
                     run, wid = key
                     entry = runs.get(wid)
@@ -431,6 +505,8 @@ class WorkloadTable:
             count -= 1
             self.evicted += 1
             run, wid = key = victim[0]
+            if self._resend:
+                self._resend.discard(key)
             entry = runs.get(wid)
             if entry is not None:
                 if isinstance(entry, tuple):  # _unindex's usual case, inline

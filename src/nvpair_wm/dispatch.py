@@ -44,6 +44,7 @@ from nvpair_wm.dedup import Outcome, Removal, WorkloadTable
 from nvpair_wm.events import (
     LIFECYCLE_TYPES,
     STATE_OF,
+    Forwarded,
     LifecycleFrame,
     Outbound,
     lifecycle_frame,
@@ -79,6 +80,8 @@ class PeerResult:
     status: int
     body: bytes | None
     to_broker: list[bytes]
+    # What ``to_broker`` tells the broker, one item per upsert or removal (for the journal).
+    forwarded: list[Forwarded] = field(default_factory=list)
 
 
 def removal_frame(removal: Removal) -> WorkloadsRemove:
@@ -306,7 +309,8 @@ class Dispatcher:
                 line = upsert_line_from(type(item), compact)
                 if line is None:
                     line = events.UPSERT_HEAD + events.encode_info(info) + events.UPSERT_LINE_TAIL
-                return PeerResult(202, None, [line])
+                sent = Forwarded(info.originatedFrom, info.id, info.runId, info.seq, state)
+                return PeerResult(202, None, [line], [sent])
         if head == b"{":
             decoded = codec.Decoded([item], False, False, compact)
         else:  # a batch (of one: its answers are arrays, its errors have an index)
@@ -323,6 +327,7 @@ class Dispatcher:
             return PeerResult(413, codec.encode(HttpError(error=err.reason)), [])
         now = self._clock()
         to_broker: list[bytes] = []
+        forwarded: list[Forwarded] = []
         answers: list[Any] = []
         bad = False
         items: list[Any] = decoded.items
@@ -347,6 +352,9 @@ class Dispatcher:
                     if encoded is not None and item.id is UNSET:
                         line = upsert_line_from(type(item), encoded)
                     append(line or head + encode_info(info) + tail)  # upsert_line, inline
+                    forwarded.append(
+                        Forwarded(info.originatedFrom, info.id, info.runId, info.seq, state)
+                    )
                     applied += 1  # _count's usual case, added once
                 else:
                     self._count(ch, outcome)
@@ -365,15 +373,20 @@ class Dispatcher:
             outcome, removal = table.remove(p.originatedFrom, p.workloadId, run, now)
             if outcome == "applied":
                 to_broker.append(codec.encode_line(removal_frame(removal)))
+                forwarded.append(
+                    Forwarded(
+                        removal.origin, removal.workload_id, removal.run_id or "", 0, "removed"
+                    )
+                )
             self._count(ch, outcome)
             rid = item.id
             if rid is not UNSET:
                 answers.append(codec.event_response(rid, outcome))
         ch.applied += applied
         if not answers:
-            return PeerResult(202, None, to_broker)
+            return PeerResult(202, None, to_broker, forwarded)
         out = answers if decoded.batch else answers[0]
-        return PeerResult(400 if bad else 200, codec.encode(out), to_broker)
+        return PeerResult(400 if bad else 200, codec.encode(out), to_broker, forwarded)
 
     # -- shared -------------------------------------------------------------------------------
 

@@ -19,15 +19,19 @@ Order of the checks, all before the body is read (``head``):
 6. **503** with ``Retry-After: 1`` when the queue toward the broker is full (backpressure).
 
 Then ``complete`` hands the body to the dispatcher, which answers 202 / 200 / 400 and gives the
-frames for the broker, which go into the :class:`BrokerSink` in arrival order.
+frames for the broker, which go into the :class:`BrokerSink` in arrival order, after what they
+tell the broker was handed to ``on_forwarded`` (the node's journal: before the broker can read
+it, see :mod:`nvpair_wm.journal`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
+from nvpair_wm.events import Forwarded
 from nvpair_wm.http.core import (
     MIB,
     Request,
@@ -82,6 +86,8 @@ class PeerResultLike(Protocol):
     def body(self) -> bytes | None: ...
     @property
     def to_broker(self) -> list[bytes]: ...
+    @property
+    def forwarded(self) -> list[Forwarded]: ...
 
 
 class PeerDispatcher(Protocol):
@@ -153,9 +159,12 @@ class EventsEndpoint:
         max_body: int = MIB,
         path: str = EVENTS_PATH,
         versions: PeerVersions | None = None,
+        on_forwarded: Callable[[list[Forwarded]], None] | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.versions = versions or PeerVersions()
+        # Told what a request forwards to the broker before the lines are queued (the journal).
+        self.on_forwarded = on_forwarded
         self.pins = pins
         self.sink = sink
         self.max_body = max_body
@@ -204,6 +213,8 @@ class EventsEndpoint:
             return self._busy()
         result = self.dispatcher.peer(body)
         if result.to_broker:
+            if self.on_forwarded is not None:
+                self.on_forwarded(result.forwarded)
             self.sink.put(result.to_broker)
         if result.body is None:
             return _BARE.get(result.status) or empty_response(result.status)

@@ -7,7 +7,7 @@ generated types, which are the allow-list of what leaves this process.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 from nvpair_wm_schema.workload_events_schema import (
@@ -59,6 +59,19 @@ class Outbound(msgspec.Struct, frozen=True, gc=False):
     key: tuple[str, str, str]
     seq: float
     body: bytes
+
+
+class Forwarded(NamedTuple):
+    """A peer's event or removal that this node forwarded to its broker: the workload's key,
+    the seq of the upsert and its state (``"removed"`` and seq 0 for a removal; ``run`` is
+    ``""`` when it covers every run). The journal keeps these, so that a restarted node still
+    knows what its broker was told."""
+
+    origin: str
+    wid: str
+    run: str
+    seq: int
+    state: str
 
 
 def translate(frame: LifecycleFrame) -> WorkloadInfo:

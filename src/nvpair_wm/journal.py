@@ -1,11 +1,21 @@
-"""What this node originated, kept on disk so that a ``kill -9`` forgets nothing.
+"""What this node originated, and what it told its broker, kept on disk so that a ``kill -9``
+forgets nothing.
 
 A node replays to its peers (as the convergence snapshot, :mod:`nvpair_wm.sync`) the newest
 event of every workload its broker reported and its broker's removals. Without this module that
 state lived only in the process: events queued for an unreachable peer died with it, and a
-restarted node's table was empty, so no snapshot ever carried them. The journal keeps exactly
-that state, **``CLUSTER_DIR/journal.log``**, reloads it into the workload table at start (before
+restarted node's table was empty, so no snapshot ever carried them. The journal keeps that
+state, **``CLUSTER_DIR/journal.log``**, reloads it into the workload table at start (before
 the first connection, so every peer's first snapshot carries it) and rewrites it compacted.
+
+It keeps, as durably, what the node **forwarded to its broker** from its peers: the newest
+(runId, id, seq) of every workload it upserted and every removal it passed on (no frame: the
+table keeps only the seq of a peer's workload). A workload reported over several paths (queued
+by its entry node, started and completed by the node it ran on) reaches a restarted node again
+in every peer's snapshot; with these records back in the table, a snapshot or retry older than
+what the broker already has is stale, and a workload the broker was told is removed stays
+removed (issue 24). They are appended once per peer request that forwarded anything, before its
+lines are queued for the broker (:class:`nvpair_wm.endpoint.EventsEndpoint`).
 
 Mechanism: **an append-only log of checksummed records, with compaction**, rather than SQLite.
 
@@ -26,42 +36,53 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
   every write on the loop before the reply is sent (durable on power failure, at the cost of
   one fsync per read from the broker).
 * **Size** follows the table's own bounds. Compaction folds the log (the last record of each
-  workload wins; a removal drops the events it covers), drops what the table would have
-  forgotten by now (a record whose TTL, ``terminal_ttl`` / ``live_ttl`` / ``tombstone_ttl`` by
-  its class, has passed since it was written) and keeps the newest ``max_workloads`` events and
-  ``max_tombstones`` removals. It runs at start (when there is anything to drop), when the
-  records appended since the last compaction reach :attr:`JournalLimits.compact_growth` (default
-  3) times those it kept (and at least :attr:`JournalLimits.compact_min_records`) and at least
-  half of them are garbage by the table's count (the file holds that many more records than the
-  table has workloads and tombstones: a log of distinct workloads is not rescanned just because
-  it grew), and once per shortest TTL if anything was appended. So the file holds at most about
-  ``(1 + compact_growth) (max_workloads + max_tombstones) + compact_min_records`` records (for a
-  ``compact_growth`` of at least 1; twice the caps below that, by the garbage rule), and each
-  compaction is paid for by ``compact_growth`` times as many appends (amortised O(1) per event).
-  A compaction (:class:`Compaction`) reads the log as it was when it began and writes the result
-  to a temporary file (records are folded by their keys, their bytes copied, bodies never
-  decoded), while the loop goes on appending to the log. The node runs that part in a **child
-  process** (:mod:`nvpair_wm.compactor`: a fresh interpreter, so that the fold's pure Python on
-  a busy node does not hold the GIL against the event loop), killed after
+  workload wins, with a forwarded seq newer than the broker's own event kept beside it; a removal
+  drops the events it covers), drops what the table would have forgotten by now (a record whose
+  TTL, ``terminal_ttl`` / ``live_ttl`` / ``tombstone_ttl`` by its class, has passed since it was
+  written) and keeps the newest ``max_workloads`` workloads' events and ``max_tombstones``
+  removals. It runs when the records appended since the last compaction reach
+  :attr:`JournalLimits.compact_growth` (default 3) times those it kept (and at least
+  :attr:`JournalLimits.compact_min_records`) and at least half of them are garbage by the table's
+  count (the file holds that many more records than the table has workloads and tombstones: a log
+  of distinct workloads is not rescanned just because it grew), and once per shortest TTL if
+  anything was appended. So the file holds at most about ``(1 + compact_growth) (max_workloads +
+  max_tombstones) + compact_min_records`` records (for a ``compact_growth`` of at least 1; twice
+  the caps below that, by the garbage rule), and each compaction is paid for by ``compact_growth``
+  times as many appends (amortised O(1) per event). A compaction (:class:`Compaction`) reads the
+  log as it was when it began and writes the result to a temporary file as **checkpoint records**
+  (each a few MB of records in one msgpack array under one CRC, decoded in bulk at the next
+  start), while the loop goes on appending to the log. The node runs that part in a **child
+  process** (:mod:`nvpair_wm.compactor`: a fresh interpreter, so that the fold's pure Python on a
+  busy node does not hold the GIL against the event loop), killed after
   :attr:`JournalLimits.compaction_timeout` and when the node stops; a child that dies is one
-  warning line, the log stays as it was and the next check retries. What was appended meanwhile
-  is copied over in a worker thread (:meth:`Compaction.catch_up`), then, back on the loop, the
-  rest, and the file is renamed over the log; the node's group commit fsyncs the file and the
-  directory right after, in a worker thread (:meth:`Journal.compact`, and a node with
-  ``fsync_interval = 0``, fsync before the rename). A crash at any point leaves one whole file
-  or the other (after a power failure, less what the group commit had not synced yet, as ever);
-  a temporary file left by a crash is removed at the next start. A compaction that would keep
-  every record in its place (distinct workloads, none expired) writes nothing: the log already
-  is its compaction, and it counts as one. :meth:`Journal.compact` runs a whole compaction on
-  the calling thread.
-* **Damage** is detected, reported in one warning line and never fatal: every record carries
-  its length and a CRC-32. A **torn tail** (the file ends inside a record, the last record fails
-  its checksum, or the tail is zeros: what a power failure during an append leaves) keeps every
-  whole record before it, which is what was written before the tear. Anything else (a bad
-  header, a record in the middle failing its checksum, an impossible length) means the file
-  cannot be trusted: the node starts with an empty journal. Either way the damaged file is moved
-  aside (``journal.log.damaged-<unix time>``) for inspection and a fresh one is written; a file
-  that cannot be read or written disables the journal with one line (the node still relays).
+  warning line, the log stays as it was and the next check retries. What was appended meanwhile is
+  copied over in a worker thread (:meth:`Compaction.catch_up`), then, back on the loop, the rest,
+  and the file is renamed over the log; the node's group commit fsyncs the file and the directory
+  right after, in a worker thread (:meth:`Journal.compact`, and a node with ``fsync_interval =
+  0``, fsync before the rename). A crash at any point leaves one whole file or the other (after a
+  power failure, less what the group commit had not synced yet, as ever); a temporary file left by
+  a crash is removed at the next start. A compaction of checkpoint records alone that drops
+  nothing writes nothing: the log already is its compaction, and it counts as one.
+  :meth:`Journal.compact` runs a whole compaction on the calling thread.
+* **Start** reads and reloads, nothing more: a sound file of this format is not rewritten (the
+  table folds the records as it takes them, :func:`reload_table`, and skips those past their
+  TTL; what follows the checkpoint records counts toward the next compaction). With the cyclic
+  GC paused, a checkpoint of a full table (200,000 workloads) reloads in a fraction of a
+  second; records appended since are read one by one, a few times slower each.
+  ``bench/journal.py`` measures both.
+* **Format version**: the header's last byte. A file of an older format (release 0.1.0 wrote
+  format 1, without seq) is read and rewritten in this one at the start; a newer format is
+  refused (:class:`JournalFormatError`: one line naming both formats, exit status 2), and the
+  file is left as it is: it is not damage, and moving it aside would lose what it holds.
+* **Damage** is detected, reported in one warning line and never fatal: every record carries its
+  length and a CRC-32 (a checkpoint record, one for all its records). A **torn tail** (the file
+  ends inside a record, the last record fails its checksum, or the tail is zeros: what a power
+  failure during an append leaves) keeps every whole record before it, which is what was written
+  before the tear. Anything else (a bad header, a record in the middle failing its checksum, an
+  impossible length) means the file cannot be trusted: the node starts with an empty journal.
+  Either way the damaged file is moved aside (``journal.log.damaged-<unix time>``) for inspection
+  and a fresh one is written; a file that cannot be read or written disables the journal with one
+  line (the node still relays).
 * **One process per journal**: the directory is ``flock``ed while the journal is open; a second
   daemon started on the same cluster directory runs without a journal and says so, rather than
   rewriting the first one's file under it.
@@ -82,10 +103,14 @@ The record codec and the fold (:func:`encode_record`, :func:`decode_log`, :class
 sans-IO: bytes and times in, records out. :class:`Journal` and :func:`open_journal` are the
 thin file shell.
 
-File format: the 8-byte header ``NVWMJNL\\x01``, then records: ``u32 length, u32 crc32`` of the
-payload, then the payload ``u8 kind (1 live event, 2 terminal event, 3 removal), f64 unix time,
-3 x u32 lengths`` of originatedFrom, id and runId (``""``: a removal covering every run), those
-three UTF-8 strings, and (events) the encoded lifecycle frame. Little-endian.
+File format 2: the 8-byte header ``NVWMJNL\\x02``, then records: ``u32 length, u32 crc32`` of
+the payload, then the payload ``u8 kind`` (1 live event and 2 terminal event the broker
+reported, 3 its removal; 4 live and 5 terminal upsert and 6 removal forwarded to the broker;
+7 checkpoint), then for kinds 1-6 ``f64 unix time, 3 x u32 lengths`` of originatedFrom, id and
+runId (``""``: a removal covering every run), ``i64 seq`` (0 for a removal), those three UTF-8
+strings, and (kinds 1 and 2) the encoded lifecycle frame; for kind 7, a msgpack array of
+records, each an array ``[kind, time, originatedFrom, id, runId, frame, seq]``. Little-endian.
+Format 1 (``NVWMJNL\\x01``): kinds 1-3 without the seq field.
 """
 
 from __future__ import annotations
@@ -103,11 +128,14 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Generic, NamedTuple, TypeVar
+from typing import Final, NamedTuple
 
-from nvpair_wm import codec
+import msgspec
+
+from nvpair_wm import __version__, codec
 from nvpair_wm.dedup import MAX_TOMB_RUNS, TableLimits, WorkloadTable
-from nvpair_wm.events import FRAME_OF, LIFECYCLE_TYPES, TERMINAL, Outbound, translate
+from nvpair_wm.errors import WmError
+from nvpair_wm.events import FRAME_OF, LIFECYCLE_TYPES, TERMINAL, Forwarded, Outbound
 
 log = logging.getLogger(__name__)
 
@@ -117,33 +145,53 @@ __all__ = [
     "Damage",
     "Fold",
     "Journal",
+    "JournalFormatError",
     "JournalLimits",
+    "Log",
     "Record",
-    "Span",
     "close_quietly",
     "decode_log",
     "encode_record",
     "fsync_and_close",
     "fsync_directory",
     "open_journal",
+    "read_log",
     "record_of",
     "reload_table",
-    "scan_log",
 ]
 
 JOURNAL_FILE: Final = "journal.log"
-HEADER: Final = b"NVWMJNL\x01"
+MAGIC: Final = b"NVWMJNL"
+#: The file format this build writes. 1: release 0.1.0 (events and removals this node's broker
+#: reported, no seq in the record); 2: the seq in every record, what the node forwarded to its
+#: broker, and checkpoint records. Every older format is read; a newer one is refused.
+FORMAT: Final = 2
+HEADER: Final = MAGIC + bytes([FORMAT])
 
-LIVE: Final = 1
-TERMINAL_EVENT: Final = 2
-REMOVAL: Final = 3
-_EVENT_KINDS: Final = (LIVE, TERMINAL_EVENT)
+LIVE: Final = 1  # an event this node's broker reported: queued or running
+TERMINAL_EVENT: Final = 2  # ... completed, failed or cancelled
+REMOVAL: Final = 3  # a removal this node's broker reported
+FORWARDED_LIVE: Final = 4  # an upsert this node sent its broker (a peer's event): queued, running
+FORWARDED_TERMINAL: Final = 5  # ... completed, failed or cancelled
+FORWARDED_REMOVAL: Final = 6  # a removal this node sent its broker (a peer's)
+CHECKPOINT: Final = 7  # many records at once, as a compaction wrote them (format 2)
+_EVENT_KINDS: Final = (LIVE, TERMINAL_EVENT, FORWARDED_LIVE, FORWARDED_TERMINAL)
+_REMOVAL_KINDS: Final = (REMOVAL, FORWARDED_REMOVAL)
+_ENTRY_KINDS: Final = frozenset((*_EVENT_KINDS, *_REMOVAL_KINDS))
+_FORWARDED_KINDS: Final = frozenset((FORWARDED_LIVE, FORWARDED_TERMINAL, FORWARDED_REMOVAL))
+_TERMINAL_KINDS: Final = frozenset((TERMINAL_EVENT, FORWARDED_TERMINAL))
 
 _FRAME = struct.Struct("<II")  # payload length, CRC-32 of the payload
-_FIELDS = struct.Struct("<BdIII")  # kind, unix time, lengths of origin, id, runId
-#: No record is longer: a body is one encoded frame (the frame limit is 1 MiB), so a length
-#: past this is damage, not a record.
+_FIELDS = struct.Struct("<BdIIIq")  # kind, unix time, lengths of origin, id, runId; seq
+_FIELDS_V1 = struct.Struct("<BdIII")  # format 1: no seq
+_V1_KINDS: Final = (LIVE, TERMINAL_EVENT, REMOVAL)
+#: No record is longer: a body is one encoded frame (the frame limit is 1 MiB), and a
+#: checkpoint record holds at most CHECKPOINT_BYTES of entries plus one, so a length past this
+#: is damage, not a record.
 MAX_RECORD: Final = 16 * 1024 * 1024
+#: A compaction writes its records as checkpoint records of about this many bytes each (one
+#: CRC and one bulk decode per checkpoint record instead of per entry: what makes a start fast).
+CHECKPOINT_BYTES: Final = 4 * 1024 * 1024
 
 # An encoded lifecycle frame starts with its method (msgspec writes the tag first), which
 # tells the record's class without decoding it; tests/test_journal.py checks this holds.
@@ -151,6 +199,19 @@ _TERMINAL_PREFIXES: Final = tuple(
     b'{"method":"' + str(FRAME_OF[state].__struct_config__.tag).encode() + b'"'
     for state in sorted(TERMINAL)
 )
+
+
+class JournalFormatError(WmError):
+    """The journal was written in a format this build does not know (a newer release): it is
+    neither read nor moved aside; the node does not start (exit status 2)."""
+
+    def __init__(self, path: Path, found: int) -> None:
+        super().__init__(
+            f"journal {path} is format {found}, newer than format {FORMAT} that this build "
+            f"(nvpair-wm {__version__}) reads: run a release that reads format {found}, or "
+            "move the file away to start with an empty journal"
+        )
+        self.found = found
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,9 +237,12 @@ class JournalLimits:
 
 
 class Record(NamedTuple):
-    """One journal record: an event this node originated (``body`` its encoded frame) or one of
-    its removals (``run`` is ``""`` when the removal covers every run). A tuple: a start or a
-    compaction makes one per record, and a tuple is the cheapest to make."""
+    """One journal record: an event this node's broker reported (``body`` its encoded frame) or
+    one of its removals, or an upsert or removal this node forwarded to its broker (no body:
+    its key and seq are what a restart needs to refuse what the broker already has). ``run`` is
+    ``""`` when a removal covers every run; ``seq`` is 0 for a removal. A tuple: a start or a
+    compaction makes one per record, and a tuple is the cheapest to make (and what a
+    checkpoint record decodes to, in bulk)."""
 
     kind: int
     at: float
@@ -186,26 +250,15 @@ class Record(NamedTuple):
     wid: str
     run: str
     body: bytes = b""
+    seq: int = 0
 
     @property
     def is_removal(self) -> bool:
-        return self.kind == REMOVAL
-
-
-class Span(NamedTuple):
-    """A record as a compaction sees it: its keys, undecoded, and where it lies in the file."""
-
-    kind: int
-    at: float
-    origin: bytes
-    wid: bytes
-    run: bytes
-    start: int
-    end: int
+        return self.kind in _REMOVAL_KINDS
 
     @property
-    def is_removal(self) -> bool:
-        return self.kind == REMOVAL
+    def forwarded(self) -> bool:
+        return self.kind in _FORWARDED_KINDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,21 +270,43 @@ class Damage:
     torn: bool
 
 
+class Log(NamedTuple):
+    """What a journal file holds: its records in order, the damage that ended the reading (if
+    any), its format, and how many of its records follow its checkpoint records (appended
+    since the last compaction)."""
+
+    records: list[Record]
+    damage: Damage | None
+    version: int
+    tail: int
+
+
 # -- the record codec (sans-IO) ----------------------------------------------------------------
 
 
 def record_of(out: Outbound, at: float) -> Record:
     """The record of an outbound item (an event or a removal) published at unix time ``at``."""
     origin, wid, run = out.key
-    if out.seq == float("inf"):  # a removal (see sync.REMOVAL_SEQ)
+    if out.seq == _INF:  # a removal (see sync.REMOVAL_SEQ)
         return Record(REMOVAL, at, origin, wid, run)
     kind = TERMINAL_EVENT if out.body.startswith(_TERMINAL_PREFIXES) else LIVE
-    return Record(kind, at, origin, wid, run, out.body)
+    return Record(kind, at, origin, wid, run, out.body, int(out.seq))
+
+
+def forwarded_record(item: Forwarded, at: float) -> Record:
+    """The record of an upsert or removal forwarded to the broker at unix time ``at``."""
+    if item.state == "removed":
+        return Record(FORWARDED_REMOVAL, at, item.origin, item.wid, item.run)
+    kind = FORWARDED_TERMINAL if item.state in TERMINAL else FORWARDED_LIVE
+    return Record(kind, at, item.origin, item.wid, item.run, b"", item.seq)
 
 
 def encode_record(rec: Record) -> bytes:
+    if rec.kind == CHECKPOINT:
+        raise ValueError("a checkpoint record is written by encode_log")
     o, w, r = rec.origin.encode(), rec.wid.encode(), rec.run.encode()
-    payload = b"".join((_FIELDS.pack(rec.kind, rec.at, len(o), len(w), len(r)), o, w, r, rec.body))
+    fields = _FIELDS.pack(rec.kind, rec.at, len(o), len(w), len(r), rec.seq)
+    payload = b"".join((fields, o, w, r, rec.body))
     return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
 
 
@@ -250,12 +325,13 @@ def encode_outbounds(items: Iterable[Outbound], at: float) -> tuple[bytes, int]:
     for out in items:
         origin, wid, run = out.key
         o, w, r = origin.encode(), wid.encode(), run.encode()
-        if out.seq == _INF:  # a removal (see sync.REMOVAL_SEQ)
-            payload = join((fields(REMOVAL, at, len(o), len(w), len(r)), o, w, r))
+        seq = out.seq
+        if seq == _INF:  # a removal (see sync.REMOVAL_SEQ)
+            payload = join((fields(REMOVAL, at, len(o), len(w), len(r), 0), o, w, r))
         else:
             body = out.body
             kind = TERMINAL_EVENT if body.startswith(terminal) else LIVE
-            payload = join((fields(kind, at, len(o), len(w), len(r)), o, w, r, body))
+            payload = join((fields(kind, at, len(o), len(w), len(r), int(seq)), o, w, r, body))
         add(frame(len(payload), crc32(payload)))
         add(payload)
     return join(parts), len(parts) // 2
@@ -266,81 +342,168 @@ def encode_outbound(out: Outbound, at: float) -> bytes:
     return encode_outbounds((out,), at)[0]
 
 
-def _parse(payload: bytes) -> Record | str:
+def encode_forwarded(items: Iterable[Forwarded], at: float) -> tuple[bytes, int]:
+    """The records of what was forwarded to the broker (one peer request's), as one string,
+    and how many there are: ``encode_record(forwarded_record(item, at))`` for each."""
+    parts: list[bytes] = []
+    add = parts.append
+    fields, frame, crc32 = _FIELDS.pack, _FRAME.pack, zlib.crc32
+    terminal = TERMINAL
+    for origin, wid, run, seq, state in items:
+        o, w, r = origin.encode(), wid.encode(), run.encode()
+        if state == "removed":
+            kind = FORWARDED_REMOVAL
+        else:
+            kind = FORWARDED_TERMINAL if state in terminal else FORWARDED_LIVE
+        payload = fields(kind, at, len(o), len(w), len(r), seq) + o + w + r
+        add(frame(len(payload), crc32(payload)))
+        add(payload)
+    return b"".join(parts), len(parts) // 2
+
+
+def _parse(payload: bytes, fields: struct.Struct) -> Record | str:
     """The record in a payload whose checksum held, or why it is not one."""
-    if len(payload) < _FIELDS.size:
+    if len(payload) < fields.size:
         return "record shorter than its fixed fields"
-    kind, at, lo, lw, lr = _FIELDS.unpack_from(payload)
-    if kind not in (LIVE, TERMINAL_EVENT, REMOVAL):
+    kind, at, lo, lw, lr, *seq = fields.unpack_from(payload)
+    if kind not in (_V1_KINDS if fields is _FIELDS_V1 else _ENTRY_KINDS):
         return f"unknown record kind {kind}"
-    end = _FIELDS.size + lo + lw + lr
-    if end > len(payload) or (kind == REMOVAL and end != len(payload)):
+    end = fields.size + lo + lw + lr
+    bodiless = kind in _REMOVAL_KINDS or kind in _FORWARDED_KINDS
+    if end > len(payload) or (bodiless and end != len(payload)):
         return "record fields do not add up to its length"
-    a, b = _FIELDS.size + lo, _FIELDS.size + lo + lw
-    keys = _utf8(payload[_FIELDS.size : a], payload[a:b], payload[b:end])
+    a, b = fields.size + lo, fields.size + lo + lw
+    keys = _utf8(payload[fields.size : a], payload[a:b], payload[b:end])
     if keys is None:
         return "record strings are not UTF-8"
-    return Record(kind, at, *keys, payload[end:])
+    return Record(kind, at, *keys, payload[end:], seq[0] if seq else _seq_of(payload[end:]))
+
+
+def _seq_of(body: bytes) -> int:
+    """The seq of a format-1 event record (its frame decoded: format 1 kept no seq), 0 for a
+    removal or a frame that no longer decodes (reload_table skips it)."""
+    if not body:
+        return 0
+    decoded = codec.decode(body)
+    item = decoded.items[0] if len(decoded.items) == 1 and not decoded.batch else None
+    return int(item.params.workloadInfo.seq) if isinstance(item, LIFECYCLE_TYPES) else 0
+
+
+def format_of(data: bytes) -> int | None:
+    """The format a journal file's header names (None: no header, or not a journal)."""
+    if len(data) < len(HEADER) or not data.startswith(MAGIC):
+        return None
+    return data[len(MAGIC)]
 
 
 def decode_log(data: bytes) -> tuple[list[Record], Damage | None]:
-    """Every whole record of a journal file, and the damage that ended the reading, if any."""
-    return _walk(data, spans=False)  # type: ignore[return-value]
+    """Every whole record of a journal file (checkpoint records expanded), and the damage that
+    ended the reading, if any. Raises :class:`JournalFormatError` for a newer format."""
+    log_ = read_log(data)
+    return log_.records, log_.damage
 
 
-def scan_log(data: bytes) -> tuple[list[Span], Damage | None]:
-    """As :func:`decode_log`, but each record as its keys (bytes, not decoded) and where it lies
-    in ``data``: what a compaction needs, at a fraction of the cost."""
-    return _walk(data, spans=True)  # type: ignore[return-value]
-
-
-def _walk(data: bytes, *, spans: bool) -> tuple[list[Record] | list[Span], Damage | None]:
+def read_log(data: bytes, path: Path | None = None) -> Log:
+    """As :func:`decode_log`, with the file's format and how many records follow its
+    checkpoint records. ``path`` names the file in a :class:`JournalFormatError`."""
     if not data:
-        return [], None
-    if not data.startswith(HEADER):
+        return Log([], None, FORMAT, 0)
+    version = format_of(data)
+    if version is None or version == 0:
         torn = HEADER.startswith(data)  # a file cut inside its header holds nothing yet
-        return [], Damage(0, "no journal header", torn)
-    items: list[Any] = []
+        return Log([], Damage(0, "no journal header", torn), FORMAT, 0)
+    if version > FORMAT:
+        raise JournalFormatError(path or Path(JOURNAL_FILE), version)
+    if version == 1:
+        return _walk_v1(data)
+    return _walk(data)
+
+
+_CHECKPOINT_ENCODER: Final = msgspec.msgpack.Encoder()
+_CHECKPOINT_DECODER: Final = msgspec.msgpack.Decoder(list[Record])
+
+
+def _walk(data: bytes) -> Log:
+    """A format-2 file, record by record: the fast path inline, anything else by _record_at."""
+    items: list[Record] = []
     append = items.append
     view = memoryview(data)
     unpack_frame, unpack_fields, crc32 = _FRAME.unpack_from, _FIELDS.unpack_from, zlib.crc32
-    new = tuple.__new__  # what Span(...) and Record(...) call, without their Python frame
+    new = tuple.__new__  # what Record(...) calls, without its Python frame
     fsize, hsize = _FRAME.size, _FIELDS.size
     pos, size = len(HEADER), len(data)
+    tail = 0
+    with collection_paused():  # hundreds of thousands of records: no collection traverses them
+        while pos < size:
+            # The fast path: a whole, sound record. Anything else is examined by _record_at.
+            if size - pos >= fsize + 1:
+                length, crc = unpack_frame(data, pos)
+                start = pos + fsize
+                end = start + length
+                if length >= 1 and end <= size and crc32(view[start:end]) == crc:
+                    kind = data[start]
+                    if kind == CHECKPOINT:
+                        entries = _checkpoint(view[start + 1 : end])
+                        if entries is not None:
+                            items += entries
+                            tail = 0
+                            pos = end
+                            continue
+                    elif hsize <= length:
+                        kind, at, lo, lw, lr, seq = unpack_fields(data, start)
+                        a = start + hsize
+                        b, c, d = a + lo, a + lo + lw, a + lo + lw + lr
+                        if d == end or (d < end and (kind in (LIVE, TERMINAL_EVENT))):
+                            try:
+                                origin = data[a:b].decode()
+                                wid = data[b:c].decode()
+                                run = data[c:d].decode()
+                            except UnicodeDecodeError:
+                                pass
+                            else:
+                                if kind in _ENTRY_KINDS:
+                                    body = data[d:end]
+                                    append(new(Record, (kind, at, origin, wid, run, body, seq)))
+                                    tail += 1
+                                    pos = end
+                                    continue
+            found = _record_at(data, pos, _FIELDS)  # names the damage
+            if isinstance(found, Damage):
+                if data.count(0, pos) == size - pos:  # only zeros from here: never written
+                    return Log(items, Damage(pos, "zero-filled tail", True), FORMAT, tail)
+                return Log(items, found, FORMAT, tail)
+            return Log(items, Damage(pos, "record the fast path refused", False), FORMAT, tail)
+    return Log(items, None, FORMAT, tail)
+
+
+def _checkpoint(payload: memoryview) -> list[Record] | None:
+    """The entries of a checkpoint record's payload (after its kind), or None if they are not
+    a list of sound records."""
+    try:
+        entries = _CHECKPOINT_DECODER.decode(payload)
+    except msgspec.DecodeError:
+        return None
+    kinds = _ENTRY_KINDS
+    for rec in entries:
+        if rec.kind not in kinds:
+            return None
+    return entries
+
+
+def _walk_v1(data: bytes) -> Log:
+    """A format-1 file (release 0.1.0): records without seq, read one by one (its event
+    records' frames decoded for their seq). Slow, and only once: a start rewrites it."""
+    items: list[Record] = []
+    pos, size = len(HEADER), len(data)
     while pos < size:
-        # The fast path: a whole, sound record. Anything else is examined by _record_at.
-        if size - pos >= fsize + hsize:
-            length, crc = unpack_frame(data, pos)
-            start = pos + fsize
-            end = start + length
-            if hsize <= length and end <= size and crc32(view[start:end]) == crc:
-                kind, at, lo, lw, lr = unpack_fields(data, start)
-                a = start + hsize
-                b, c, d = a + lo, a + lo + lw, a + lo + lw + lr
-                if d <= end and (kind in _EVENT_KINDS or (kind == REMOVAL and d == end)):
-                    o, w, r = data[a:b], data[b:c], data[c:d]
-                    # Keys must be UTF-8 in both (ASCII, the usual, is: spans skip the decode).
-                    if spans:
-                        if (o.isascii() and w.isascii() and r.isascii()) or _utf8(o, w, r):
-                            append(new(Span, (kind, at, o, w, r, pos, end)))
-                            pos = end
-                            continue
-                    else:
-                        try:  # inline, not _utf8: a start decodes every record
-                            origin, wid, run = o.decode(), w.decode(), r.decode()
-                        except UnicodeDecodeError:
-                            pass
-                        else:
-                            append(new(Record, (kind, at, origin, wid, run, data[d:end])))
-                            pos = end
-                            continue
-        found = _record_at(data, pos)  # keys that are not UTF-8 too: it names the damage
+        found = _record_at(data, pos, _FIELDS_V1)
         if isinstance(found, Damage):
-            if data.count(0, pos) == size - pos:  # only zeros from here: never written
-                return items, Damage(pos, "zero-filled tail", True)
-            return items, found
-        return items, Damage(pos, "record the fast path refused", False)  # pragma: no cover
-    return items, None
+            if data.count(0, pos) == size - pos:
+                return Log(items, Damage(pos, "zero-filled tail", True), 1, len(items))
+            return Log(items, found, 1, len(items))
+        rec, pos = found
+        items.append(rec)
+    return Log(items, None, 1, len(items))
 
 
 def _utf8(origin: bytes, wid: bytes, run: bytes) -> tuple[str, str, str] | None:
@@ -351,7 +514,7 @@ def _utf8(origin: bytes, wid: bytes, run: bytes) -> tuple[str, str, str] | None:
         return None
 
 
-def _record_at(data: bytes, pos: int) -> tuple[Record, int] | Damage:
+def _record_at(data: bytes, pos: int, fields: struct.Struct) -> tuple[Record, int] | Damage:
     """The record at ``pos`` and where the next one starts, or the damage found there."""
     size = len(data)
     if size - pos < _FRAME.size:
@@ -365,37 +528,60 @@ def _record_at(data: bytes, pos: int) -> tuple[Record, int] | Damage:
     payload = data[start:end]
     if zlib.crc32(payload) != crc:
         return Damage(pos, "checksum mismatch", end == size)
-    rec = _parse(payload)
+    if payload[:1] == bytes([CHECKPOINT]) and fields is _FIELDS:
+        return Damage(pos, "checkpoint record does not decode", False)
+    rec = _parse(payload, fields)
     if isinstance(rec, str):
         return Damage(pos, rec, False)
     return rec, end
 
 
 def encode_log(records: Iterable[Record]) -> bytes:
-    return HEADER + b"".join(map(encode_record, records))
+    """A whole journal file holding ``records`` (in order) as checkpoint records: what a
+    compaction writes."""
+    parts = [HEADER]
+    chunk: list[Record] = []
+    size = 0
+    for rec in records:
+        chunk.append(rec)
+        size += len(rec.body) + 64
+        if size >= CHECKPOINT_BYTES:
+            parts.append(_encode_checkpoint(chunk))
+            chunk, size = [], 0
+    if chunk:
+        parts.append(_encode_checkpoint(chunk))
+    return b"".join(parts)
 
 
-R = TypeVar("R", Record, Span)
+def _encode_checkpoint(entries: list[Record]) -> bytes:
+    payload = bytes([CHECKPOINT]) + _CHECKPOINT_ENCODER.encode(entries)
+    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
 
 
-class Fold(Generic[R]):
-    """The state a sequence of records leaves, as the table saw it: the last event of each
-    (origin, id, runId), and the removals of each (origin, id), one per run as the table's
-    tombstone keeps them (the newest ``MAX_TOMB_RUNS``), which dropped the events they
-    covered. An event after a removal that covers it means the table had already forgotten the
-    tombstone (it applied the event), so the tombstone goes too."""
+_Okey = tuple[str, str]  # (originatedFrom, id)
 
-    __slots__ = ("events", "tombs")
 
-    def __init__(self, records: Iterable[R] = ()) -> None:
-        self.events: dict[tuple[str | bytes, str | bytes], dict[str | bytes, R]] = {}
+class Fold:
+    """The state a sequence of records leaves, as the table saw it: per (origin, id, runId)
+    the last event this node's broker reported and the newest seq forwarded to the broker
+    (if newer), and the removals of each (origin, id), one per run as the table's tombstone
+    keeps them (the newest ``MAX_TOMB_RUNS``), which dropped the events they covered. An event
+    after a removal that covers it means the table had already forgotten the tombstone (it
+    applied the event), so the tombstone goes too."""
+
+    __slots__ = ("events", "forwarded", "tombs")
+
+    def __init__(self, records: Iterable[Record] = ()) -> None:
+        self.events: dict[_Okey, dict[str, Record]] = {}
+        self.forwarded: dict[_Okey, dict[str, Record]] = {}  # newer than the event, if any
         # (origin, id) → run → its removal
-        self.tombs: dict[tuple[str | bytes, str | bytes], dict[str | bytes, R]] = {}
-        events, tombs, apply = self.events, self.tombs, self.apply
-        for rec in records:  # apply's path for an event of a key without removals, inlined
-            if rec.kind != REMOVAL:
+        self.tombs: dict[_Okey, dict[str, Record]] = {}
+        events, tombs, forwarded, apply = self.events, self.tombs, self.forwarded, self.apply
+        for rec in records:  # apply's path for a local event of a key without removals, inlined
+            kind = rec.kind
+            if kind in (LIVE, TERMINAL_EVENT):
                 okey = (rec.origin, rec.wid)
-                if not tombs or okey not in tombs:
+                if (not tombs or okey not in tombs) and (not forwarded or okey not in forwarded):
                     runs = events.get(okey)
                     if runs is None:
                         events[okey] = {rec.run: rec}
@@ -404,17 +590,18 @@ class Fold(Generic[R]):
                     continue
             apply(rec)
 
-    def apply(self, rec: R) -> None:
+    def apply(self, rec: Record) -> None:
         okey = (rec.origin, rec.wid)
         if rec.is_removal:
-            runs = self.events.get(okey)
-            if runs is not None:
-                if rec.run:
-                    runs.pop(rec.run, None)
-                else:
-                    runs.clear()
-                if not runs:
-                    del self.events[okey]
+            for held in (self.events, self.forwarded):
+                runs = held.get(okey)
+                if runs is not None:
+                    if rec.run:
+                        runs.pop(rec.run, None)
+                    else:
+                        runs.clear()
+                    if not runs:
+                        del held[okey]
             tombs = self.tombs.pop(okey, None) or {}
             tombs.pop(rec.run, None)
             tombs[rec.run] = rec
@@ -426,24 +613,41 @@ class Fold(Generic[R]):
             covering = self.tombs.get(okey)
             if covering is not None and (rec.run in covering or any(not r for r in covering)):
                 del self.tombs[okey]
-        runs = self.events.get(okey)
+        if rec.forwarded:
+            held = self.forwarded
+        else:
+            held = self.events
+            # A forwarded seq this event reaches is no longer the newest.
+            fruns = self.forwarded.get(okey)
+            if fruns is not None and (f := fruns.get(rec.run)) is not None and f.seq <= rec.seq:
+                del fruns[rec.run]
+                if not fruns:
+                    del self.forwarded[okey]
+        runs = held.get(okey)
         if runs is None:
-            self.events[okey] = {rec.run: rec}
+            held[okey] = {rec.run: rec}
         else:
             runs[rec.run] = rec
 
     def __len__(self) -> int:
-        return sum(map(len, self.events.values())) + sum(map(len, self.tombs.values()))
+        return sum(
+            len(runs)
+            for held in (self.events, self.forwarded, self.tombs)
+            for runs in held.values()
+        )
 
-    def compacted(self, now: float, limits: TableLimits) -> list[R]:
+    def compacted(self, now: float, limits: TableLimits) -> list[Record]:
         """What is still worth keeping at unix time ``now``: records within their TTL, at most
-        the table's caps of each (the newest), oldest first (the order to reload them in)."""
-        ttl = {LIVE: limits.live_ttl, TERMINAL_EVENT: limits.terminal_ttl}
+        the table's caps of each (the newest workloads, with both their records when a
+        forwarded seq is newer than the event), oldest first (the order to reload them in)."""
+        live, terminal = limits.live_ttl, limits.terminal_ttl
+        terminal_kinds = _TERMINAL_KINDS
         events = [
             rec
-            for runs in self.events.values()
+            for held in (self.events, self.forwarded)
+            for runs in held.values()
             for rec in runs.values()
-            if now - rec.at < ttl[rec.kind]
+            if now - rec.at < (terminal if rec.kind in terminal_kinds else live)
         ]
         tombs = [
             rec
@@ -453,35 +657,92 @@ class Fold(Generic[R]):
         ]
         events.sort(key=_at)
         tombs.sort(key=_at)
-        kept = events[-limits.max_workloads :] if limits.max_workloads else []
+        cap = limits.max_workloads
+        if len(events) > cap:  # the newest ``cap`` workloads (a workload may have two records)
+            chosen: set[tuple[str, str, str]] = set()
+            newest = []
+            for rec in reversed(events):
+                key = (rec.origin, rec.wid, rec.run)
+                if key not in chosen:
+                    if len(chosen) >= cap:
+                        continue
+                    chosen.add(key)
+                newest.append(rec)
+            newest.reverse()
+            events = newest
+        kept = events
         kept += tombs[-limits.max_tombstones :] if limits.max_tombstones else []
         kept.sort(key=_at)
         return kept
 
 
-def _at(rec: Record | Span) -> float:
+def _at(rec: Record) -> float:
     return rec.at
 
 
+class _Key(NamedTuple):
+    """What :meth:`WorkloadTable.observe` reads of an event, rebuilt from a record."""
+
+    originatedFrom: str
+    id: str
+    runId: str
+    state: str
+    seq: int
+
+
 def reload_table(table: WorkloadTable, records: Iterable[Record], mono: float, wall: float) -> int:
-    """Put journal records (oldest first) back into the table, each at ``mono - age``.
+    """Put journal records (oldest first) back into the table, each at ``mono - age``, and
+    what it forwarded to its broker as it had it: so that after a restart a snapshot or retry
+    older than what the broker has is stale, and a removed workload stays removed. The newest
+    seq forwarded is forwarded once more when a peer sends it again (a broker that restarted
+    too gets its view back; see ``WorkloadTable.resend_once``).
+
+    A record past its TTL is not put back (the table would have forgotten it). An event the
+    table now calls removed was applied after its tombstone expired (the journal holds only
+    what was applied): the tombstone goes and the event is put back.
 
     Returns how many records were skipped because their frame no longer decodes (a journal
     written by a version whose contract differed)."""
     skipped = 0
-    for rec in records:
-        now = mono - max(0.0, wall - rec.at)
-        if rec.is_removal:
-            table.remove(rec.origin, rec.wid, rec.run or None, now, local=True)
-            continue
-        decoded = codec.decode(rec.body)
-        item = decoded.items[0] if len(decoded.items) == 1 and not decoded.batch else None
-        if not isinstance(item, LIFECYCLE_TYPES):
-            skipped += 1
-            continue
-        info = translate(item)
-        key = (sys.intern(info.originatedFrom), info.id, sys.intern(info.runId))
-        table.observe(info, now, replay=Outbound(key, info.seq, rec.body))
+    limits = table.limits
+    ttl = {
+        LIVE: limits.live_ttl,
+        TERMINAL_EVENT: limits.terminal_ttl,
+        REMOVAL: limits.tombstone_ttl,
+        FORWARDED_LIVE: limits.live_ttl,
+        FORWARDED_TERMINAL: limits.terminal_ttl,
+        FORWARDED_REMOVAL: limits.tombstone_ttl,
+    }
+    observe, restore, intern = table.observe, table.restore, sys.intern
+    terminal_kinds, removal_kinds = _TERMINAL_KINDS, _REMOVAL_KINDS
+    forwarded = False  # any forwarded event reloaded yet
+    with collection_paused():
+        for kind, at, origin, wid, run, body, seq in records:
+            age = wall - at
+            if age >= ttl[kind]:
+                continue
+            now = mono - age if age > 0 else mono
+            if kind in removal_kinds:
+                table.remove(origin, wid, run or None, now, local=kind == REMOVAL)
+                continue
+            if seq <= 0:  # a format-1 record whose frame no longer decodes
+                skipped += 1
+                continue
+            terminal = kind in terminal_kinds
+            held = (intern(origin), wid, intern(run))
+            replay = None
+            if kind <= TERMINAL_EVENT:  # reported by this node's broker: replayed to peers
+                replay = Outbound(held, seq, body)
+            if not restore(held, seq, terminal, replay, now):
+                key = _Key(origin, wid, run, "completed" if terminal else "queued", seq)
+                if observe(key, now, replay=replay) == "removed":
+                    table.forget_tombstone(origin, wid)
+                    observe(key, now, replay=replay)
+            # Forwarded to the broker: a peer's copy of that seq goes to it once more (until
+            # the broker's own newer event, if any, follows).
+            if replay is None or forwarded:
+                forwarded = True
+                table.resend_once(held[2], wid, once=replay is None)
     return skipped
 
 
@@ -648,21 +909,17 @@ class Compaction:
         try:
             with self.path.open("rb") as f:
                 data = f.read(self.upto)
-            spans, self.damage = scan_log(data)
-            self.read = len(spans)
-            kept = Fold(spans).compacted(self.wall, self.table)
-            if (
-                self.damage is None
-                and len(kept) == len(spans)
-                and all(k is s for k, s in zip(kept, spans, strict=True))
-            ):
-                # Every record stays, in the same order: the rewrite would be these very bytes
-                # (a log of distinct workloads, as a busy node's often is). Nothing to write.
+            contents = read_log(data, self.path)
+            self.damage, records = contents.damage, contents.records
+            self.read = len(records)
+            kept = Fold(records).compacted(self.wall, self.table)
+            if self.damage is None and not contents.tail and len(kept) == len(records):
+                # Checkpoint records alone, none to drop (the fold only drops, and keeps the
+                # order): the rewrite would be these very records. Nothing to write.
                 self.unchanged = True
                 self.kept, self.size = len(kept), len(data)
                 return
-            view = memoryview(data)
-            encoded = HEADER + b"".join([view[s.start : s.end] for s in kept])
+            encoded = encode_log(kept)
             _write_temp(self.path, encoded)
         except OSError as exc:
             self.error = exc
@@ -685,6 +942,7 @@ class Journal:
         limits: JournalLimits,
         table: TableLimits,
         wall: float,
+        appended: int = 0,
     ) -> None:
         self.path = path
         self.limits = limits
@@ -693,7 +951,7 @@ class Journal:
         self._lock = lock  # the directory, flocked: one process per journal
         self._size = size  # bytes in the file
         self._kept = kept  # records written by the last compaction
-        self._appended = 0  # records appended since
+        self._appended = appended  # records appended since
         self._dirty = False
         self._directory_dirty = False  # a rename not yet fsynced (see finish_compaction)
         self._retired: int | None = None  # the replaced log's descriptor, not yet closed
@@ -712,11 +970,18 @@ class Journal:
 
     def append(self, items: Iterable[Outbound], at: float) -> None:
         """Write the records of these outbound items (one broker read's) before returning."""
+        if self._fd is not None:
+            self._write(*encode_outbounds(items, at))
+
+    def append_forwarded(self, items: Iterable[Forwarded], at: float) -> None:
+        """Write the records of what one peer request made this node forward to its broker,
+        before returning (so before the broker can read it)."""
+        if self._fd is not None:
+            self._write(*encode_forwarded(items, at))
+
+    def _write(self, data: bytes, count: int) -> None:
         fd = self._fd
-        if fd is None:
-            return
-        data, count = encode_outbounds(items, at)
-        if not count:
+        if fd is None or not count:
             return
         try:
             _write_all(fd, data)
@@ -934,10 +1199,14 @@ def open_journal(
     except OSError as exc:
         log.error("journal: cannot open %s (%s); journal off", directory, exc.strerror or exc)
         return None, []
-    journal, kept = _open_locked(path, lock, limits, table, wall)
+    try:
+        journal, records = _open_locked(path, lock, limits, table, wall)
+    except JournalFormatError:
+        os.close(lock)
+        raise
     if journal is None:
         os.close(lock)
-    return journal, kept
+    return journal, records
 
 
 def _lock(directory: Path) -> int:
@@ -963,7 +1232,8 @@ def _open_locked(
         return None, []
     with contextlib.suppress(OSError):  # a compaction's, cut short by a crash: never installed
         _temp_of(path).unlink()
-    records, damage = decode_log(data)
+    contents = read_log(data, path)  # JournalFormatError: a newer format, left as it is
+    records, damage = contents.records, contents.damage
     if damage is not None:
         aside = path.with_name(f"{JOURNAL_FILE}.damaged-{int(wall)}")
         outcome = f"kept the {len(records)} records before it" if damage.torn else "starting empty"
@@ -984,26 +1254,39 @@ def _open_locked(
             aside_note,
             outcome,
         )
-    kept = Fold(records).compacted(wall, table)
+    # A sound file of this format is reloaded as it is (reload_table skips what has expired;
+    # the first compaction, in a child process, folds its tail): a start reads and reloads,
+    # nothing more. A damaged file, an older format or none is written anew, compacted.
+    tail = contents.tail
     try:
-        if data and damage is None and len(kept) == len(records):  # nothing to drop: as it is
+        if data and damage is None and contents.version == FORMAT:
             size = len(data)
+            kept = len(records) - tail
             fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         else:
-            encoded = encode_log(kept)
-            size = len(encoded)
+            if contents.version != FORMAT:
+                log.info(
+                    "journal: %s is format %d; rewriting it in format %d",
+                    path,
+                    contents.version,
+                    FORMAT,
+                )
+            records = Fold(records).compacted(wall, table)
+            encoded = encode_log(records)
+            size, kept, tail = len(encoded), len(records), 0
             fd = _install(_write_temp(path, encoded), path)
     except OSError as exc:
         log.error("journal: cannot write %s (%s); journal off", path, exc.strerror or exc)
-        return None, kept
+        return None, records
     journal = Journal(
         path,
         fd,
         lock=lock,
-        kept=len(kept),
+        kept=kept,
         size=size,
         limits=limits,
         table=table,
         wall=wall,
+        appended=tail,  # what follows the checkpoint counts toward the next compaction
     )
-    return journal, kept
+    return journal, records

@@ -32,6 +32,7 @@ from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.errors import ListenFailed
+from nvpair_wm.events import Forwarded
 from nvpair_wm.http.core import Handler
 from nvpair_wm.io.pin_watch import WatchedIdentity, WatchedPins, open_watch
 from nvpair_wm.io.server import InterNodeServer
@@ -101,18 +102,25 @@ class Node:
         self.dispatcher = Dispatcher(self.table, self._status, max_batch=config.max_batch)
         cluster = config.cluster_dir
         # What this node originated before a restart, back in the table before any peer
-        # connects, so that every first snapshot carries it (journal.py). No cluster dir: no
-        # peers, nothing to replay.
+        # connects, so that every first snapshot carries it, and what it had forwarded to its
+        # broker, so that nothing older reaches the broker again (journal.py). No cluster dir:
+        # no peers, nothing to replay.
         self.journal: Journal | None = None
         if cluster:
             self.journal, records = open_journal(cluster, config.journal, config.table, time.time())
             skipped = reload_table(self.table, records, time.monotonic(), time.time())
-            reloaded = len(records) - skipped
             log.info(
-                "journal: reloaded %d records (%d skipped)",
-                reloaded,
+                "journal: reloaded %d workloads and %d tombstones (%d records read, %d skipped)",
+                len(self.table),
+                self.table.tombstones,
+                len(records),
                 skipped,
-                extra={"records": reloaded, "skipped": skipped},
+                extra={
+                    "workloads": len(self.table),
+                    "tombstones": self.table.tombstones,
+                    "records": len(records),
+                    "skipped": skipped,
+                },
             )
         self.identity: Identity | _NoIdentity = Identity(cluster) if cluster else _NoIdentity()
         self.pins: PinSet | _NoPins = (
@@ -139,7 +147,12 @@ class Node:
         # responses (the broadcaster); manager:status and the metrics show it.
         self.versions = PeerVersions()
         endpoint = EventsEndpoint(
-            self.dispatcher, pins, self.queue, max_body=config.max_frame, versions=self.versions
+            self.dispatcher,
+            pins,
+            self.queue,
+            max_body=config.max_frame,
+            versions=self.versions,
+            on_forwarded=self.forwarded if self.journal is not None else None,
         )
         handler: Handler = endpoint if self.metrics is None else self.metrics.timed(endpoint)
         hosts = [config.bind] if config.bind else None
@@ -181,6 +194,12 @@ class Node:
         self.broadcaster.publish(outbound)
         if self.journal is not None:  # written before the broker's reply can be
             self.journal.append(outbound, time.time())
+
+    def forwarded(self, items: list[Forwarded]) -> None:
+        """What a peer's request tells the broker, journaled before the broker can read it: so
+        that after a restart the node still refuses what is older than what the broker has."""
+        if self.journal is not None:
+            self.journal.append_forwarded(items, time.time())
 
     def update_nodes(self, nodes: list[NodeRecord]) -> None:
         log.info("nodes:update with %d records", len(nodes), extra={"nodes": len(nodes)})

@@ -23,10 +23,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
+from tests.releases import ReleaseError, build, find, previous
 from tests.soak.checker import check
 from tests.soak.history import read_history
 from tests.soak.network import SoakError, netns_available
-from tests.soak.runner import Options, run
+from tests.soak.runner import THIS_TREE, Options, Upgrade, run
 from tests.soak.schedule import KINDS, NETNS_ONLY, draw, format_schedule
 
 
@@ -102,6 +103,19 @@ def parser() -> argparse.ArgumentParser:
         "--set journal.enabled=false to watch the checker catch lost events",
     )
     p.add_argument(
+        "--upgrade-from",
+        metavar="VERSION",
+        help="rolling upgrade: every node starts on release VERSION (from releases.toml, "
+        "built from its commit into a venv of its own; 'previous': the newest one before "
+        "this tree) and is restarted, one by one under load and faults, on this tree",
+    )
+    p.add_argument(
+        "--downgrade",
+        action="store_true",
+        help="with --upgrade-from: the other way round (start on this tree, restart on the "
+        "release); reported, not required to pass",
+    )
+    p.add_argument(
         "--dir",
         type=Path,
         default=Path("/tmp"),
@@ -129,6 +143,24 @@ def _setting(text: str) -> tuple[str, Any]:
         return key.strip(), tomllib.loads(f"v = {value.strip()}")["v"]
     except tomllib.TOMLDecodeError as exc:
         raise argparse.ArgumentTypeError(f"{key}: not a TOML value: {value!r} ({exc})") from None
+
+
+def _upgrade(version: str | None, downgrade: bool) -> Upgrade | None:
+    """The rolling mode of ``--upgrade-from`` (the release built first, once)."""
+    if version is None:
+        if downgrade:
+            parser().error("--downgrade needs --upgrade-from VERSION")
+        return None
+    try:
+        release = previous() if version == "previous" else find(version)
+        print(f"building release {release.version} from {release.commit[:12]} (kept in "
+              ".releases/ for the next run)", flush=True)  # fmt: skip
+        old = tuple(build(release))
+    except ReleaseError as exc:
+        parser().exit(3, f"--upgrade-from {version}: {exc}\n")
+    if downgrade:
+        return Upgrade(THIS_TREE, old, "this tree", release.version)
+    return Upgrade(old, THIS_TREE, release.version, "this tree")
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -168,11 +200,12 @@ def _run_seeds(
     args: argparse.Namespace, seeds: list[int], seconds: float, kinds: tuple[str, ...]
 ) -> int:
     worst = 0
+    upgrade = _upgrade(args.upgrade_from, args.downgrade)
     for seed in seeds:
         opts = Options(seed=seed, seconds=seconds, nodes=args.nodes, rate=args.rate,
                        bound=args.bound, net=args.net, kinds=kinds, resend=args.resend,
                        workdir=args.dir, log=lambda s: print(s, flush=True),
-                       extra_limits=dict(args.set))  # fmt: skip
+                       extra_limits=dict(args.set), upgrade=upgrade)  # fmt: skip
         print(f"=== soak seed {seed}: {args.nodes} nodes, {seconds:.0f} s, {args.rate:g} events/s"
               f" per broker ===", flush=True)  # fmt: skip
         try:
@@ -194,7 +227,11 @@ def _run_seeds(
             for log in sorted(out.run_dir.glob("node-*.log"))
         }
         print(f"ERROR lines in the nodes' logs (reported, not judged): {logged}")
+        if upgrade is not None:
+            print(f"exit statuses when restarted on {upgrade.then_name} (EOF; a node whose "
+                  f"broker was deaf was killed instead): {out.upgrade_exits}")  # fmt: skip
         bad_exit = {n: c for n, c in out.exit_codes.items() if c != 0}
+        bad_exit |= {f"{n} (upgrade)": c for n, c in out.upgrade_exits.items() if c != 0}
         if bad_exit:
             print(f"NODES DID NOT EXIT 0 on EOF: {bad_exit}")
         failed = not out.report.ok or bool(bad_exit)

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nvpair_wm.clusterdir import DEFAULT_PORT, cert_fingerprint, make_self_signed
-from tests.test_netns import Net
+from tests.support.netns import Net
 
 __all__ = ["LoopbackNetwork", "NetnsNetwork", "Network", "PinBook", "SoakError"]
 

@@ -27,11 +27,13 @@ cap on workloads; processes, namespaces and qdiscs are removed on every exit pat
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
 import queue
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -58,7 +60,7 @@ from tests.soak.network import (
 from tests.soak.schedule import KINDS, NETNS_ONLY, Fault, draw, format_schedule
 from tests.soak.workload import BrokerModel, Resend
 
-__all__ = ["Options", "run"]
+__all__ = ["THIS_TREE", "Options", "Upgrade", "run"]
 
 READY_TIMEOUT: Final = 30.0  # a process start → its ``ready`` (two busy cores: generous)
 FENCE_TIMEOUT: Final = 10.0  # a manager:status answer at the end
@@ -82,6 +84,27 @@ SOAK_LIMITS: Final[dict[str, Any]] = {
 }
 
 
+#: How the nodes run this tree's nvpair-wm.
+THIS_TREE: Final = (sys.executable, "-m", "nvpair_wm")
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """A rolling upgrade: every node starts on ``first`` and is restarted, one by one under
+    the load and the faults, on ``then`` (a downgrade is the same with the two swapped). Each
+    is the command that runs that release's ``nvpair-wm`` (``tests.releases.build``)."""
+
+    first: tuple[str, ...]
+    then: tuple[str, ...]
+    first_name: str  # "0.1.0", "this tree": for the schedule and the report
+    then_name: str
+
+    def times(self, names: Sequence[str], seconds: float) -> list[tuple[float, str]]:
+        """When each node is restarted on ``then``: evenly over the run, in name order."""
+        step = seconds / (len(names) + 1)
+        return [(step * (i + 1), name) for i, name in enumerate(names)]
+
+
 @dataclass(frozen=True)
 class Options:
     seed: int
@@ -98,6 +121,7 @@ class Options:
     workdir: Path = Path("/tmp")
     log: Callable[[str], None] = print
     extra_limits: dict[str, Any] = field(default_factory=dict)  # more --config keys
+    upgrade: Upgrade | None = None  # a rolling upgrade (or downgrade) during the run
 
 
 def names_for(n: int) -> list[str]:
@@ -135,14 +159,48 @@ def _free_port() -> int:
 
 class Limits:
     """The soak's limits, in a TOML file every node gets with ``--config``, as a user sets them
-    (``nvpair_wm.config``; ``nvpair-wm --config FILE --print-config`` shows the result)."""
+    (``nvpair_wm.config``; ``nvpair-wm --config FILE --print-config`` shows the result).
 
-    def __init__(self, run_dir: Path, settings: dict[str, Any]) -> None:
+    ``program``: another release's ``nvpair-wm`` (a rolling upgrade) gets the keys it knows
+    (its ``--print-config`` lists them; an unknown key would stop it), in a file of its own.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        settings: dict[str, Any],
+        program: Sequence[str] = THIS_TREE,
+        label: str = "",
+    ) -> None:
+        self.skipped: list[str] = []
+        if tuple(program) != THIS_TREE:
+            known = known_keys(program)
+            self.skipped = sorted(k for k in settings if k not in known)
+            settings = {k: v for k, v in settings.items() if k in known}
         self.settings = settings
-        self.path = run_dir / "soak-config.toml"
+        self.path = run_dir / f"soak-config{'-' + label if label else ''}.toml"
         self.path.write_text("# written by the soak (tests/soak/runner.py)\n" + dumps(settings))
         self.args = ["--config", str(self.path)]
         self.how = f"--config {self.path}"
+
+
+def known_keys(program: Sequence[str]) -> set[str]:
+    """The dotted ``--config`` keys ``program`` knows, from its ``--print-config``."""
+    out = subprocess.run([*program, "--print-config"], capture_output=True, text=True,
+                         timeout=READY_TIMEOUT, check=False)  # fmt: skip
+    if out.returncode != 0:
+        raise SoakError(f"{' '.join(program)} --print-config failed: {out.stderr.strip()}")
+    keys: set[str] = set()
+    table = ""
+    for line in out.stdout.splitlines():
+        if line.startswith("[") and line.endswith("]"):
+            table = line[1:-1] + "."
+        elif m := _CONFIG_KEY.match(line):
+            keys.add(table + m.group(1))
+    return keys
+
+
+_CONFIG_KEY: Final = re.compile(r"^(?:# )?([a-z0-9_]+) =")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,6 +229,7 @@ class SoakNode:
         self.limits = limits
         self.opts = opts
         self.log_path = log_path
+        self.program: tuple[str, ...] = THIS_TREE  # what runs the node (changed by upgrades)
         self.lock = threading.RLock()  # the model, the process handle, the incarnation
         self.inc = 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -197,13 +256,13 @@ class SoakNode:
             inc = self.inc
             host, port = self.net.bind(self.name)
             args = [
-                *self.net.prefix(self.name), sys.executable, "-m", "nvpair_wm",
+                *self.net.prefix(self.name), *self.program,
                 "--cluster-dir", str(self.cluster_dir), "--bind", host, "--port", str(port),
                 "--log-level", "info", *self.limits.args,
             ]  # fmt: skip
             if self._log is None:
                 self._log = self.log_path.open("ab")
-            self._log.write(f"--- {self.name} process #{inc}\n".encode())
+            self._log.write(f"--- {self.name} process #{inc}: {' '.join(self.program)}\n".encode())
             self._log.flush()
             self._ready.clear()
             self.proc = subprocess.Popen(
@@ -386,6 +445,7 @@ class Outcome:
     exit_codes: dict[str, int | None]
     limits_how: str
     network: str
+    upgrade_exits: dict[str, int | None] = field(default_factory=dict)
 
 
 class Soak:
@@ -401,6 +461,7 @@ class Soak:
         self.rec.listen(self.live.feed)
         self.halt = threading.Event()
         self.generating = threading.Event()
+        self.upgrade_exits: dict[str, int | None] = {}  # a node's exit when it was upgraded
 
     # -- set-up ---------------------------------------------------------------------------------
 
@@ -412,23 +473,30 @@ class Soak:
         kinds = [k for k in opts.kinds if self.network.impairs or k not in NETNS_ONLY]
         schedule = draw(opts.seed, self.names, opts.seconds, kinds=kinds,
                         queue_frames=opts.queue_frames)  # fmt: skip
-        limits = Limits(
-            self.run_dir,
-            {
-                **SOAK_LIMITS,
-                "broadcast.max_queue_frames": opts.queue_frames,
-                "broker.queue_frames": opts.broker_queue,
-                **opts.extra_limits,
-            },
-        )
+        settings = {
+            **SOAK_LIMITS,
+            "broadcast.max_queue_frames": opts.queue_frames,
+            "broker.queue_frames": opts.broker_queue,
+            **opts.extra_limits,
+        }
+        limits = Limits(self.run_dir, settings)
         self.limits = limits
+        up = opts.upgrade
+        first = then = limits
+        if up is not None:  # each program with the keys it knows
+            first = Limits(self.run_dir, settings, up.first, "first")
+            then = Limits(self.run_dir, settings, up.then, "then")
+            self.limits = first
+        self.then_limits = then
         root = random.Random(opts.seed)
         for name in self.names:
             model = BrokerModel(name, self.names, random.Random(root.getrandbits(64)),
                                 max_live=opts.max_live)  # fmt: skip
             node = SoakNode(name, dirs[name], model=model, recorder=self.rec,
-                            network=self.network, limits=limits, opts=opts,
+                            network=self.network, limits=first, opts=opts,
                             log_path=self.run_dir / f"{name}.log")  # fmt: skip
+            if up is not None:
+                node.program = up.first
             node.announce = self._announce_to
             self.nodes[name] = node
         self.rec.add("start", data={
@@ -436,6 +504,11 @@ class Soak:
             "seconds": opts.seconds, "rate": opts.rate, "network": self.network.kind,
             "limits": limits.settings, "limits_via": limits.how,
             "schedule": [f.describe() for f in schedule],
+            **({} if up is None else {"upgrade": {
+                "from": up.first_name, "to": up.then_name,
+                "skipped_keys": {"first": first.skipped, "then": then.skipped},
+                "at": [[round(at, 1), name] for at, name in up.times(self.names, opts.seconds)],
+            }}),
         })  # fmt: skip
         return schedule
 
@@ -551,11 +624,37 @@ class Soak:
                     (f.end, seq(node.reading.set, end))]  # fmt: skip
         raise SoakError(f"unknown fault kind {k!r}")
 
+    def _upgrade(self, node: SoakNode, up: Upgrade) -> None:
+        """Restart ``node`` on ``up.then``: closing its broker channel (it must exit 0), or
+        ``kill -9`` while its broker is deaf (a node blocked writing cannot exit). A node that
+        a fault holds down comes back on ``up.then`` when the fault restarts it."""
+        what = f"restart {node.name} on {up.then_name} (was {up.first_name})"
+        self.rec.add("fault", data={"fault": "upgrade", "phase": "begin",
+                                    "targets": [node.name], "what": what})  # fmt: skip
+        with node.lock:
+            running = node.proc is not None
+        if running and node.reading.is_set():
+            self.upgrade_exits[node.name] = node.stop_gracefully()
+        elif running:
+            node.kill()
+        node.program, node.limits = up.then, self.then_limits
+        if running:
+            node.start()
+        self.rec.add("fault", data={"fault": "upgrade", "phase": "end",
+                                    "targets": [node.name], "what": what})  # fmt: skip
+
     def _inject(self, schedule: list[Fault], errors: list[BaseException]) -> None:
         timeline = sorted(
             ((at, i, fn) for i, f in enumerate(schedule) for at, fn in self._actions(f)),
             key=lambda a: (a[0], a[1]),
         )
+        up = self.opts.upgrade
+        if up is not None:
+            upgrades = [
+                (at, len(schedule) + i, functools.partial(self._upgrade, self.nodes[name], up))
+                for i, (at, name) in enumerate(up.times(self.names, self.opts.seconds))
+            ]
+            timeline = sorted([*timeline, *upgrades], key=lambda a: (a[0], a[1]))
         try:
             for at, _, fn in timeline:
                 wait = at - self.rec.now()
@@ -661,9 +760,16 @@ def run(opts: Options) -> Outcome:
         assert soak.network is not None
         opts.log(format_schedule(opts.seed, schedule))
         opts.log(f"network: {soak.network.kind}; limits via {soak.limits.how}; run dir {run_dir}")
+        if opts.upgrade is not None:
+            up = opts.upgrade
+            plan = ", ".join(f"{name} at {at:.1f}s" for at, name in
+                             up.times(soak.names, opts.seconds))  # fmt: skip
+            opts.log(f"rolling: every node starts on {up.first_name}, restarted on "
+                     f"{up.then_name}: {plan}")  # fmt: skip
         statuses, codes = soak.run(schedule)
     finally:
         soak.close()
     report = check(read_history(soak.history), opts.bound)
     return Outcome(report, schedule, run_dir, soak.history, statuses, codes, soak.limits.how,
-                   soak.network.kind if soak.network else "none")  # fmt: skip
+                   soak.network.kind if soak.network else "none",
+                   soak.upgrade_exits)  # fmt: skip

@@ -17,7 +17,9 @@ acts on the :mod:`~nvpair_wm.proto.exchanges` events these return. No socket, cl
   indexed (so there is no encoder state to keep in step with the server's
   SETTINGS_HEADER_TABLE_SIZE: the first block says our table is 0); ``content-length`` follows
   as a literal. Response headers go through :class:`~nvpair_wm.proto.h2.hpack.Decoder`, which
-  follows the server's dynamic table.
+  follows the server's dynamic table, then the field rules of
+  :func:`~nvpair_wm.proto.h2.streams.response_status` (and of trailers): a malformed response
+  is the server's protocol error (RFC 9113 §8.1.1).
 * Request bodies go out as the server's windows (connection and stream, SETTINGS changes
   included) and its SETTINGS_MAX_FRAME_SIZE allow; the rest waits for a WINDOW_UPDATE or a
   SETTINGS frame. A response that completes before its body was all sent ends the stream with
@@ -100,6 +102,7 @@ from nvpair_wm.proto.h2.settings import (
     MAX_CONCURRENT_STREAMS,
     PeerSettings,
 )
+from nvpair_wm.proto.h2.streams import response_status, trailers_problem
 from nvpair_wm.versions import REQUEST_FIELDS
 
 __all__ = ["H2ClientSession"]
@@ -455,8 +458,12 @@ class H2ClientSession:
         self._settings_seen = True
         delta = self._peer.apply(payload)  # checks the values, §6.5.2
         for i in range(0, len(payload), 6):
-            if (payload[i] << 8) | payload[i + 1] == MAX_CONCURRENT_STREAMS:
-                self._max_streams = int.from_bytes(payload[i + 2 : i + 6], "big")
+            ident = (payload[i] << 8) | payload[i + 1]
+            value = int.from_bytes(payload[i + 2 : i + 6], "big")
+            if ident == MAX_CONCURRENT_STREAMS:
+                self._max_streams = value
+            elif ident == ENABLE_PUSH and value:  # a server MUST NOT enable it (§6.5.2)
+                raise _error(f"the server set ENABLE_PUSH to {value}")
         if delta:
             for st in self._streams.values():  # §6.9.2: open streams' windows follow
                 st.send_window += delta
@@ -516,8 +523,12 @@ class H2ClientSession:
         if st.status:  # trailers
             if not end_stream:
                 raise _error(f"second HEADERS on stream {sid} without END_STREAM")
+            if (problem := trailers_problem(fields)) is not None:
+                raise _error(f"stream {sid}: {problem}")
         else:
-            status = _status(fields)
+            status = response_status(fields)
+            if isinstance(status, str):
+                raise _error(status)
             if status < 200:  # informational (1xx): the final response follows
                 if end_stream:
                     raise _error(f"stream {sid} ended by a {status} response")
@@ -656,21 +667,6 @@ class H2ClientSession:
         if not self._goaway_sent:
             self._goaway_sent = True
             self._out.append(goaway_frame(0, code))
-
-
-def _status(headers: list[tuple[bytes, bytes]]) -> int:
-    """The response's ``:status`` (RFC 9113 §8.3.2: exactly one, three digits), or a protocol
-    error of the peer."""
-    status = 0
-    for key, value in headers:
-        if key == b":status":
-            if status or not (len(value) == 3 and value.isdigit() and value[0] != ord("0")):
-                status = 0
-                break
-            status = int(value)
-    if not status:
-        raise _error("response without a valid :status")
-    return status
 
 
 def _code_name(code: int) -> str:

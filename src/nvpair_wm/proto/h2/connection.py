@@ -301,7 +301,7 @@ class H2ServerSession:
             self._reset(st, code)
         else:
             self._out.append(rst_stream_frame(sid, code))
-            if sid <= self._highest:
+            if sid in self._closed:  # a stream once open: what is in flight is dropped now
                 self._remember(sid, StreamEnd.RESET_SENT)
         self._budgets.reset(now, "too many stream errors")
 
@@ -467,7 +467,7 @@ class H2ServerSession:
 
     def _not_open(self, sid: int, what: str, now: float) -> None:
         """DATA or trailers for a stream not open: §5.1 by how (and whether) it closed."""
-        if sid > self._highest:
+        if sid > self._highest or not sid & 1:  # even: a stream only a server opens
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"{what} on idle stream {sid}")
         how = self._closed.get(sid)
         if how is StreamEnd.ENDED:
@@ -477,7 +477,7 @@ class H2ServerSession:
 
     def _on_data_frame(self, flags: int, sid: int, payload: bytes, now: float) -> None:
         flow = len(payload)
-        if sid > self._highest:
+        if sid > self._highest or not sid & 1:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
         windows = self._windows
         if flow:
@@ -576,6 +576,7 @@ class H2ServerSession:
             return
         self._highest = sid
         if self_dependent:
+            self._remember(sid, StreamEnd.RESET_SENT)  # opened, then reset
             self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)
             return
         if self._goaway_last is not None and sid > self._goaway_last:
@@ -588,6 +589,7 @@ class H2ServerSession:
         parsed = self._parse(fields)
         if isinstance(parsed, str):
             log.debug("HTTP/2 stream %d malformed: %s", sid, parsed)
+            self._remember(sid, StreamEnd.RESET_SENT)  # opened, then reset
             self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)
             return
         st = Stream(sid, self._recv_initial, self._peer.initial_window)
@@ -724,7 +726,7 @@ class H2ServerSession:
                 raise H2ConnectionError(ErrorCodes.FLOW_CONTROL_ERROR, "window over 2^31-1")
             self._pump_all()
             return
-        if sid > self._highest:
+        if sid > self._highest or not sid & 1:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"WINDOW_UPDATE on idle {sid}")
         st = self._streams.get(sid)
         if st is None:
@@ -761,7 +763,7 @@ class H2ServerSession:
                 self._pump_all()
 
     def _on_rst_stream(self, flags: int, sid: int, payload: bytes, now: float) -> None:
-        if sid > self._highest:
+        if sid > self._highest or not sid & 1:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"RST_STREAM on idle {sid}")
         st = self._streams.get(sid)
         if st is not None:

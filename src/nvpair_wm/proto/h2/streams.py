@@ -21,6 +21,7 @@ __all__ = [
     "StreamEnd",
     "parse_request",
     "response_fields",
+    "response_status",
     "trailers_problem",
     "valid_fields",
 ]
@@ -268,3 +269,23 @@ def trailers_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
         if value and (problem := _value_problem(name, value)) is not None:
             return problem
     return None
+
+
+def response_status(headers: list[tuple[bytes, bytes]]) -> int | str:
+    """The ``:status`` of a response's header list, or why the list is malformed (a ``str``):
+    exactly one ``:status`` of three digits, first (§8.3.2), no other pseudo-header, and the
+    field rules of requests (§8.2)."""
+    status = 0
+    for i, (name, value) in enumerate(headers):
+        if name[:1] == b":":
+            if name != b":status":
+                return f"pseudo-header {name!r} in a response"
+            if i or not (len(value) == 3 and value.isdigit() and value[0] != ord("0")):
+                return "response without a valid :status"
+            status = int(value)
+            continue
+        if name not in _good_names and (problem := _name_problem(name)) is not None:
+            return problem
+        if value and value not in _good_values and (problem := _value_problem(name, value)):
+            return problem
+    return status or "response without a valid :status"

@@ -1,0 +1,379 @@
+"""The journal's format version and what it keeps of the broker's view (issues 23 and 24).
+
+* The file's header names its format. A journal written by release 0.1.0 (format 1: no seq in
+  its records) is read, and rewritten in the current format at the start; a journal of a newer
+  format is refused with one line naming both formats (exit status 2 from the daemon), and the
+  file is left as it is, never moved aside as damaged.
+* What the node forwarded to its broker (the newest (runId, id, seq) of a peer's workload, a
+  peer's removal) is journaled before the broker can read it, compacted like the rest, and
+  reloaded: after a restart an older snapshot or retry is stale and a removed workload stays
+  removed.
+
+Format-1 files are built by hand with ``struct``, as release 0.1.0 wrote them (its record
+layout is spelled out below, independently of the code under test), and, where the
+repository's history is at hand, by release 0.1.0's own ``journal.py`` read from git.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvpair_wm.dedup import Removal, TableLimits, WorkloadTable
+from nvpair_wm.dispatch import Dispatcher, outbound_event
+from nvpair_wm.endpoint import EventsEndpoint
+from nvpair_wm.events import Forwarded, lifecycle_frame
+from nvpair_wm.journal import (
+    FORMAT,
+    FORWARDED_LIVE,
+    FORWARDED_REMOVAL,
+    FORWARDED_TERMINAL,
+    HEADER,
+    JOURNAL_FILE,
+    LIVE,
+    REMOVAL,
+    Fold,
+    JournalFormatError,
+    JournalLimits,
+    Record,
+    decode_log,
+    encode_log,
+    encode_record,
+    format_of,
+    forwarded_record,
+    open_journal,
+    read_log,
+    reload_table,
+)
+from tests.frames import FINGERPRINT, dumps, event_frame, info, line, remove_frame, workload
+from tests.wm_process import WmProcess
+
+LIMITS = TableLimits(
+    terminal_ttl=10.0, live_ttl=100.0, tombstone_ttl=20.0, max_workloads=50, max_tombstones=50
+)
+T0 = 1_800_000_000.0
+RELEASE_0_1_0 = "17e23f2"  # the commit release 0.1.0 was built from (format 1)
+
+
+def dispatcher(table: WorkloadTable) -> Dispatcher:
+    def no_status() -> Any:
+        raise AssertionError("not asked")
+
+    return Dispatcher(table, no_status, clock=lambda: 1000.0)
+
+
+# -- format 1, as release 0.1.0 wrote it -------------------------------------------------------
+
+
+def v1_record(kind: int, at: float, key: tuple[str, str, str], body: bytes = b"") -> bytes:
+    """One record of format 1: u32 length, u32 CRC-32, then u8 kind, f64 time, three u32
+    lengths, the three strings and the body (little-endian; no seq). ``key``: originatedFrom,
+    id and runId."""
+    o, w, r = (k.encode() for k in key)
+    payload = struct.pack("<BdIII", kind, at, len(o), len(w), len(r)) + o + w + r + body
+    return struct.pack("<II", len(payload), zlib.crc32(payload)) + payload
+
+
+def frame_body(wid: str, seq: int, state: str) -> bytes:
+    return outbound_event(lifecycle_frame(info(id=wid, seq=seq, state=state))).body
+
+
+def v1_file() -> bytes:
+    return b"NVWMJNL\x01" + b"".join(
+        [
+            v1_record(1, T0, ("node-a", "1", "run-a"), frame_body("1", 2, "running")),
+            v1_record(2, T0 + 1, ("node-a", "2", "run-a"), frame_body("2", 3, "completed")),
+            v1_record(3, T0 + 2, ("node-a", "3", "run-a")),
+        ]
+    )
+
+
+def test_a_format_1_journal_is_read_and_rewritten_in_the_current_format(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / JOURNAL_FILE
+    path.write_bytes(v1_file())
+    with caplog.at_level("INFO", logger="nvpair_wm.journal"):
+        journal, records = open_journal(tmp_path, JournalLimits(), LIMITS, T0 + 3)
+    assert journal is not None
+    # Every record, its seq read from its frame (format 1 kept none).
+    assert [(r.kind, r.wid, r.seq) for r in records] == [(1, "1", 2), (2, "2", 3), (3, "3", 0)]
+    table = WorkloadTable(LIMITS)
+    assert reload_table(table, records, mono=100.0, wall=T0 + 3) == 0
+    assert (len(table), table.tombstones) == (2, 1)
+    # Rewritten once, in this build's format, holding the same records; nothing moved aside.
+    data = path.read_bytes()
+    assert format_of(data) == FORMAT == 2 and decode_log(data) == (records, None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_FILE]
+    assert any("is format 1; rewriting it in format 2" in m for m in caplog.messages)
+    # Appends go on in the current format, after it.
+    disp = dispatcher(WorkloadTable(LIMITS))
+    submitted = event_frame("workload:submitted", workload(id="9"))
+    journal.append(disp.local(line(submitted)).outbound, T0)
+    journal.close()
+    assert [r.wid for r in decode_log(path.read_bytes())[0]] == ["1", "2", "3", "9"]
+
+
+def release_journal_module(tmp_path: Path) -> Any:
+    """Release 0.1.0's ``nvpair_wm/journal.py``, read from git and loaded under another name
+    (its imports are this tree's modules, which kept what it uses)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        source = subprocess.run(
+            ["git", "-C", str(root), "show", f"{RELEASE_0_1_0}:src/nvpair_wm/journal.py"],
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"release 0.1.0 is not in this checkout's git history ({exc})")
+    path = tmp_path / "journal_0_1_0.py"
+    path.write_bytes(source)
+    spec = importlib.util.spec_from_file_location("journal_0_1_0", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["journal_0_1_0"] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["journal_0_1_0"]
+    return module
+
+
+def test_a_journal_written_by_release_0_1_0_is_reloaded(tmp_path: Path) -> None:
+    old = release_journal_module(tmp_path)
+    cluster = tmp_path / "node"
+    cluster.mkdir()
+    journal, _ = old.open_journal(cluster, old.JournalLimits(), LIMITS, T0)
+    disp = dispatcher(WorkloadTable(LIMITS))
+    frames = [
+        event_frame("workload:submitted", workload(id="1")),
+        event_frame("workload:started", workload(id="1", seq=2)),
+        event_frame("workload:submitted", workload(id="2")),
+        remove_frame("2", "node-a"),
+    ]
+    for frame in frames:
+        journal.append(disp.local(line(frame)).outbound, T0 + 1)
+    journal.close()
+    assert (cluster / JOURNAL_FILE).read_bytes().startswith(b"NVWMJNL\x01")
+    again, records = open_journal(cluster, JournalLimits(), LIMITS, T0 + 2)
+    assert again is not None
+    table = WorkloadTable(LIMITS)
+    assert reload_table(table, records, mono=100.0, wall=T0 + 2) == 0
+    assert [(o.key[1], o.seq) for o in table.originated()[0]] == [("1", 2)]
+    assert table.originated()[1] == [Removal("node-a", "2", "run-a")]
+    again.close()
+    assert format_of((cluster / JOURNAL_FILE).read_bytes()) == FORMAT
+
+
+def test_a_newer_format_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    path = tmp_path / JOURNAL_FILE
+    newer = b"NVWMJNL\x03" + b"whatever a later release writes"
+    path.write_bytes(newer)
+    for _ in range(2):  # the directory's lock is released: the second attempt says the same
+        with pytest.raises(JournalFormatError) as refused:
+            open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+        message = str(refused.value)
+        assert "format 3" in message and f"format {FORMAT}" in message, message
+        assert "\n" not in message
+    assert path.read_bytes() == newer
+    assert sorted(p.name for p in tmp_path.iterdir()) == [JOURNAL_FILE]  # nothing moved aside
+
+
+def test_the_daemon_refuses_a_newer_journal_with_one_line_and_status_2(tmp_path: Path) -> None:
+    from nvpair_wm.clusterdir import init_cluster  # noqa: PLC0415
+
+    directory = init_cluster(tmp_path / "c", ["node-a", "node-b"])["node-a"]
+    newer = b"NVWMJNL\x07" + bytes(64)
+    (directory / JOURNAL_FILE).write_bytes(newer)
+    with WmProcess("--cluster-dir", str(directory), "--bind", "127.0.0.1", "--port", "0") as wm:
+        code = wm.wait()
+        wm.wait_stderr("exiting with status 2")  # the last line: every line before it is read
+        stdout = b"".join(wm.stdout_log)
+        errors = [line for line in wm.stderr_log if " ERROR " in line]
+    assert code == 2, wm.stderr_log
+    assert stdout == b""  # no ready: it never started
+    assert len(errors) == 1, wm.stderr_log
+    assert "format 7" in errors[0] and f"format {FORMAT}" in errors[0], errors[0]
+    assert (directory / JOURNAL_FILE).read_bytes() == newer
+    assert not list(directory.glob(f"{JOURNAL_FILE}.damaged-*"))
+
+
+def test_a_header_that_names_no_format_is_damage() -> None:
+    records, damage = decode_log(b"NVWMJNL\x00" + bytes(20))
+    assert records == [] and damage is not None and not damage.torn
+
+
+# -- what the node forwarded to its broker ------------------------------------------------------
+
+
+def peer_body(*frames: dict[str, Any]) -> bytes:
+    return dumps(list(frames)) if len(frames) > 1 else dumps(frames[0])
+
+
+def test_the_dispatcher_says_what_a_peer_request_forwards() -> None:
+    disp = dispatcher(WorkloadTable(LIMITS))
+    one = disp.peer(peer_body(event_frame("workload:started", workload(id="1", seq=2))))
+    assert one.forwarded == [Forwarded("node-a", "1", "run-a", 2, "running")]
+    many = disp.peer(
+        peer_body(
+            event_frame("workload:started", workload(id="1", seq=2)),  # duplicate: not forwarded
+            event_frame("workload:completed", workload(id="1", seq=3)),
+            remove_frame("2", "node-a"),  # nothing held: a tombstone for every run
+            remove_frame("1", "node-a", run_id="run-a"),
+        )
+    )
+    assert many.forwarded == [
+        Forwarded("node-a", "1", "run-a", 3, "completed"),
+        Forwarded("node-a", "2", "", 0, "removed"),
+        Forwarded("node-a", "1", "run-a", 0, "removed"),
+    ]
+    assert len(many.to_broker) == len(many.forwarded)
+
+
+def test_the_endpoint_reports_what_it_forwards_before_queuing_it() -> None:
+    order: list[str] = []
+
+    class Sink:
+        def full(self) -> bool:
+            return False
+
+        def put(self, frames: list[bytes]) -> None:
+            order.append(f"put {len(frames)}")
+
+    class Pins:
+        def is_pinned(self, fingerprint: str) -> bool:
+            return True
+
+    endpoint = EventsEndpoint(
+        dispatcher(WorkloadTable(LIMITS)),
+        Pins(),
+        Sink(),
+        on_forwarded=lambda items: order.append(f"journal {len(items)}"),
+    )
+    from nvpair_wm.http.core import Request  # noqa: PLC0415
+
+    body = peer_body(event_frame("workload:submitted", workload(id="5")))
+    req = Request(
+        method="POST",
+        path="/v1/workloads/events",
+        headers=[(b"content-type", b"application/json")],
+        peer_fingerprint=FINGERPRINT,
+        protocol="h2",
+        content_length=len(body),
+    )
+    assert endpoint.head(req) is None
+    assert endpoint.complete(req, body).status == 202
+    assert endpoint.complete(req, body).status == 202  # a duplicate: nothing forwarded
+    assert order == ["journal 1", "put 1"]
+
+
+def forwarded_records(at: float = T0) -> list[Record]:
+    items = [
+        Forwarded("node-b", "1", "run-b", 2, "running"),
+        Forwarded("node-b", "2", "run-b", 3, "failed"),
+        Forwarded("node-b", "3", "", 0, "removed"),
+    ]
+    return [forwarded_record(item, at + i) for i, item in enumerate(items)]
+
+
+def test_forwarded_records_round_trip_appended_and_in_checkpoints() -> None:
+    records = forwarded_records()
+    assert [(r.kind, r.seq, r.body) for r in records] == [
+        (FORWARDED_LIVE, 2, b""),
+        (FORWARDED_TERMINAL, 3, b""),
+        (FORWARDED_REMOVAL, 0, b""),
+    ]
+    appended = HEADER + b"".join(map(encode_record, records))
+    assert decode_log(appended) == (records, None)
+    assert read_log(appended).tail == 3
+    checkpoint = encode_log(records)
+    assert decode_log(checkpoint) == (records, None)
+    assert read_log(checkpoint).tail == 0
+
+
+def test_a_reloaded_table_refuses_what_its_broker_already_has() -> None:
+    """After a restart, a peer's older snapshot is stale and a removed workload stays removed
+    (the newest seq the broker had is forwarded once more); the broker's own workload keeps its
+    frame for replay next to the newer forwarded seq."""
+    own = outbound_event(lifecycle_frame(info(id="7", seq=1, originatedFrom="node-a")))
+    records = [
+        Record(LIVE, T0, "node-a", "7", "run-a", own.body, 1),
+        forwarded_record(Forwarded("node-a", "7", "run-a", 2, "running"), T0 + 1),
+        *forwarded_records(T0 + 2),
+        Record(REMOVAL, T0 + 5, "node-a", "8", "run-a"),
+    ]
+    table = WorkloadTable(LIMITS)
+    assert reload_table(table, records, mono=100.0, wall=T0 + 6) == 0
+    disp = dispatcher(table)
+    stale = disp.peer(peer_body(event_frame("workload:submitted", workload(id="7", seq=1))))
+    assert (stale.to_broker, table.stale) == ([], 1)
+    older = event_frame(
+        "workload:submitted", workload(id="1", runId="run-b", seq=1, originatedFrom="node-b")
+    )
+    assert disp.peer(peer_body(older)).to_broker == []
+    removed = event_frame(
+        "workload:started", workload(id="3", runId="run-b", seq=9, originatedFrom="node-b")
+    )
+    assert disp.peer(peer_body(removed)).to_broker == []
+    assert table.suppressed == 1
+    # The seq the broker already has: forwarded once more (a broker that restarted too needs
+    # it), then a duplicate as ever.
+    same = event_frame(
+        "workload:started", workload(id="1", runId="run-b", seq=2, originatedFrom="node-b")
+    )
+    assert len(disp.peer(peer_body(same)).to_broker) == 1
+    assert disp.peer(peer_body(same)).to_broker == []
+    newer = event_frame(
+        "workload:completed", workload(id="1", runId="run-b", seq=3, originatedFrom="node-b")
+    )
+    assert len(disp.peer(peer_body(newer)).to_broker) == 1
+    # The broker's own workload: a peer's copy of the forwarded seq 2 goes once more too.
+    again = event_frame("workload:started", workload(id="7", seq=2))
+    assert len(disp.peer(peer_body(again)).to_broker) == 1
+    assert disp.peer(peer_body(again)).to_broker == []
+    # Its own frame (seq 1) is still what it replays to peers; the forwarded seq 2 is newer.
+    events, removals = table.originated()
+    assert [o.seq for o in events] == [1]
+    assert removals == [Removal("node-a", "8", "run-a")]
+
+
+def test_the_fold_keeps_a_forwarded_seq_only_while_it_is_the_newest() -> None:
+    own = outbound_event(lifecycle_frame(info(id="7", seq=1, originatedFrom="node-a")))
+    local = Record(LIVE, T0, "node-a", "7", "run-a", own.body, 1)
+    seen = forwarded_record(Forwarded("node-a", "7", "run-a", 2, "running"), T0 + 1)
+    assert Fold([local, seen]).compacted(T0 + 2, LIMITS) == [local, seen]
+    newer = Record(LIVE, T0 + 2, "node-a", "7", "run-a", own.body, 3)
+    assert Fold([local, seen, newer]).compacted(T0 + 3, LIMITS) == [newer]
+    gone = forwarded_record(Forwarded("node-a", "7", "", 0, "removed"), T0 + 3)
+    assert Fold([local, seen, gone]).compacted(T0 + 4, LIMITS) == [gone]
+    # The cap counts workloads: one workload's two records count once.
+    capped = TableLimits(max_workloads=1)
+    other = forwarded_record(Forwarded("node-b", "1", "run-b", 1, "queued"), T0 - 1)
+    assert Fold([other, local, seen]).compacted(T0 + 2, capped) == [local, seen]
+
+
+def test_forwarded_records_expire_with_their_class() -> None:
+    records = forwarded_records()  # live at T0, terminal at T0 + 1, removal at T0 + 2
+    kept = Fold(records).compacted(T0 + 15, LIMITS)  # terminal_ttl 10 s, tombstone_ttl 20 s
+    assert [r.kind for r in kept] == [FORWARDED_LIVE, FORWARDED_REMOVAL]
+    table = WorkloadTable(LIMITS)
+    reload_table(table, records, mono=100.0, wall=T0 + 15)
+    assert (len(table), table.tombstones) == (1, 1)
+
+
+def test_journal_appends_what_was_forwarded(tmp_path: Path) -> None:
+    journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+    assert journal is not None
+    items = [Forwarded("node-b", "1", "run-b", 2, "running")]
+    journal.append_forwarded(items, T0 + 1)
+    journal.append_forwarded([], T0 + 2)  # nothing: nothing written
+    journal.close()
+    records = decode_log((tmp_path / JOURNAL_FILE).read_bytes())[0]
+    assert records == [forwarded_record(items[0], T0 + 1)]
