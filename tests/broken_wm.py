@@ -22,6 +22,8 @@ from nvpair_wm import cli, codec, dedup, dispatch, endpoint, events, node, outbo
 from nvpair_wm.http.core import Request, Response, error_response
 from nvpair_wm.io import client
 from nvpair_wm.proto import h1
+from nvpair_wm.proto.h2 import connection, frames, hpack, streams
+from nvpair_wm.versions import RESPONSE_FIELDS
 
 
 def _wrong_code() -> None:
@@ -248,6 +250,21 @@ def _unbounded_batches() -> None:
     outbox.PeerOutbox.__init__ = broken  # type: ignore[method-assign]
 
 
+def _bare_answers_without_versions() -> None:
+    """HTTP/2's cached bare answers (every 202) lack nvpair-contract-version and server: the
+    fast path that skips the usual response building forgot the version fields."""
+
+    def broken(status: int) -> tuple[bytes, bytes]:
+        fields, _ = streams.response_fields(Response(status, []), False)
+        block = hpack.encode_fields(tuple(f for f in fields if f not in RESPONSE_FIELDS))
+        flags = frames.END_STREAM | frames.END_HEADERS
+        head = frames.frame_header(len(block), frames.HEADERS, flags, 0)
+        cached = connection._BARE_HEADERS[status] = (head[:5], block)
+        return cached
+
+    connection._bare_headers = broken
+
+
 MODES: dict[str, Callable[[], None]] = {
     "code": _wrong_code,
     "nodes-update": _nodes_update_not_applied,
@@ -267,6 +284,7 @@ MODES: dict[str, Callable[[], None]] = {
     "snapshot": _no_snapshot,
     "413": _413_drops_the_batch,
     "bounds": _unbounded_batches,
+    "versions": _bare_answers_without_versions,
 }
 
 

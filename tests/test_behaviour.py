@@ -287,6 +287,9 @@ STAND_INS: dict[str, dict[str, str]] = {
     "snapshot": {"peer-snapshot/snapshot-after-restart": "fresh: expected an array of 4"},
     "413": {"peer-batches/413-halves-the-batch": "0 frames arrived, expected 40"},
     "bounds": {"peer-bounds/requests-within-the-bounds": "over the bound of 1048576"},
+    "versions": {
+        "http-status/202-notification[h2]": "HTTP 202 response without nvpair-contract-version"
+    },
 }
 
 

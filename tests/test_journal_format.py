@@ -52,8 +52,8 @@ from nvpair_wm.journal import (
     read_log,
     reload_table,
 )
-from tests.frames import FINGERPRINT, dumps, event_frame, info, line, remove_frame, workload
-from tests.wm_process import WmProcess
+from tests.support.frames import FINGERPRINT, dumps, event_frame, info, line, remove_frame, workload
+from tests.support.wm_process import WmProcess
 
 LIMITS = TableLimits(
     terminal_ttl=10.0, live_ttl=100.0, tombstone_ttl=20.0, max_workloads=50, max_tombstones=50
@@ -334,6 +334,7 @@ def test_a_reloaded_table_refuses_what_its_broker_already_has() -> None:
         "workload:completed", workload(id="1", runId="run-b", seq=3, originatedFrom="node-b")
     )
     assert len(disp.peer(peer_body(newer)).to_broker) == 1
+    assert disp.peer(peer_body(newer)).to_broker == []  # no more resending: seq 3 was told
     # The broker's own workload: a peer's copy of the forwarded seq 2 goes once more too.
     again = event_frame("workload:started", workload(id="7", seq=2))
     assert len(disp.peer(peer_body(again)).to_broker) == 1

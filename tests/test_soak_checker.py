@@ -229,3 +229,107 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile(values, 99) == 99.0
     assert percentile(values, 100) == 100.0
     assert percentile([], 50) == 0.0
+
+
+# -- multi-path runs (issue 24) ------------------------------------------------------------------
+
+
+class Multi(H):
+    """A multi-path history: reports may go through another broker than the origin's, and a
+    broker's own report counts once its answer is read."""
+
+    def __init__(self, bound: float = 5.0) -> None:
+        super().__init__(bound)
+        self.records[0] = Record(0.0, "start", data={"nodes": NODES, "bound": bound, "seed": 7,
+                                                     "paths": "multi"})  # fmt: skip
+
+    def report_via(self, via: str, origin: str, wid: str, seq: int, state: str = "queued",
+                   ) -> tuple[dict[str, Any], str]:  # fmt: skip
+        wi = {**info(origin, wid, seq, state), "scheduledOn": via}
+        rid = f"{origin}-{wid}-{seq}"
+        frame = {"jsonrpc": "2.0", "method": METHOD[state], "params": {"workloadInfo": wi},
+                 "id": rid}  # fmt: skip
+        self.records.append(Record(self.at(), "send", via, 1, frame))
+        return wi, rid
+
+    def remove_via(self, via: str, origin: str, wid: str, run: str) -> str:
+        rid = f"{origin}-rm-{wid}"
+        params = {"workloadId": wid, "originatedFrom": origin, "runId": run}
+        frame = {"jsonrpc": "2.0", "method": "workloads:remove", "params": params, "id": rid}
+        self.records.append(Record(self.at(), "send", via, 1, frame))
+        return rid
+
+    def answer(self, node: str, rid: str, inc: int = 1) -> None:
+        frame = {"jsonrpc": "2.0", "id": rid, "result": {"outcome": "applied"}}
+        self.records.append(Record(self.at(), "recv", node, inc, frame))
+
+
+def multi_path_history() -> tuple[Multi, dict[str, Any], dict[str, Any]]:
+    """w1 enters on a (queued, answered) and runs on c (started, answered); b hears both, a
+    hears c's start, c hears a's submission."""
+    h = Multi()
+    w1, r1 = h.report_via("a", "a", "1", 1)
+    h.answer("a", r1)
+    h.upsert("b", w1)
+    h.upsert("c", w1)
+    w1b, r2 = h.report_via("c", "a", "1", 2, "running")
+    h.answer("c", r2)
+    h.upsert("b", w1b)
+    h.upsert("a", w1b)  # its own workload, reported by another broker: not an echo
+    return h, w1, w1b
+
+
+def test_a_clean_multi_path_history_converges_with_the_brokers_own_reports() -> None:
+    h, _, _ = multi_path_history()
+    h.mark("quiesce")
+    h.mark("end")
+    report = check(h.records)
+    assert report.ok, report.summary()
+    assert set(report.convergence) == {"a", "b", "c"}
+
+
+def test_an_upsert_older_than_the_brokers_applied_report_is_backwards() -> None:
+    """The issue's case: c's own start (seq 2) was answered, then its restarted node forwards
+    a's snapshot of the queued event (seq 1)."""
+    h, w1, _ = multi_path_history()
+    h.mark("spawn", "c", 2)
+    h.upsert("c", w1, inc=2)
+    h.mark("quiesce")
+    report = check(h.records)
+    assert dict(report.violation_counts) == {"seq-backwards": 1}, report.summary()
+    assert report.violations[0].node == "c" and "its own seq 2" in report.violations[0].detail
+
+
+def test_an_upsert_read_while_the_brokers_report_is_in_flight_judges_nothing() -> None:
+    """Read before the answer: the node had not applied the report yet, so the lower seq was
+    on its way first (the order of frames on stdout, not the clock)."""
+    h = Multi()
+    w1, r1 = h.report_via("a", "a", "1", 1)
+    h.answer("a", r1)
+    w1b, r2 = h.report_via("c", "a", "1", 2, "running")
+    h.upsert("c", w1)  # queued before c's report was applied: read before its answer
+    h.answer("c", r2)
+    h.upsert("a", w1b)
+    h.upsert("b", w1)
+    h.upsert("b", w1b)
+    h.mark("quiesce")
+    report = check(h.records)
+    assert report.ok, report.summary()
+
+
+def test_an_upsert_after_the_brokers_own_removal_was_applied_is_resurrected() -> None:
+    h, _, w1b = multi_path_history()
+    rid = h.remove_via("a", "a", "1", "run-a")
+    h.answer("a", rid)
+    h.upsert("a", w1b, inc=2)  # a restarted a forwards c's snapshot of the removed workload
+    h.mark("quiesce")
+    report = check(h.records)
+    assert report.violation_counts["resurrected"] == 1, report.summary()
+
+
+def test_in_a_multi_path_run_an_echo_is_an_upsert_of_the_brokers_own_report() -> None:
+    h, _, w1b = multi_path_history()
+    h.upsert("c", w1b)  # c reported seq 2 itself
+    report = check(h.records)
+    assert report.violation_counts["altered"] == 1, report.summary()
+    assert "echo" in report.violations[0].detail

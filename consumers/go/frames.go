@@ -453,6 +453,34 @@ type StatusResult struct {
 	Port        *Int         `json:"port"`
 	Peers       []PeerStatus `json:"peers"`
 	Counters    Counters     `json:"counters"`
+	// Journal is optional in the schema (since 1.2.0; a 1.1 manager does not send it) and
+	// always sent by a 1.2 manager: absent stays absent.
+	Journal *JournalStatus `json:"journal,omitempty"`
+}
+
+// JournalStatus says whether the journal keeps what the node originated (since 1.2.0).
+type JournalStatus struct {
+	State        string  `json:"state"`
+	FailingSince *Int    `json:"failingSince"`
+	LastError    *string `json:"lastError"`
+}
+
+type journalStatusJSON JournalStatus
+
+func (j *JournalStatus) UnmarshalJSON(b []byte) error {
+	var v journalStatusJSON
+	r := rules{required: []string{"state", "failingSince", "lastError"}, nonNull: []string{"state"}}
+	if err := decodeObject(b, r, &v); err != nil {
+		return fmt.Errorf("JournalStatus: %w", err)
+	}
+	if err := oneOf(v.State, "off", "healthy", "failing"); err != nil {
+		return fmt.Errorf("JournalStatus.state: %w", err)
+	}
+	if v.FailingSince != nil && *v.FailingSince < 0 {
+		return fmt.Errorf("JournalStatus.failingSince: negative")
+	}
+	*j = JournalStatus(v)
+	return nil
 }
 
 type statusResultJSON StatusResult
@@ -461,7 +489,7 @@ func (s *StatusResult) UnmarshalJSON(b []byte) error {
 	var v statusResultJSON
 	r := rules{
 		required: []string{"version", "hasIdentity", "fingerprint", "port", "peers", "counters"},
-		nonNull:  []string{"version", "hasIdentity", "peers", "counters"},
+		nonNull:  []string{"version", "hasIdentity", "peers", "counters", "journal"},
 	}
 	if err := decodeObject(b, r, &v); err != nil {
 		return fmt.Errorf("StatusResult: %w", err)

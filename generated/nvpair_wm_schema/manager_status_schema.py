@@ -249,6 +249,38 @@ class PeerStatus(Struct):
     """
 
 
+class JournalStatus(Struct):
+    """
+    The journal (what this node originated, kept in its cluster directory so that a restart forgets nothing): state is off (no cluster directory, journal.enabled false, or it could not be opened at start), healthy, or failing (a write, fsync or compaction failed: the node retries with backoff and rewrites the whole current state once writing works again; a crash before that loses what the peers have not received). StatusResult.journal since 1.2.0: optional in the schema, so that a status from a 1.1 manager stays valid; a 1.2 manager always sends it.
+    """
+
+    state: Literal["off", "healthy", "failing"]
+    failingSince: (
+        Annotated[
+            workload_info_schema.EpochMillis,
+            Meta(
+                description="When the journal started failing (epoch milliseconds); null unless failing."
+            ),
+        ]
+        | None
+    )
+    """
+    When the journal started failing (epoch milliseconds); null unless failing.
+    """
+    lastError: (
+        Annotated[
+            str,
+            Meta(
+                description="What failed last (the operation and the system's reason, e.g. 'write to: No space left on device'); null unless failing."
+            ),
+        ]
+        | None
+    )
+    """
+    What failed last (the operation and the system's reason, e.g. 'write to: No space left on device'); null unless failing.
+    """
+
+
 class FramesByChannel(Struct):
     """
     The frames of each channel since the process started, in and out, and what became of those received: broker is the local channel (frames from the broker, lines written to it), peer the inter-node channel (frames from peers, each batch element counting; frames relayed toward the peers). Counters.byChannel since 1.1.0: optional in the schema, so that a status from a 1.0 manager stays valid; a 1.1 manager always sends it.
@@ -326,7 +358,7 @@ class Counters(Struct):
 
 class StatusResult(Struct):
     """
-    The result of manager:status: this node's version, identity and bound port, one PeerStatus per current peer, and the counters.
+    The result of manager:status: this node's version, identity and bound port, one PeerStatus per current peer, the counters and the journal's state.
     """
 
     version: Annotated[str, Meta(description="nvpair-wm version (as in ready).")]
@@ -371,6 +403,7 @@ class StatusResult(Struct):
     One entry per current peer.
     """
     counters: Counters
+    journal: JournalStatus | UnsetType = UNSET
 
 
 class StatusResponse(Struct):

@@ -284,6 +284,8 @@ class WorkloadTable:
         if seq < newest:
             self.stale += 1
             return "stale"
+        if self._resend:  # newer than what was reloaded: what it marks is told already
+            self._resend.discard(key)
         new: _Value
         if replay is not None:
             new = replay

@@ -81,11 +81,17 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
   before the tear. Anything else (a bad header, a record in the middle failing its checksum, an
   impossible length) means the file cannot be trusted: the node starts with an empty journal.
   Either way the damaged file is moved aside (``journal.log.damaged-<unix time>``) for inspection
-  and a fresh one is written; a file that cannot be read or written disables the journal with one
-  line (the node still relays).
-* **One process per journal**: the directory is ``flock``ed while the journal is open; a second
-  daemon started on the same cluster directory runs without a journal and says so, rather than
-  rewriting the first one's file under it.
+  and a fresh one is written; a file that cannot be read or written at start disables the
+  journal with one line (the node still relays).
+* **A write that fails later** (a full disk: ENOSPC, EIO) is one error line; the journal stops
+  appending, says so in ``manager:status`` and the metrics (failing since when, why), and
+  retries with backoff (``retry_backoff`` doubling to ``retry_backoff_max``) to rewrite the log
+  whole from the table (:meth:`Journal.recover`, a compaction of the table's state rather than
+  the file's), so a crash after writing works again loses nothing written meanwhile.
+* **One process per journal**: the directory is ``flock``ed while the journal is open (the
+  daemon also refuses a second process on its cluster directory before it starts, dirlock.py);
+  a second journal on the same directory stays off and says so, rather than rewriting the first
+  one's file under it.
 
 Reloading keeps each record's age: it is written with the wall-clock time of its event, and is
 put back into the table at ``monotonic now - age``, so TTLs run on from where they were (a
@@ -124,6 +130,7 @@ import math
 import os
 import struct
 import sys
+import time
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -234,6 +241,8 @@ class JournalLimits:
     compact_min_records: int = 4096  # appended records before a compaction is worth it
     compact_growth: float = 3.0  # compact once appends reach this many times what the last one kept
     compaction_timeout: float = 60.0  # a compaction child running longer is killed; next retries
+    retry_backoff: float = 0.5  # after a failed write: first pause before rewriting the state
+    retry_backoff_max: float = 30.0  # longest pause between two rewrite attempts
 
 
 class Record(NamedTuple):
@@ -958,10 +967,78 @@ class Journal:
         self._compacting = False
         self._compacted_at = wall
         self._min_ttl = min(table.terminal_ttl, table.live_ttl, table.tombstone_ttl)
+        # Failing (a write, fsync or compaction failed): the log misses what came since, so it
+        # is rewritten whole from the table once writing works again (see :meth:`recover`).
+        self.failing_since: float | None = None  # unix time of the first failure of the run
+        self.last_error: str | None = None
+        self._retry_at = 0.0  # monotonic time of the next rewrite attempt
+        self._retry_pause = limits.retry_backoff
 
     @property
     def active(self) -> bool:
         return self._fd is not None
+
+    @property
+    def healthy(self) -> bool:
+        return self.failing_since is None
+
+    def recovery_delay(self, now: float) -> float | None:
+        """Seconds until the next rewrite attempt is due (0: now), or None when healthy.
+        ``now``: monotonic."""
+        if self.failing_since is None:
+            return None
+        return max(0.0, self._retry_at - now)
+
+    def recover(self, items: Iterable[Outbound], wall: float, now: float) -> bool:
+        """Rewrite the log: its whole records as they were before the failure (a write cut short
+        by it left a torn tail, which is dropped), then ``items`` (the table's current state:
+        the newest event of every workload this node originated, and its removals), and append
+        to it again. After this a crash loses nothing this node originated while the journal
+        was failing (what it forwarded to its broker meanwhile is not in the table: after a
+        restart those may be forwarded once more, a duplicate the contract allows). Those
+        records are stamped ``wall`` (their own times are not in the table), so after a restart
+        they live up to one TTL longer than they would have; the next compaction folds the old
+        and the new. On failure the next attempt waits twice as long (``retry_backoff`` doubling
+        to ``retry_backoff_max``); ``now``: monotonic."""
+        if self.failing_since is None:
+            return True
+        try:
+            with self.path.open("rb") as f:
+                before = f.read(self._size)
+        except OSError:
+            before = b""
+        if len(before) != self._size or not before.startswith(HEADER):
+            before = HEADER  # not the file the journal wrote: the table's state alone
+        data, count = encode_outbounds(items, wall)
+        try:
+            fd = _install(_write_temp(self.path, before + data), self.path)
+        except OSError as exc:
+            self.last_error = f"rewrite: {exc.strerror or exc}"
+            self._retry_at = now + self._retry_pause
+            log.debug(
+                "journal: rewriting %s failed (%s); again in %g s",
+                self.path,
+                exc.strerror or exc,
+                self._retry_pause,
+            )
+            self._retry_pause = min(self._retry_pause * 2, self.limits.retry_backoff_max)
+            return False
+        with contextlib.suppress(OSError):  # a compaction's temporary file, if one was left
+            _temp_of(self.path).unlink()
+        log.warning(
+            "journal: writing %s works again after %.1f s; rewrote the current state (%d records)",
+            self.path,
+            max(0.0, wall - self.failing_since),
+            count,
+            extra={"records": count},
+        )
+        self._fd = fd
+        self._size = len(before) + len(data)
+        self._appended += count
+        self._dirty = self._directory_dirty = False
+        self.failing_since = self.last_error = None
+        self._retry_pause = self.limits.retry_backoff
+        return True
 
     @property
     def size(self) -> int:
@@ -1170,13 +1247,24 @@ class Journal:
             self._lock = -1
 
     def _fail(self, what: str, exc: OSError) -> None:
-        log.error(
-            "journal: cannot %s %s (%s); journal off until restart: a crash now loses what "
-            "the peers have not received",
-            what,
-            self.path,
-            exc.strerror or exc,
-        )
+        """A write, fsync or compaction failed: stop appending (the log now misses records)
+        and rewrite it whole once writing works again (:meth:`recover`, with backoff)."""
+        reason = exc.strerror or str(exc)
+        if self.failing_since is None:
+            log.error(
+                "journal: cannot %s %s (%s); retrying with backoff (%g s doubling to %g s), "
+                "then the whole current state is rewritten; a crash before that loses what the "
+                "peers have not received",
+                what,
+                self.path,
+                reason,
+                self.limits.retry_backoff,
+                self.limits.retry_backoff_max,
+            )
+            self.failing_since = time.time()
+            self._retry_pause = self.limits.retry_backoff
+        self.last_error = f"{what}: {reason}"
+        self._retry_at = time.monotonic() + self._retry_pause
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._fd)

@@ -18,12 +18,18 @@ The endpoint is plain HTTP/1.1 on the asyncio loop (GET ``/metrics``; one reques
 connection): the collector then reads the node's state on the thread that changes it, with no
 locks and no torn reads, which prometheus_client's ``start_http_server`` thread would not give.
 It binds loopback unless an address is given; a scrape is bounded in size and time.
+
+The same listener answers the probes of a supervisor or an orchestrator: ``GET /healthz`` is
+200 whenever the loop answers (liveness), ``GET /readyz`` 200 once the node relays and 503
+otherwise, each with a short JSON body (``{"ready": false, "reasons": [...]}``); the node says
+what ready means (``Node.readiness``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -58,6 +64,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PATH: Final = "/metrics"
+#: Probes for a supervisor or an orchestrator: the loop answers (liveness); the node relays
+#: (readiness: ready sent, listener up, identity and journal as configured).
+HEALTH_PATH: Final = "/healthz"
+READY_PATH: Final = "/readyz"
+NOT_FOUND: Final = b"not found: /metrics, /healthz and /readyz are served here\n"
+_JSON: Final = "application/json"
 
 # Inter-node requests are served in well under a millisecond when healthy; a slow broker queue
 # or a big batch shows up in the upper buckets.
@@ -160,7 +172,28 @@ class StatusCollector(Collector):
             ("broker_queue_frames", c.brokerQueue, "Frames waiting to be written to the broker."),
         ):
             yield GaugeMetricFamily(f"nvpair_wm_{name}", text, value=value)
+        yield from _journal_metrics(s)
         yield from _peer_metrics(s)
+
+
+def _journal_metrics(s: StatusResult) -> Iterator[Metric]:
+    """``StatusResult.journal``: healthy or not (absent when the journal is off) and since when
+    it fails."""
+    journal = s.journal
+    if isinstance(journal, UnsetType) or journal.state == "off":
+        return
+    yield GaugeMetricFamily(
+        "nvpair_wm_journal_healthy",
+        "1 while the journal keeps what this node originated; 0 while its writes fail (it "
+        "retries, then rewrites the whole state).",
+        value=int(journal.state == "healthy"),
+    )
+    if journal.failingSince is not None:
+        yield GaugeMetricFamily(
+            "nvpair_wm_journal_failing_since_timestamp_seconds",
+            "When the journal started failing (Unix time; absent while healthy).",
+            value=journal.failingSince / 1000,
+        )
 
 
 def _peer_metrics(s: StatusResult) -> Iterator[Metric]:
@@ -296,9 +329,12 @@ class Metrics:
         address: tuple[str, int],
         status: Callable[[], StatusResult],
         limits: MetricsLimits = MetricsLimits(),
+        *,
+        readiness: Callable[[], list[str]] = list,
     ) -> None:
         self.host, self.requested_port = address
         self.limits = limits
+        self._readiness = readiness  # why the node is not ready; empty: it is
         self.registry = CollectorRegistry()
         self.registry.register(StatusCollector(status))
         ProcessCollector(registry=self.registry)
@@ -379,9 +415,15 @@ class Metrics:
             writer.close()
 
     def _answer(self, request: h11.Request) -> tuple[int, str, bytes]:
-        target = request.target.split(b"?", 1)[0]
-        if target != PATH.encode():
-            return 404, "text/plain; charset=utf-8", b"not found: metrics are at /metrics\n"
+        target = request.target.split(b"?", 1)[0].decode("ascii", "replace")
+        if target not in (PATH, HEALTH_PATH, READY_PATH):
+            return 404, "text/plain; charset=utf-8", NOT_FOUND
         if request.method not in (b"GET", b"HEAD"):
             return 405, "text/plain; charset=utf-8", b"method not allowed\n"
+        if target == HEALTH_PATH:  # answered at all: the event loop runs
+            return 200, _JSON, b'{"status":"ok"}\n'
+        if target == READY_PATH:
+            reasons = self._readiness()
+            body = {"ready": not reasons, **({"reasons": reasons} if reasons else {})}
+            return 503 if reasons else 200, _JSON, json.dumps(body).encode() + b"\n"
         return 200, CONTENT_TYPE_LATEST, self.exposition()

@@ -20,7 +20,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nvpair_wm_schema.contract import CONTRACT_VERSION
-from nvpair_wm_schema.manager_status_schema import PeerStatus, StatusResult
+from nvpair_wm_schema.manager_status_schema import JournalStatus, PeerStatus, StatusResult
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
@@ -29,7 +29,7 @@ from nvpair_wm.broadcaster import Broadcaster
 from nvpair_wm.compactor import compact_in_child
 from nvpair_wm.config import Config, metrics_address
 from nvpair_wm.dedup import WorkloadTable
-from nvpair_wm.dispatch import Dispatcher, Outbound
+from nvpair_wm.dispatch import Dispatcher, Outbound, outbound_removal
 from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.errors import ListenFailed
 from nvpair_wm.events import Forwarded
@@ -142,7 +142,9 @@ class Node:
         if config.metrics:
             from nvpair_wm.metrics import Metrics  # noqa: PLC0415
 
-            self.metrics = Metrics(metrics_address(config.metrics), self.dispatcher.status)
+            self.metrics = Metrics(
+                metrics_address(config.metrics), self.dispatcher.status, readiness=self.readiness
+            )
         # What each peer says of its versions, heard in its requests (the endpoint) and in its
         # responses (the broadcaster); manager:status and the metrics show it.
         self.versions = PeerVersions()
@@ -175,6 +177,7 @@ class Node:
             tls_policy=config.tls,
         )
         self._stop = asyncio.Event()
+        self._ready_sent = False  # GET /readyz
 
     def _peers(self) -> list[PeerStatus]:
         return self.broadcaster.status()
@@ -216,13 +219,28 @@ class Node:
             port=self._bound_port(),
             peers=self._peers(),
             counters=counters,
+            journal=self._journal_status(),
         )
+
+    def _journal_status(self) -> JournalStatus:
+        journal = self.journal
+        if journal is None or not journal.limits.enabled:
+            return JournalStatus(state="off", failingSince=None, lastError=None)
+        if journal.failing_since is None:
+            return JournalStatus(state="healthy", failingSince=None, lastError=None)
+        since = int(journal.failing_since * 1000)
+        return JournalStatus(state="failing", failingSince=since, lastError=journal.last_error)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._on_signal, sig)
+        try:  # first, so that the probes answer while the node waits for its broker
+            await self._start_metrics()
+        except ListenFailed as exc:
+            log.error("cannot listen on %s: %s", exc.where, exc.reason)
+            return 1
         try:
             ipc = self.config.ipc
             opened = await self._unless_stopped(
@@ -231,8 +249,10 @@ class Node:
         except OSError as exc:
             where = f"--ipc {self.config.ipc}" if self.config.ipc else "stdio"
             log.error("cannot open the broker channel (%s): %s", where, exc.strerror or exc)
+            await self.stop(0)
             return 1
         if opened is None:  # a signal while waiting for the broker: its line was the one
+            await self.stop(0)
             return 0
         reader, writer = opened
         channel = BrokerChannel(
@@ -261,6 +281,7 @@ class Node:
         gc.freeze()
         params = ReadyParams(version=__version__, contractVersion=CONTRACT_VERSION)
         self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=params))])
+        self._ready_sent = True
         tasks = [
             asyncio.create_task(channel.write_forever(), name="broker-writer"),
             asyncio.create_task(self._expire_forever(), name="expiry"),
@@ -288,17 +309,45 @@ class Node:
     async def start(self) -> None:
         """Start the inter-node parts: the port is bound whether or not there is an identity.
         Raises :class:`ListenFailed` naming the flag whose address cannot be listened on."""
-        if self.metrics is not None:
-            try:
-                await self.metrics.start()
-            except OSError as exc:
-                raise ListenFailed(f"--metrics {self.config.metrics}", exc) from exc
+        await self._start_metrics()
         try:
             await self.server.start()
         except OSError as exc:
             where = f"--bind {self.config.bind}" if self.config.bind else "every interface"
             raise ListenFailed(f"--port {self.config.port} ({where})", exc) from exc
         await self.broadcaster.start()
+
+    async def _start_metrics(self) -> None:
+        """The --metrics listener (metrics and probes), once: raises :class:`ListenFailed`."""
+        if self.metrics is not None and not self.metrics.port:
+            try:
+                await self.metrics.start()
+            except OSError as exc:
+                raise ListenFailed(f"--metrics {self.config.metrics}", exc) from exc
+
+    def readiness(self) -> list[str]:
+        """Why this node does not relay yet (empty: it does), for ``GET /readyz``: ``ready``
+        sent to the broker, the inter-node listener up, the identity loaded (or knowingly
+        absent: no --cluster-dir), the journal healthy (or knowingly off)."""
+        reasons: list[str] = []
+        if self._stop.is_set():
+            reasons.append("stopping")
+        elif not self._ready_sent:
+            reasons.append("starting: ready not sent to the broker yet")
+        if not self._bound_port():
+            reasons.append("the inter-node listener is not up")
+        cluster = self.config.cluster_dir
+        if cluster is not None and self.identity.current() is None:
+            reasons.append(
+                f"no cluster identity: node.crt/node.key in {cluster} missing or unusable"
+            )
+        if cluster is not None and self.config.journal.enabled:
+            journal = self.journal
+            if journal is None:
+                reasons.append("the journal could not be opened at start (see the log)")
+            elif journal.failing_since is not None:
+                reasons.append(f"the journal is failing: {journal.last_error}")
+        return reasons
 
     async def _unless_stopped(self, opening: Awaitable[T]) -> T | None:
         """``opening``'s result, or None when a stop signal comes first (it is cancelled)."""
@@ -338,7 +387,11 @@ class Node:
         fsync = limits.fsync_interval
         interval = fsync if fsync > 0 else limits.compaction_check_interval
         while True:
-            await asyncio.sleep(interval)
+            retry = journal.recovery_delay(time.monotonic())
+            await asyncio.sleep(interval if retry is None else min(interval, retry))
+            if not journal.healthy:
+                self._journal_recover(journal)
+                continue
             await self._journal_commit(journal)
             wall = time.time()
             live = len(self.table) + self.table.tombstones  # what a compaction could keep
@@ -366,6 +419,16 @@ class Node:
                     t2 - t1,
                     (t3 - t2) * 1e3,
                 )
+
+    def _journal_recover(self, journal: Journal) -> None:
+        """A failing journal, when its backoff is due: the log rewritten whole from the table, on
+        the loop, so that nothing published meanwhile can slip between the state it writes and
+        the appends that follow it."""
+        if journal.recovery_delay(time.monotonic()) != 0.0:
+            return
+        events, removals = self.table.originated()
+        items = [*events, *(outbound_removal(r) for r in removals)]
+        journal.recover(items, time.time(), time.monotonic())
 
     @staticmethod
     async def _journal_commit(journal: Journal) -> None:

@@ -23,12 +23,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from tests.releases import ReleaseError, build, find, previous
 from tests.soak.checker import check
 from tests.soak.history import read_history
 from tests.soak.network import SoakError, netns_available
 from tests.soak.runner import THIS_TREE, Options, Upgrade, run
 from tests.soak.schedule import KINDS, NETNS_ONLY, draw, format_schedule
+from tests.support.releases import ReleaseError, build, find, previous
 
 
 class _Parser(argparse.ArgumentParser):
@@ -92,6 +92,13 @@ def parser() -> argparse.ArgumentParser:
         choices=["unacked", "live"],
         default="unacked",
         help="what a broker re-reports after its node restarts (default unacked)",
+    )
+    p.add_argument(
+        "--paths",
+        choices=["single", "multi"],
+        default="single",
+        help="multi: a workload's start and end are reported by the broker of the node it runs "
+        "on, mostly not its entry node's (the spec's multi-path workload; default single)",
     )
     p.add_argument(
         "--set",
@@ -205,9 +212,10 @@ def _run_seeds(
         opts = Options(seed=seed, seconds=seconds, nodes=args.nodes, rate=args.rate,
                        bound=args.bound, net=args.net, kinds=kinds, resend=args.resend,
                        workdir=args.dir, log=lambda s: print(s, flush=True),
-                       extra_limits=dict(args.set), upgrade=upgrade)  # fmt: skip
+                       extra_limits=dict(args.set), upgrade=upgrade,
+                       paths=args.paths)  # fmt: skip
         print(f"=== soak seed {seed}: {args.nodes} nodes, {seconds:.0f} s, {args.rate:g} events/s"
-              f" per broker ===", flush=True)  # fmt: skip
+              f" per broker, {args.paths}-path ===", flush=True)  # fmt: skip
         try:
             out = run(opts)
         except SoakError as exc:
@@ -244,7 +252,8 @@ def _run_seeds(
         if failed:
             worst = max(worst, 1)
             print(f"FAILED: seed {seed}; replay with --seed {seed} --seconds {seconds:g} "
-                  f"--nodes {args.nodes} --net {out.network}; history {out.history}")  # fmt: skip
+                  f"--nodes {args.nodes} --net {out.network} --paths {args.paths}; "
+                  f"history {out.history}")  # fmt: skip
             print(format_schedule(seed, out.schedule))
         elif not args.keep:
             shutil.rmtree(out.run_dir, ignore_errors=True)

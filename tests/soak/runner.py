@@ -92,7 +92,7 @@ THIS_TREE: Final = (sys.executable, "-m", "nvpair_wm")
 class Upgrade:
     """A rolling upgrade: every node starts on ``first`` and is restarted, one by one under
     the load and the faults, on ``then`` (a downgrade is the same with the two swapped). Each
-    is the command that runs that release's ``nvpair-wm`` (``tests.releases.build``)."""
+    is the command that runs that release's ``nvpair-wm`` (``tests.support.releases.build``)."""
 
     first: tuple[str, ...]
     then: tuple[str, ...]
@@ -122,6 +122,9 @@ class Options:
     log: Callable[[str], None] = print
     extra_limits: dict[str, Any] = field(default_factory=dict)  # more --config keys
     upgrade: Upgrade | None = None  # a rolling upgrade (or downgrade) during the run
+    # "multi": starts, requeues and ends are reported by the broker of the node a workload runs
+    # on, mostly not its entry node (the spec's multi-path workload; tests.soak.workload)
+    paths: str = "single"
 
 
 def names_for(n: int) -> list[str]:
@@ -220,6 +223,8 @@ class SoakNode:
         limits: Limits,
         opts: Options,
         log_path: Path,
+        models: dict[str, BrokerModel] | None = None,
+        lock: threading.RLock | None = None,
     ) -> None:
         self.name = name
         self.cluster_dir = cluster_dir
@@ -230,7 +235,11 @@ class SoakNode:
         self.opts = opts
         self.log_path = log_path
         self.program: tuple[str, ...] = THIS_TREE  # what runs the node (changed by upgrades)
-        self.lock = threading.RLock()  # the model, the process handle, the incarnation
+        # The model, the process handle, the incarnation. Multi-path: one lock for every node
+        # (a report of one model goes through another node's channel), and ``models`` is every
+        # broker model, by node (answers are credited to the model that issued the request).
+        self.lock = lock or threading.RLock()
+        self.models = models
         self.inc = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.up = False  # ready, and not killed since
@@ -284,7 +293,15 @@ class SoakNode:
             self.up = True
             self.announce(self)
             if inc > 1:
-                for frame in self.model.resend(self.opts.resend):
+                if self.models is None:
+                    frames = self.model.resend(self.opts.resend)
+                else:
+                    frames = [
+                        frame
+                        for model in self.models.values()
+                        for frame in model.resend_via(self.name, self.opts.resend)
+                    ]
+                for frame in frames:
                     self.send(frame)
 
     def log_tail(self, lines: int = 20) -> str:
@@ -304,7 +321,11 @@ class SoakNode:
             proc.kill()
             code = proc.wait(EXIT_TIMEOUT)
             self.rec.add("exit", self.name, self.inc, {"code": code, "how": "kill -9"})
-            self.model.lost_in_flight()
+            if self.models is None:
+                self.model.lost_in_flight()
+            else:
+                for model in self.models.values():
+                    model.lost_in_flight(self.name)
             self.proc = None
 
     def signal(self, sig: int) -> None:
@@ -393,7 +414,12 @@ class SoakNode:
                     waiter.put(frame)
                 else:
                     with self.lock:
-                        self.model.acknowledged(rid)
+                        if self.models is None:
+                            self.model.acknowledged(rid)
+                        else:
+                            for model in self.models.values():
+                                if model.owns(rid):
+                                    model.acknowledged(rid)
         proc.stdout.close()
 
     _fences = itertools.count(1)
@@ -489,12 +515,20 @@ class Soak:
             self.limits = first
         self.then_limits = then
         root = random.Random(opts.seed)
+        if opts.paths not in ("single", "multi"):
+            raise SoakError(f"unknown --paths {opts.paths!r} (single or multi)")
+        models = {
+            name: BrokerModel(name, self.names, random.Random(root.getrandbits(64)),
+                              max_live=opts.max_live)
+            for name in self.names
+        }  # fmt: skip
+        multi = opts.paths == "multi"
+        shared = threading.RLock() if multi else None
         for name in self.names:
-            model = BrokerModel(name, self.names, random.Random(root.getrandbits(64)),
-                                max_live=opts.max_live)  # fmt: skip
-            node = SoakNode(name, dirs[name], model=model, recorder=self.rec,
+            node = SoakNode(name, dirs[name], model=models[name], recorder=self.rec,
                             network=self.network, limits=first, opts=opts,
-                            log_path=self.run_dir / f"{name}.log")  # fmt: skip
+                            log_path=self.run_dir / f"{name}.log",
+                            models=models if multi else None, lock=shared)  # fmt: skip
             if up is not None:
                 node.program = up.first
             node.announce = self._announce_to
@@ -502,7 +536,7 @@ class Soak:
         self.rec.add("start", data={
             "seed": opts.seed, "nodes": self.names, "bound": opts.bound,
             "seconds": opts.seconds, "rate": opts.rate, "network": self.network.kind,
-            "limits": limits.settings, "limits_via": limits.how,
+            "limits": limits.settings, "limits_via": limits.how, "paths": opts.paths,
             "schedule": [f.describe() for f in schedule],
             **({} if up is None else {"upgrade": {
                 "from": up.first_name, "to": up.then_name,
@@ -546,7 +580,13 @@ class Soak:
             due[name] += period * jitter.uniform(0.5, 1.5)
             node = self.nodes[name]
             with node.lock:
-                if node.up:
+                if self.opts.paths == "multi":
+                    up = {n.name for n in self.nodes.values() if n.up}
+                    step = node.model.step_to(self.rec.now(), up)
+                    if step is not None:
+                        via, frame = step
+                        self.nodes[via].send(frame)
+                elif node.up:
                     node.send(node.model.step(self.rec.now()))
 
     # -- faults ---------------------------------------------------------------------------------

@@ -20,6 +20,14 @@ response), at a seeded random pace:
 The number of workloads a broker holds is capped (``max_live``), so a long run stays bounded.
 After its node restarts, the broker re-reports what the node never acknowledged (or, with
 ``resend="live"``, the newest state of every workload it holds, and unacknowledged removals).
+
+**Multi-path** (``multipath=True``, the spec's picture, issue 24): a workload's start, requeue
+and end are reported by the broker of the node it is scheduled on (``scheduledOn``), which is
+another node than its entry node (``originatedFrom``) for most workloads; its submission,
+cancellation and removal by its entry node's broker. The model of the entry node still owns the
+workload (its seq, its state): :meth:`BrokerModel.step_to` says which node's channel carries
+each report, and chooses only among the nodes that are up. Requests keep the owner's id prefix,
+so an answer read on any channel is credited to the model that issued it.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ Resend = Literal["unacked", "live"]
 class _Workload:
     info: dict[str, Any]
     placements: list[str] = field(default_factory=list)
+    reporter: str = ""  # the node whose channel carried its newest report (multi-path)
 
 
 class BrokerModel:
@@ -75,6 +84,7 @@ class BrokerModel:
         self._runs = itertools.count(1)
         self._rids = itertools.count(1)
         self.in_flight: dict[str, tuple[tuple[str, str], float]] = {}  # request id → what
+        self.via: dict[str, str] = {}  # request id → the node whose channel carries it
         self._new_run()
 
     def _new_run(self) -> None:
@@ -88,6 +98,7 @@ class BrokerModel:
                  seq: float) -> dict[str, Any]:  # fmt: skip
         rid = f"{self.origin}-{next(self._rids)}"
         self.in_flight[rid] = (what, seq)
+        self.via[rid] = self.origin  # its own node's channel, unless step_to says otherwise
         return {"jsonrpc": "2.0", "method": method, "params": params, "id": rid}
 
     def _event(self, w: _Workload) -> dict[str, Any]:
@@ -99,6 +110,7 @@ class BrokerModel:
 
     def acknowledged(self, rid: Any) -> bool:
         """The node answered request ``rid`` (any outcome: applied, duplicate or stale)."""
+        self.via.pop(str(rid), None)
         entry = self.in_flight.pop(str(rid), None)
         if entry is None:
             return False
@@ -109,9 +121,16 @@ class BrokerModel:
             self.unacked_removals.pop(key, None)
         return True
 
-    def lost_in_flight(self) -> None:
-        """The node died: requests it did not answer are unacknowledged (resend decides)."""
-        self.in_flight.clear()
+    def lost_in_flight(self, node: str | None = None) -> None:
+        """The node died: requests it did not answer are unacknowledged (resend decides).
+        ``node``: only those sent through that node's channel (multi-path)."""
+        if node is None:
+            self.in_flight.clear()
+            self.via.clear()
+            return
+        for rid in [r for r, n in self.via.items() if n == node]:
+            self.in_flight.pop(rid, None)
+            del self.via[rid]
 
     # -- the workload ---------------------------------------------------------------------------
 
@@ -143,7 +162,7 @@ class BrokerModel:
             "error": None,
             "seq": 1,
         }
-        w = _Workload(info)
+        w = _Workload(info, reporter=self.origin)
         self.workloads[(self.run_id, wid)] = w
         self.ids_seen.setdefault(wid, set()).add(self.run_id)
         return self._event(w)
@@ -217,4 +236,97 @@ class BrokerModel:
                 out.append(self._event(w))
         for key, params in list(self.unacked_removals.items()):
             out.append(self._request("workloads:remove", params, key, float("inf")))
+        return out
+
+    # -- multi-path ------------------------------------------------------------------------------
+
+    def owns(self, rid: Any) -> bool:
+        """Whether request ``rid`` was issued by this model (its id prefix)."""
+        return str(rid).rsplit("-", 1)[0] == self.origin
+
+    def _via(
+        self, frame: dict[str, Any], node: str, w: _Workload | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        self.via[str(frame["id"])] = node
+        if w is not None:
+            w.reporter = node
+        return node, frame
+
+    def step_to(self, now: float, up: set[str]) -> tuple[str, dict[str, Any]] | None:
+        """One more report, multi-path: (the node whose channel carries it, the frame), or None
+        when nothing can be reported now (this node is down and no runner of its workloads is
+        up). A start picks a node that is up; a running workload moves on through its runner."""
+        origin_up = self.origin in up
+        by_state: dict[str, list[_Workload]] = {}
+        for w in self.workloads.values():
+            by_state.setdefault(w.info["state"], []).append(w)
+        queued = by_state.get("queued", [])
+        running = [w for w in by_state.get("running", []) if w.info.get("scheduledOn") in up]
+        done = [w for s in TERMINAL for w in by_state.get(s, [])]
+        choices: list[tuple[str, float]] = []
+        if origin_up and len(self.workloads) < self.max_live:
+            choices.append(("submit", 3.0))
+        if queued and up:
+            choices.append(("start", 3.0))
+        if running:
+            choices += [("requeue", 0.7), ("finish", 3.0)]
+        if origin_up and (queued or by_state.get("running")):
+            choices.append(("cancel", 0.4))
+        if origin_up and done:
+            choices.append(("remove", 2.0 + 4.0 * (len(self.workloads) >= self.max_live)))
+        if origin_up and len(self.workloads) >= self.max_live and (queued or running):
+            choices.append(("remove-live", 0.5))
+        if not choices:
+            return None
+        action = self.rng.choices([c for c, _ in choices], [w for _, w in choices])[0]
+        rng = self.rng
+        ms = self._now_ms(now)
+        if action == "submit":
+            return self.origin, self.submit(now)
+        if action == "start":
+            w = rng.choice(queued)
+            here = sorted(up)
+            # Mostly on another node than its entry node: the spec's multi-path workload.
+            others = [n for n in here if n != self.origin]
+            if w.placements and rng.random() < 0.3 and w.placements[-1] in up:
+                node = w.placements[-1]  # back where it ran before
+            elif others and rng.random() < 0.75:
+                node = rng.choice(others)
+            else:
+                node = rng.choice(here)
+            w.placements.append(node)
+            frame = self._advance(w, "running", now, scheduledOn=node, startedAt=ms)
+            return self._via(frame, node, w)
+        if action == "requeue":
+            w = rng.choice(running)
+            runner = w.info["scheduledOn"]
+            return self._via(self._advance(w, "queued", now, startedAt=None), runner, w)
+        if action == "finish":
+            w = rng.choice(running)
+            runner = w.info["scheduledOn"]
+            if rng.random() < 0.8:
+                frame = self._advance(w, "completed", now, completedAt=ms)
+            else:
+                frame = self._advance(w, "failed", now, completedAt=ms, error="CUDA out of memory")
+            return self._via(frame, runner, w)
+        if action == "cancel":
+            w = rng.choice(queued + by_state.get("running", []))
+            frame = self._advance(w, "cancelled", now, completedAt=ms)
+            return self._via(frame, self.origin, w)
+        pool = done if action == "remove" else queued + running
+        return self._via(self.remove(rng.choice(pool)), self.origin)
+
+    def resend_via(self, node: str, policy: Resend) -> list[dict[str, Any]]:
+        """Multi-path: what to re-report through ``node``'s channel after it restarted: the
+        workloads whose newest report it carried, and (its own broker) the removals."""
+        out = []
+        for key, w in self.workloads.items():
+            if w.reporter != node:
+                continue
+            if policy == "live" or self.acked.get(key, 0) < w.info["seq"]:
+                out.append(self._via(self._event(w), node)[1])
+        if node == self.origin:
+            for key, params in list(self.unacked_removals.items()):
+                frame = self._request("workloads:remove", params, key, float("inf"))
+                out.append(self._via(frame, node)[1])
         return out

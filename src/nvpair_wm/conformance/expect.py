@@ -14,14 +14,38 @@ A matcher is a JSON object; every key it has must hold:
   matcher (this contract fixes a batch's responses in element order).
 
 Each function returns a list of mismatch descriptions; empty means a match.
+
+:func:`contract_header` checks the ``nvpair-contract-version`` header that every inter-node
+request and response carries (contract 1.2.0 on): ``MAJOR.MINOR.PATCH`` of the kit's major.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Final
 
+from nvpair_wm_schema.contract import CONTRACT_VERSION
+
 _MISSING: Final = object()
+CONTRACT_HEADER: Final = "nvpair-contract-version"
+_SEMVER: Final = re.compile(
+    r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+][0-9A-Za-z.+-]+)?"
+)
+_MAJOR: Final = CONTRACT_VERSION.split(".")[0]
+
+
+def contract_header(value: str | None, where: str) -> list[str]:
+    """Problems with the ``nvpair-contract-version`` value of one request or response."""
+    if value is None:
+        return [f"{where} without {CONTRACT_HEADER} (every inter-node request and response "
+                f"carries it since contract 1.2.0)"]  # fmt: skip
+    match = _SEMVER.fullmatch(value.strip())
+    if match is None:
+        return [f"{where}: {CONTRACT_HEADER} {value[:64]!r} is not MAJOR.MINOR.PATCH"]
+    if match.group(1) != _MAJOR:
+        return [f"{where}: {CONTRACT_HEADER} {value} is not of major {_MAJOR} ({CONTRACT_VERSION})"]
+    return []
 
 
 def json_equal(a: Any, b: Any) -> bool:

@@ -6,7 +6,8 @@ and ``h11``: nothing of the implementation under test), answers each request as 
 ``respond`` rules say (202 by default) and records every request: when it came, its frames, the
 status it got. Checks that hold for every request, whatever the vector, are recorded as
 ``problems``: the method, path and media type, the body and batch bounds, a client certificate
-that is the subject's own, and no request before a ``Retry-After`` it was given ran out.
+that is the subject's own, an ``nvpair-contract-version`` of the kit's major, and no request
+before a ``Retry-After`` it was given ran out. Its answers carry the kit's contract version.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h11
+from nvpair_wm_schema.contract import CONTRACT_VERSION
 
+from nvpair_wm.conformance.expect import CONTRACT_HEADER, contract_header
 from nvpair_wm.conformance.peer import H1, H2
 
 PATH: Final = "/v1/workloads/events"
@@ -303,6 +306,7 @@ class PeerServer:
             problems.append(f"content-type {headers.get('content-type')!r}, not application/json")
         if len(body) > MAX_BODY_BYTES:
             problems.append(f"a body of {len(body)} bytes, over the bound of {MAX_BODY_BYTES}")
+        problems += contract_header(headers.get(CONTRACT_HEADER), f"a {method} request")
         frames: list[Any] = []
         try:
             value = json.loads(body)
@@ -330,7 +334,7 @@ class PeerServer:
             self.problems += problems
             self.arrivals.append(Arrival(now, protocol, status, tuple(frames), len(body)))
             self._lock.notify_all()
-        return status, extra
+        return status, {**extra, CONTRACT_HEADER: CONTRACT_VERSION}  # as every peer answers
 
     def _matching(self, frames: int) -> Iterator[Rule]:
         for rule in self._rules:

@@ -433,6 +433,9 @@ class GroupRun:
                 problems.append("the server did not present the member's node.crt")
             if resp.status == 500:
                 problems.append("HTTP 500: no input may earn an internal error")
+            problems += expect.contract_header(
+                resp.headers.get(expect.CONTRACT_HEADER), f"the HTTP {resp.status} response"
+            )
             if until and resp.status != until["status"]:
                 if resp.status != until.get("meanwhile", 202):
                     problems.append(

@@ -392,19 +392,9 @@ class PeerConnection(asyncio.Protocol):
         session = self._session
         if self.close_reason is not None or session is None:
             return False
-        # _send_plain and _write_tls, inline: once per request and per response.
-        tls = self._tls
-        out = session.data_to_send()
-        if out:
-            try:
-                tls.send(out)
-            except TLSError as exc:
-                self._handle(self._session_end(f"connection failed: {exc}"))
-                return False
-        out = tls.data_to_send()
-        transport = self._transport
-        if out and transport is not None and not transport.is_closing():
-            transport.write(out)
+        if not self._send_plain(session.data_to_send()):
+            return False
+        self._write_tls()
         return True
 
     def _send_plain(self, data: bytes) -> bool:

@@ -186,12 +186,8 @@ class WatchedPins:
     def is_pinned(self, fingerprint: str) -> bool:
         cached = self._cached
         ino = self._inotify
-        if cached is not None and ino is not None:
-            # current()'s usual case, inline (every request): nothing queued since the last
-            # look, and no other source drained events since this one looked.
-            fcntl.ioctl(ino.fd, termios.FIONREAD, ino.queued)
-            if ino.queued == _NOTHING_QUEUED and ino.generation_seen == self._seen:
-                return fingerprint in cached
+        if cached is not None and ino is not None and ino.unchanged_since(self._seen):
+            return fingerprint in cached  # the usual case (every request): one FIONREAD
         return fingerprint in self.current()
 
     def _cacheable(self) -> bool:

@@ -1,6 +1,6 @@
 """The inbound inter-node server: one thin ``asyncio.Protocol`` per connection.
 
-Per connection: ``data_received`` feeds the sans-IO machines (:class:`~nvpair_wm.proto.tls.
+Per connection: ``buffer_updated`` feeds the sans-IO machines (:class:`~nvpair_wm.proto.tls.
 TLSMachine`, then :class:`~nvpair_wm.proto.h2.H2ServerSession` or :class:`~nvpair_wm.proto.h1.
 H1Session`) and writes what they return; ONE timer handle follows the machines' next deadline
 (moved only when a deadline comes earlier: a timer firing early just re-arms). No task or
@@ -211,7 +211,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         return self._receive_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        # data_received, inlined: this is every request's first call.
+        """What the peer sent is in the receive buffer (``nbytes``): every request's first call."""
         if self.closed or self._linger_until is not None:
             return  # closing: the peer's leftovers are dropped
         end = self._batch
@@ -221,7 +221,8 @@ class ServerConnection(asyncio.BufferedProtocol):
             tls = self.tls
             session = self.session
             if tls is not None and session is not None and tls.handshake_done:
-                # _received's usual case, inline: a request on an open session.
+                # A request on an open session: _received without the handshake's bookkeeping,
+                # the timer re-armed once the batch's writes went out (below).
                 now = self.loop.time()
                 try:
                     plain = tls.receive_from(self._receive_buffer, self._receive_pointer, nbytes)
@@ -243,18 +244,6 @@ class ServerConnection(asyncio.BufferedProtocol):
                 end.callback_done()
         if rearm:  # _flush's timer half, once the answer (and the broker write) went out
             self._rearm_open()
-
-    def data_received(self, data: bytes | memoryview) -> None:
-        """Feed what the peer sent (TLS records, or plaintext without TLS)."""
-        if self.closed or self._linger_until is not None:
-            return  # closing: the peer's leftovers are dropped
-        end = self._batch
-        end.active = True
-        try:
-            self._received(data)
-        finally:  # what was deferred goes out even if a bug of ours raised
-            end.active = False
-            end.callback_done()
 
     def _received(self, data: bytes | memoryview | None, nbytes: int = 0) -> None:
         """Feed ``data``, or (``None``) the first ``nbytes`` of the server's receive buffer."""
@@ -392,16 +381,12 @@ class ServerConnection(asyncio.BufferedProtocol):
             if session.closed and self._linger_until is None:
                 self._begin_close(now)
                 return False
-        tls = self.tls
-        if tls is not None:  # _write_tls, inline (every answer's path)
-            records = tls.data_to_send()
-            if records:
-                self._write(records)
+        self._write_tls()
         return True
 
     def _rearm_open(self) -> None:
-        """The timer after a flush: an open session's next deadline, inline (every answer's
-        path); else :meth:`_rearm`."""
+        """The timer after a flush (every answer's path): an open session's next deadline when
+        it is earlier than the timer's; :meth:`_rearm` otherwise."""
         session = self.session
         if session is not None and self._linger_until is None and self._write_stalled_since is None:
             if self.closed:
@@ -425,9 +410,9 @@ class ServerConnection(asyncio.BufferedProtocol):
         deferred = self._deferred
         if deferred is not None:
             deferred.append(data)
-        elif queue := self._batch.queue:  # a broker write of this batch goes first
+        elif self._batch.pending:  # a broker write of this batch goes first
             self._deferred = [data]
-            queue.append(self._write_deferred)  # EndOfBatch.defer, inline
+            self._batch.defer(self._write_deferred)
         else:
             transport.write(data)
 

@@ -1,11 +1,9 @@
 """The HTTP/2 client session (sans-IO), our own implementation: no h2 library on the path.
 
 The broadcaster's requests are all one shape (``POST`` of a JSON batch to a pinned peer), so
-the client is written for that shape. At 100 events/s every request runs "cold", and h2's
-generic machinery (stream state machine, event objects, header validation, a stateful HPACK
-encoder) was the biggest single piece of the sender's path; this session does per request
-one dict insert, one header block built from cached bytes, the DATA frames the windows allow,
-and for the response one frame parse, one HPACK decode and one ``Response``.
+the client is written for that shape: per request one dict insert, one header block built from
+cached bytes, the DATA frames the windows allow; per response one HPACK decode and one
+``Response``. Frames come from the frame layer shared with the server (``frames``).
 
 The driver calls :meth:`H2ClientSession.start_request` / :meth:`~H2ClientSession.ping`,
 writes :meth:`~H2ClientSession.data_to_send`, feeds what the peer sends to
@@ -70,17 +68,11 @@ from nvpair_wm.proto.h2.frames import (
     END_HEADERS,
     END_STREAM,
     FRAME_RULES,
-    GOAWAY,
     H2_PREFACE,
-    HEADERS,
     MAX_WINDOW,
     PADDED,
     PING,
-    PRIORITY,
-    PUSH_PROMISE,
-    RST_STREAM,
     SETTINGS,
-    WINDOW_UPDATE,
     FrameReader,
     HeaderBlock,
     check_frame,
@@ -99,7 +91,6 @@ from nvpair_wm.proto.h2.settings import (
     DEFAULT_WINDOW,
     ENABLE_PUSH,
     INITIAL_WINDOW_SIZE,
-    MAX_CONCURRENT_STREAMS,
     PeerSettings,
 )
 from nvpair_wm.proto.h2.streams import response_status, trailers_problem
@@ -174,7 +165,6 @@ class H2ClientSession:
         "_handlers",
         "_max_block",
         "_max_response",
-        "_max_streams",
         "_next_sid",
         "_out",
         "_peer",
@@ -206,8 +196,7 @@ class H2ClientSession:
         if window > DEFAULT_WINDOW:
             preface += window_update_frame(0, window - DEFAULT_WINDOW)
         self._out: list[bytes] = [preface]
-        self._peer = PeerSettings()  # the server's initial window and frame size
-        self._max_streams = _MAX_STREAM_ID  # the server's MAX_CONCURRENT_STREAMS
+        self._peer = PeerSettings(server=True)  # the server's windows, frame size, streams
         self._settings_seen = False
         self._send_window = DEFAULT_WINDOW  # the connection's, for our request bodies
         self._blocks: dict[str, bytes] = {}  # path → the request's fixed header fields
@@ -221,18 +210,9 @@ class H2ClientSession:
         self._goaway_sent = False
         self._reader = FrameReader(_MAX_FRAME)
         self._block: HeaderBlock | None = None  # a header block awaiting CONTINUATION frames
-        #: Frame type → its handler, once the rules of FRAME_RULES and _frame held.
+        #: Frame type → its handler (see FRAME_RULES), once the rules of _frame held.
         self._handlers: dict[int, Callable[[int, int, bytes, list[ClientEvent]], None]] = {
-            DATA: self._on_data,
-            HEADERS: self._on_headers,
-            PRIORITY: self._on_priority,
-            RST_STREAM: self._on_rst_stream,
-            SETTINGS: self._on_settings,
-            PUSH_PROMISE: self._on_push_promise,
-            PING: self._on_ping,
-            GOAWAY: self._on_goaway,
-            WINDOW_UPDATE: self._on_window_update,
-            CONTINUATION: self._on_continuation,
+            ftype: getattr(self, rule.handler) for ftype, rule in FRAME_RULES.items()
         }
         self.ended: str | None = None  # why the session is over, once it is
 
@@ -249,7 +229,7 @@ class H2ClientSession:
 
     def capacity(self, cap: int) -> int:
         """Requests at once: ``cap`` (ours), bounded by the server's MAX_CONCURRENT_STREAMS."""
-        return max(1, min(cap, self._max_streams))
+        return max(1, min(cap, self._peer.max_concurrent_streams))
 
     @property
     def stream_window(self) -> int:
@@ -284,17 +264,15 @@ class H2ClientSession:
         :class:`LocalProtocolError` over the server's MAX_CONCURRENT_STREAMS (ask
         :meth:`capacity` first).
         """
-        sid = self._next_sid
-        # usable, inline
-        if self.ended is not None or self._goaway_last is not None or sid > _MAX_STREAM_ID:
+        if not self.usable:
             if self.ended is None and self._goaway_last is None:
                 raise ConnectionLost("HTTP/2 stream ids used up")
             raise ConnectionLost(self.ended or "the server sent GOAWAY")
+        sid = self._next_sid
         streams = self._streams
-        if len(streams) >= self._max_streams:
-            raise LocalProtocolError(
-                f"HTTP/2 request over the server's {self._max_streams} concurrent streams"
-            )
+        limit = self._peer.max_concurrent_streams
+        if len(streams) >= limit:
+            raise LocalProtocolError(f"HTTP/2 request over the server's {limit} concurrent streams")
         self._next_sid = sid + 2
         fixed = self._blocks.get(path)
         if fixed is None:
@@ -304,28 +282,11 @@ class H2ClientSession:
         if self._first_block:
             self._first_block = False
             block = _TABLE_SIZE_ZERO + block
-        flags = END_HEADERS if body else END_HEADERS | END_STREAM
-        out = self._out
-        size = len(block)
-        peer = self._peer
-        max_frame = peer.max_frame_size
-        if size <= max_frame:
-            out.append(frame_header(size, HEADERS, flags, sid))
-            out.append(block)
-        else:
-            out += header_block_frames(sid, block, not body, max_frame)
-        window = peer.initial_window
+        self._out += header_block_frames(sid, block, not body, self._peer.max_frame_size)
+        window = self._peer.initial_window
         st = _Stream(sid, now + timeout, timeout, body, send=window, recv=self._recv_initial)
         streams[sid] = st
-        total = len(body)
-        if total and total <= max_frame and total <= window and total <= self._send_window:
-            # The whole body in one DATA frame, as _pump would send it (the usual request).
-            st.offset = total
-            st.send_window = window - total
-            self._send_window -= total
-            out.append(frame_header(total, DATA, END_STREAM, sid))
-            out.append(body)
-        elif body:
+        if body:
             self._pump(st)
         return sid
 
@@ -394,7 +355,6 @@ class H2ClientSession:
         try:
             self._receive(data, events)
         except H2ConnectionError as exc:  # the server's error (ours would propagate: a bug)
-            self._reader.clear()
             self._say_goaway(exc.code)
             events += self.end(f"protocol error: {exc.reason}", graceful=True)
         return events
@@ -457,13 +417,6 @@ class H2ClientSession:
             return
         self._settings_seen = True
         delta = self._peer.apply(payload)  # checks the values, §6.5.2
-        for i in range(0, len(payload), 6):
-            ident = (payload[i] << 8) | payload[i + 1]
-            value = int.from_bytes(payload[i + 2 : i + 6], "big")
-            if ident == MAX_CONCURRENT_STREAMS:
-                self._max_streams = value
-            elif ident == ENABLE_PUSH and value:  # a server MUST NOT enable it (§6.5.2)
-                raise _error(f"the server set ENABLE_PUSH to {value}")
         if delta:
             for st in self._streams.values():  # §6.9.2: open streams' windows follow
                 st.send_window += delta

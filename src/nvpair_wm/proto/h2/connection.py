@@ -1,17 +1,10 @@
 """The HTTP/2 server session (sans-IO): bytes and ``now`` in; bytes and a deadline out.
 
-The session is its own HTTP/2 implementation, server side only, for what this server serves
-(``POST /v1/workloads/events``): no h2 library on the path. It was written because h2 cost
-more than half of the server's CPU per request (frame objects, eager frame reprs, header
-validation twice, an HPACK encoder with state we never need) and because its rules had to be
-worked around in places anyway. Inbound frames are read straight from the buffer (a 9-byte
-header, then the payload) and dispatched on their type; nothing is allocated per frame beyond
-the payload. The pieces, one concept per module:
+The session is our own HTTP/2 implementation, server side, for what this server serves
+(``POST /v1/workloads/events``); h2 is the reference it is tested against. Frames come from the
+shared frame layer (``frames``: reader, rules per type, header blocks) and go to one handler per
+type; the other pieces are listed in :mod:`nvpair_wm.proto.h2`.
 
-* ``frames``: type/flag numbers and outbound frames as bytes; ``settings``: our SETTINGS and
-  the peer's, checked (§6.5.2); ``hpack``: the HPACK decoder (dynamic table, bounded) and the
-  stateless response encoder; ``streams``: per-request state and the inbound field rules
-  (§8.2-8.3); ``windows``: receive flow control; ``budgets``: flood budgets per time window.
 * Stream states (§5.1): a stream is open from its HEADERS until both directions are done
   (``Stream.remote_done``, ``Stream.response_done``), then remembered for a while as ended,
   reset by us, or reset by the peer, so that late frames get the error §5.1 asks for: after
@@ -66,16 +59,12 @@ from nvpair_wm.proto.h2.frames import (
     END_HEADERS,
     END_STREAM,
     FRAME_RULES,
-    GOAWAY,
     H2_PREFACE,
     HEADERS,
     MAX_WINDOW,
     PADDED,
     PING,
-    PRIORITY,
     PRIORITY_FLAG,
-    PUSH_PROMISE,
-    RST_STREAM,
     SETTINGS,
     WINDOW_UPDATE,
     FrameReader,
@@ -139,6 +128,7 @@ class H2ServerSession:
         "_now",
         "_out",
         "_parsed",
+        "_parsed_table",
         "_peer",
         "_preface_left",
         "_reader",
@@ -184,22 +174,13 @@ class H2ServerSession:
         self._settings_seen = False  # the client preface ends with its SETTINGS (§3.4)
         self._streams: dict[int, Stream] = {}
         self._closed: dict[int, StreamEnd] = {}  # stream id → how it closed (bounded, oldest out)
-        #: id(decoded header list) → (that list, its Request): see _on_header_block.
-        self._parsed: dict[int, tuple[list[tuple[bytes, bytes]], Request]] = {}
+        self._parsed: dict[bytes, Request] = {}  # header block → its Request: see _parse
+        self._parsed_table = 0  # the decoder's table_changes when _parsed was filled
         self._highest = 0  # the highest stream id the peer opened
         self._block: HeaderBlock | None = None  # a header block awaiting CONTINUATION frames
-        #: Frame type → its handler, once the rules of FRAME_RULES and _frame held.
+        #: Frame type → its handler (see FRAME_RULES), once the rules of _frame held.
         self._handlers: dict[int, Callable[[int, int, bytes, float], None]] = {
-            DATA: self._on_data_frame,
-            HEADERS: self._on_headers_frame,
-            PRIORITY: self._on_priority,
-            RST_STREAM: self._on_rst_stream,
-            SETTINGS: self._on_settings,
-            PUSH_PROMISE: self._on_push_promise,
-            PING: self._on_ping,
-            GOAWAY: self._on_goaway,
-            WINDOW_UPDATE: self._on_window_update,
-            CONTINUATION: self._on_continuation,
+            ftype: getattr(self, rule.handler) for ftype, rule in FRAME_RULES.items()
         }
         self._started = now
         self._idle_since = now
@@ -216,8 +197,9 @@ class H2ServerSession:
         return len(self._streams)
 
     def data_to_send(self) -> bytes:
-        if self._goaway_last is not None and not self.closed:
-            self._check_drained()
+        draining = self._goaway_last is not None and not self.closed
+        if draining and not self._streams and self._block is None:  # nothing left in flight
+            self._end(ErrorCodes.NO_ERROR)
         out = self._out
         if not out:
             return b""
@@ -234,9 +216,9 @@ class H2ServerSession:
             log.debug("HTTP/2 peer closed the connection")
             self.closed = True
             return
-        try:  # what _guarded does, without its call: this is every request's path
+        try:
             self._receive(data, now)
-        except H2ConnectionError as abort:
+        except H2ConnectionError as abort:  # the peer's: GOAWAY with its code
             self._abort(abort)
 
     def shutdown(self, now: float) -> None:
@@ -278,21 +260,16 @@ class H2ServerSession:
         if self.closed:
             return
         self._now = now
-        self._guarded(self._on_timers, now)
+        try:
+            self._on_timers(now)
+        except H2ConnectionError as abort:  # the peer's: GOAWAY with its code
+            self._abort(abort)
 
     # -- errors -------------------------------------------------------------------------------
 
-    def _guarded(self, step: Callable[..., None], *args: object) -> None:
-        """Run ``step``; the peer's protocol errors end the connection with the right GOAWAY."""
-        try:
-            step(*args)
-        except H2ConnectionError as abort:
-            self._abort(abort)
-
     def _abort(self, abort: H2ConnectionError) -> None:
         log.info("HTTP/2 GOAWAY %s: %s", ErrorCodes(abort.code).name, abort.reason)
-        self._close(abort.code, abort.reason.encode())
-        self.closed = True
+        self._end(abort.code, abort.reason.encode())
 
     def _stream_error(self, sid: int, code: int, now: float) -> None:
         """RST_STREAM for a stream error the peer caused; such resets share the reset budget."""
@@ -318,13 +295,12 @@ class H2ServerSession:
             )
         if self._drain_deadline is not None and now >= self._drain_deadline:
             log.debug("HTTP/2 shutdown grace over with %d streams open", len(self._streams))
-            self._finish_graceful()
+            self._end(ErrorCodes.NO_ERROR)
             return
         idle = not self._streams and block is None
         if idle and now >= self._idle_since + limits.idle_timeout:
             log.debug("HTTP/2 connection idle: closing")
-            self._close(ErrorCodes.NO_ERROR)
-            self.closed = True
+            self._end(ErrorCodes.NO_ERROR)
             return
         for st in list(self._streams.values()):
             if st.body_deadline is not None and now >= st.body_deadline:
@@ -373,7 +349,7 @@ class H2ServerSession:
                 elif self._whole_request(sid, payload, ending[0], now):
                     pos = ending[1]  # its DATA frame too (else the loop reads it next)
             elif ftype == DATA and (payload or flags & END_STREAM) and sid in streams:
-                self._on_data_frame(flags, sid, payload, now)
+                self._on_data(flags, sid, payload, now)
             else:
                 self._frame(ftype, flags, sid, payload, now)
             if self.closed:
@@ -475,7 +451,7 @@ class H2ServerSession:
         if how is not StreamEnd.RESET_SENT:  # after our RST_STREAM, frames in flight are dropped
             self._stream_error(sid, ErrorCodes.STREAM_CLOSED, now)
 
-    def _on_data_frame(self, flags: int, sid: int, payload: bytes, now: float) -> None:
+    def _on_data(self, flags: int, sid: int, payload: bytes, now: float) -> None:
         flow = len(payload)
         if sid > self._highest or not sid & 1:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
@@ -497,35 +473,9 @@ class H2ServerSession:
         if st.recv_window < 0:
             self._stream_error(sid, ErrorCodes.FLOW_CONTROL_ERROR, now)
             return
-        request = st.request
-        received = st.received + len(data)
-        if (
-            st.mode is BodyMode.BUFFER
-            and request is not None
-            and (request.content_length or 0) >= received
-            and received <= self._max_body
-            and len(self._streams) == 1
-        ):
-            # _on_data for a lone stream's body within its limits, inline (every request).
-            st.received = received
-            owed = st.owed = st.owed + flow
-            if flags & END_STREAM and not st.body and owed < self._windows.half_stream:
-                # The whole body in this one frame (what every peer sends): handed on as it
-                # is, without the buffer's copy in and out (it would hold it only till _on_end,
-                # and no window is settled meanwhile).
-                self._on_end(st, data)
-                return
-            if data:
-                st.body += data
-                self._windows.buffered += len(data)
-            if owed >= self._windows.half_stream:
-                self._windows.settle(self._streams.values())
-        else:
-            self._on_data(st, data, flow)
-        if flags & END_STREAM and self._streams.get(sid) is st and not st.remote_done:
-            self._on_end(st)
+        self._on_body(st, data, flow, bool(flags & END_STREAM))
 
-    def _on_headers_frame(self, flags: int, sid: int, payload: bytes, now: float) -> None:
+    def _on_headers(self, flags: int, sid: int, payload: bytes, now: float) -> None:
         if not sid & 1:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"HEADERS on stream {sid}")
         fragment, dependency = header_fragment(flags, payload)
@@ -552,16 +502,19 @@ class H2ServerSession:
     ) -> None:
         # Decoded whatever becomes of the stream: the dynamic table must follow every block.
         fields = self._decoder.decode(block)
-        self._on_fields(sid, end_stream, fields, dependency == sid, now)
+        self._on_fields(sid, end_stream, block, fields, now, self_dependent=dependency == sid)
 
     def _on_fields(
         self,
         sid: int,
         end_stream: bool,
+        block: bytes,
         fields: list[tuple[bytes, bytes]],
-        self_dependent: bool,
         now: float,
+        *,
+        self_dependent: bool = False,
     ) -> None:
+        """The decoded header block ``block`` of stream ``sid``: a new request, or trailers."""
         st = self._streams.get(sid)
         if st is not None:
             if self_dependent:
@@ -586,50 +539,55 @@ class H2ServerSession:
             self._refuse(sid)
             self._budgets.refuse(now)
             return
-        parsed = self._parse(fields)
+        parsed = self._parse(block, fields)
         if isinstance(parsed, str):
             log.debug("HTTP/2 stream %d malformed: %s", sid, parsed)
             self._remember(sid, StreamEnd.RESET_SENT)  # opened, then reset
             self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)
             return
-        st = Stream(sid, self._recv_initial, self._peer.initial_window)
-        self._streams[sid] = st
         self.requests += 1
-        if isinstance(parsed, Response):  # answered from the header list alone (431, ...)
-            self._answer_early(st, parsed)
-        else:  # inline: every request comes this way
-            st.request = parsed
+        early = None
+        if isinstance(parsed, Request):
             early = self._head(parsed)
             if early is None and (parsed.content_length or 0) > self._max_body:
                 early = too_large(self._max_body)
-            if early is not None:
-                self._answer_early(st, early)
+        self._open(sid, parsed, early, end_stream, now)
+
+    def _open(
+        self, sid: int, parsed: Request | Response, early: Response | None, end: bool, now: float
+    ) -> None:
+        """Open stream ``sid`` for a request, or for the answer its header list already had
+        (431, ...); ``early``: the answer it gets before its body; ``end``: it has none."""
+        st = Stream(sid, self._recv_initial, self._peer.initial_window)
+        self._streams[sid] = st
+        if isinstance(parsed, Response):
+            early = parsed
+        else:
+            st.request = parsed
+        if early is not None:
+            self._answer_early(st, early)
         if self._streams.get(sid) is not st:
             return
-        if end_stream:
+        if end:
             self._on_end(st)
         else:
             st.body_deadline = now + self._limits.body_timeout
 
     def _whole_request(self, sid: int, block: bytes, body: bytes, now: float) -> bool:
-        """A new stream's whole request in one read, with no other stream open: its header
-        block (END_HEADERS, no priority, no padding, no END_STREAM) and the DATA frame that
-        ends it (no padding). True if both frames were handled here; False if only the header
-        block was (the DATA frame is then read as usual).
+        """A new stream's whole request in one read, no other stream open: its header block
+        (END_HEADERS; no priority, padding or END_STREAM) and the DATA frame that ends it (no
+        padding). True if both frames were handled here, False if only the header block was.
 
-        Handled here, without a :class:`Stream`, when nothing about the request needs one: a
-        body that matches its content-length and fits the limits and windows without owing
-        a WINDOW_UPDATE for the stream, no early answer from ``head``, and a bare answer from
-        ``complete`` (every 202). The frames out, the handler calls and the session's state
-        (windows, remembered streams, counters) are those of the general path, which takes
-        every other case from the point where they part.
+        Served without a :class:`Stream` when nothing needs one (a body that matches its
+        content-length and fits the limits and windows owing no stream WINDOW_UPDATE, no early
+        answer, a bare answer such as 202), with the general path's frames, handler calls and
+        state; every other case goes on on the general path from where they part.
         """
         fields = self._decoder.decode(block)
         if self._goaway_last is not None or self._limits.h2_max_concurrent_streams < 1:
-            self._on_fields(sid, False, fields, False, now)
+            self._on_fields(sid, False, block, fields, now)
             return False
-        known = self._parsed.get(id(fields))  # _parse's remembered case, inline (the usual)
-        parsed = known[1] if known is not None and known[0] is fields else self._parse(fields)
+        parsed = self._parse(block, fields)
         flow = len(body)
         windows = self._windows
         if (
@@ -640,18 +598,13 @@ class H2ServerSession:
             or flow >= windows.half_stream
             or flow > windows.conn_available
         ):
-            self._on_fields(sid, False, fields, False, now)
+            self._on_fields(sid, False, block, fields, now)
             return False
         self._highest = sid
         self.requests += 1
         early = self._head(parsed)
         if early is not None:  # the general path from here: the stream is needed
-            st = Stream(sid, self._recv_initial, self._peer.initial_window)
-            self._streams[sid] = st
-            st.request = parsed
-            self._answer_early(st, early)
-            if self._streams.get(sid) is st:
-                st.body_deadline = now + self._limits.body_timeout
+            self._open(sid, parsed, early, False, now)
             return False
         if flow:
             windows.consume(flow)
@@ -665,12 +618,8 @@ class H2ServerSession:
             self._streams[sid] = st
             self._respond(st, response)
             return True
-        cached = _BARE_HEADERS.get(response.status) or _bare_headers(response.status)
-        self._out.append(cached[0] + sid.to_bytes(4, "big") + cached[1])
-        closed = self._closed
-        closed[sid] = StreamEnd.ENDED
-        if len(closed) > _CLOSED_MEMORY:
-            del closed[next(iter(closed))]
+        self._send_bare(sid, response.status)
+        self._remember(sid, StreamEnd.ENDED)
         self._idle_since = self._now
         return True
 
@@ -691,17 +640,22 @@ class H2ServerSession:
             log.exception("HTTP/2 handler failed")
             return error_response(500, "internal error")
 
-    def _parse(self, fields: list[tuple[bytes, bytes]]) -> Request | Response | str:
-        """:func:`parse_request`, remembered for header lists the decoder remembered (a
-        repeated block): the Request is only read, never changed, so streams may share it."""
-        known = self._parsed.get(id(fields))
-        if known is not None and known[0] is fields:
-            return known[1]
+    def _parse(self, block: bytes, fields: list[tuple[bytes, bytes]]) -> Request | Response | str:
+        """:func:`parse_request` of ``fields``, decoded from ``block``; remembered by block
+        while the decoder's table does not change (the same block then decodes the same
+        fields): a Request is only read, never changed, so streams may share it."""
+        table = self._decoder.table_changes
+        if table != self._parsed_table:
+            self._parsed.clear()
+            self._parsed_table = table
+        known = self._parsed.get(block)
+        if known is not None:
+            return known
         parsed = parse_request(fields, self._limits.max_header_bytes, self.peer_fingerprint)
         if isinstance(parsed, Request):
             if len(self._parsed) >= _PARSED_REMEMBERED:
                 self._parsed.clear()
-            self._parsed[id(fields)] = (fields, parsed)  # the list kept: its id stays its
+            self._parsed[block] = parsed
         return parsed
 
     def _on_trailers(
@@ -771,29 +725,45 @@ class H2ServerSession:
 
     # -- receiving: requests ------------------------------------------------------------------
 
-    def _on_data(self, st: Stream, data: bytes, flow: int) -> None:
+    def _on_body(self, st: Stream, data: bytes, flow: int, end_stream: bool) -> None:
+        """A DATA frame's ``data`` (``flow`` flow-controlled bytes) on an open stream."""
         st.received += len(data)
         st.owed += flow
         declared = st.request.content_length if st.request is not None else None
         if declared is not None and st.received > declared:
             self._malformed(st, "body longer than content-length")
             return
+        streams = self._streams
         if st.mode is BodyMode.DISCARD:
             if st.received > self._discard_cap:
                 self._end_discard(st)
             else:
-                self._windows.settle(self._streams.values())
-            return
-        if st.received > self._max_body:
+                self._windows.settle(streams.values())
+        elif st.received > self._max_body:
             self._release_body(st)
             self._answer_early(st, too_large(self._max_body))
             return
-        if data:
-            st.body += data
-            self._windows.buffered += len(data)
-        if st.owed >= self._windows.half_stream or len(self._streams) > 1:
-            # (A lone stream's window is due only once half of it is owed: settle's rule.)
-            self._windows.settle(self._streams.values())
+        elif (
+            end_stream
+            and not st.body
+            and len(streams) == 1
+            and st.owed < self._windows.half_stream
+            and (declared is not None or not data)
+        ):
+            # A declared body whole in the frame that ends it, on the one stream (what every
+            # peer sends): handed on as it is, without the buffer's copy in and out (no window
+            # is due before the end).
+            self._on_end(st, data)
+            return
+        else:
+            if data:
+                st.body += data
+                self._windows.buffered += len(data)
+            if st.owed >= self._windows.half_stream or len(streams) > 1:
+                # (A lone stream's window is due only once half of it is owed: settle's rule.)
+                self._windows.settle(streams.values())
+        if end_stream and streams.get(st.sid) is st and not st.remote_done:
+            self._on_end(st)
 
     def _on_end(self, st: Stream, whole: bytes | None = None) -> None:
         """The peer ended the stream; ``whole``: the body, when it came in the frame that ended
@@ -805,39 +775,16 @@ class H2ServerSession:
             self._malformed(st, "body shorter than content-length")
             return
         if st.mode is BodyMode.BUFFER and st.out is None and request is not None:
-            if whole is not None:
-                body = whole
-            else:
+            body = whole
+            if body is None:  # the buffered body leaves the buffer (settled once, below)
                 body = bytes(st.body)
-                if st.body:  # _release_body, inline (every buffered request's end)
-                    self._windows.buffered -= len(st.body)
-                    st.body = bytearray()
+                self._windows.buffered -= len(body)
+                st.body = bytearray()
             streams = self._streams
             if len(streams) > 1 or st.sid not in streams:  # else nothing to settle
                 self._windows.settle(streams.values())
-            response = self._complete(request, body)
-            if response is None or response.headers or response.body:
-                self._respond(st, response)
-            else:
-                # A bare answer (every 202), inline: _respond, _send_bare, _response_sent and
-                # _drop without their calls; the stream is done both ways.
-                status = response.status
-                cached = _BARE_HEADERS.get(status) or _bare_headers(status)
-                sid = st.sid
-                self._out.append(cached[0] + sid.to_bytes(4, "big") + cached[1])
-                st.out = b""
-                st.out_off = 0
-                st.reset_after_send = None
-                st.response_done = True
-                st.send_deadline = None
-                if streams.pop(sid, None) is not None:
-                    closed = self._closed
-                    closed[sid] = StreamEnd.ENDED
-                    if len(closed) > _CLOSED_MEMORY:
-                        del closed[next(iter(closed))]
-                    if not streams:
-                        self._idle_since = self._now
-                return
+            self._respond(st, self._complete(request, body))
+            return
         if st.response_done:  # _forget_if_done (the remote side is done here)
             self._drop(st, StreamEnd.ENDED)
 
@@ -872,7 +819,8 @@ class H2ServerSession:
             return
         headers, body = response_fields(response, head_request)
         st.out = body
-        self._send_headers(st.sid, encode_fields(tuple(headers)), not body)
+        block = encode_fields(tuple(headers))
+        self._out += header_block_frames(st.sid, block, not body, self._peer.max_frame_size)
         if not body:
             self._response_sent(st)
         else:
@@ -882,10 +830,6 @@ class H2ServerSession:
         """HEADERS with END_STREAM for a response without fields or body, from a cache."""
         prefix, block = _BARE_HEADERS.get(status) or _bare_headers(status)
         self._out.append(prefix + sid.to_bytes(4, "big") + block)
-
-    def _send_headers(self, sid: int, block: bytes, end_stream: bool) -> None:
-        """HEADERS (+ CONTINUATION frames if the block is over the peer's frame size)."""
-        self._out += header_block_frames(sid, block, end_stream, self._peer.max_frame_size)
 
     def _answer_early(self, st: Stream, response: Response | None) -> None:
         """Answer before the body is complete; drop the rest unless it is known to be too big."""
@@ -969,22 +913,14 @@ class H2ServerSession:
         if st.response_done and st.remote_done:
             self._drop(st, StreamEnd.ENDED)
 
-    # -- graceful shutdown --------------------------------------------------------------------
-
-    def _check_drained(self) -> None:
-        if not self._streams and self._block is None:
-            self._finish_graceful()
-
-    def _finish_graceful(self) -> None:
-        self._close(ErrorCodes.NO_ERROR)
-        self.closed = True
-
-    def _close(self, code: int, debug: bytes = b"") -> None:
-        """Queue the final GOAWAY; its last stream id never exceeds a graceful one sent before."""
+    def _end(self, code: int, debug: bytes = b"") -> None:
+        """Queue the final GOAWAY (its last stream id never exceeds a graceful one sent
+        before); the session is over."""
         last = self._highest
         if self._goaway_last is not None:
             last = min(last, self._goaway_last)
         self._out.append(goaway_frame(last, code, debug))
+        self.closed = True
 
 
 def _bare_headers(status: int) -> tuple[bytes, bytes]:

@@ -1,12 +1,12 @@
 """The HTTP/2 frame layer shared by the server and client sessions (RFC 9113 §4, §6).
 
 Inbound frames are not objects: :class:`FrameReader` hands over the bytes to read and
-:func:`read_frame` reads one 9-byte header and slices its payload; :data:`FRAME_RULES` holds,
+:func:`read_frame` reads one 9-byte header and slices its payload. :data:`FRAME_RULES` holds,
 per frame type, the rules that need no session state (which stream it may be on, its fixed
-length), checked by :func:`check_frame`. Padding (:func:`unpad`), the header block fragment of
-a HEADERS frame (:func:`header_fragment`), a block continued in CONTINUATION frames
-(:class:`HeaderBlock`) and a block split for the peer's frame size (:func:`header_block_frames`)
-are here too. Outbound frames are bytes, one ``struct.pack`` for the header.
+length; :func:`check_frame`) and the name of the sessions' handler. Padding (:func:`unpad`),
+a HEADERS frame's fragment (:func:`header_fragment`), a block continued in CONTINUATION frames
+(:class:`HeaderBlock`) and split for the peer's frame size (:func:`header_block_frames`) are
+here too. Outbound frames are bytes, one ``struct.pack`` for the header.
 """
 
 from __future__ import annotations
@@ -19,42 +19,6 @@ from typing import Final
 from h2.errors import ErrorCodes
 
 from nvpair_wm.errors import H2ConnectionError
-
-__all__ = [
-    "ACK",
-    "CONTINUATION",
-    "DATA",
-    "END_HEADERS",
-    "END_STREAM",
-    "FRAME_RULES",
-    "GOAWAY",
-    "H2_PREFACE",
-    "HEADERS",
-    "MAX_WINDOW",
-    "PADDED",
-    "PING",
-    "PRIORITY",
-    "PRIORITY_FLAG",
-    "PUSH_PROMISE",
-    "RST_STREAM",
-    "SETTINGS",
-    "WINDOW_UPDATE",
-    "FrameReader",
-    "FrameRule",
-    "HeaderBlock",
-    "On",
-    "check_frame",
-    "frame",
-    "frame_header",
-    "goaway_frame",
-    "header_block_frames",
-    "header_fragment",
-    "read_frame",
-    "rst_stream_frame",
-    "unpack_frame_header",
-    "unpad",
-    "window_update_frame",
-]
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -92,6 +56,11 @@ class FrameRule:
     min_length: int = 0
     length_is_stream_error: bool = False
 
+    @property
+    def handler(self) -> str:
+        """The name of the sessions' method for the frame: ``_on_`` and the type in lowercase."""
+        return f"_on_{self.name.lower()}"
+
 
 FRAME_RULES: Final[dict[int, FrameRule]] = {
     DATA: FrameRule("DATA", On.STREAM),  # §6.1
@@ -127,13 +96,9 @@ def check_frame(rule: FrameRule, sid: int, length: int) -> bool:
 
 
 class FrameReader:
-    """Holds an incomplete frame until the rest of it arrives.
-
-    :meth:`feed` returns the bytes to read frames from: the new bytes themselves when nothing
-    was held (the usual case: one copy per payload, taken by :func:`read_frame`), else what was
-    held plus them once a frame is complete (a big frame arriving in pieces is copied out
-    once, whole). :meth:`keep` holds the incomplete tail.
-    """
+    """Holds an incomplete frame until the rest of it arrives: :meth:`feed` gives the bytes to
+    read frames from (the new bytes themselves when nothing is held; a frame in pieces is
+    copied out once, whole), :meth:`keep` holds the incomplete tail."""
 
     __slots__ = ("_held", "max_frame")
 
@@ -159,15 +124,10 @@ class FrameReader:
         if pos < len(data):
             self._held += data[pos:]
 
-    def clear(self) -> None:
-        self._held.clear()
-
 
 def read_frame(data: bytes, pos: int, max_frame: int) -> tuple[int, int, int, bytes, int] | None:
-    """The frame at ``pos``: ``(type, flags, stream id, payload, end)``; None while incomplete.
-
-    A payload over ``max_frame`` is a FRAME_SIZE_ERROR (§4.2), known from the header alone.
-    """
+    """The frame at ``pos``: ``(type, flags, stream id, payload, end)``, None while incomplete;
+    a payload over ``max_frame`` is a FRAME_SIZE_ERROR (§4.2), known from the header alone."""
     if len(data) - pos < 9:
         return None
     high, low, ftype, flags, sid = unpack_frame_header(data, pos)
@@ -180,14 +140,14 @@ def read_frame(data: bytes, pos: int, max_frame: int) -> tuple[int, int, int, by
     return ftype, flags, sid & _STREAM_ID_MASK, data[pos + 9 : end], end
 
 
-def unpad(payload: bytes, start: int = 0) -> tuple[int, int]:
+def unpad(payload: bytes) -> tuple[int, int]:
     """(start, end) of the data inside a PADDED frame's payload (§6.1, §6.2)."""
     if not payload:
         raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "PADDED frame without a pad length")
     end = len(payload) - payload[0]
-    if end < start + 1:
+    if end < 1:
         raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "padding longer than the frame")
-    return start + 1, end
+    return 1, end
 
 
 def header_fragment(flags: int, payload: bytes) -> tuple[bytes, int | None]:

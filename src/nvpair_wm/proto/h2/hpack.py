@@ -94,13 +94,7 @@ class Decoder:
                 pos += 1
                 if index == 0x7F:
                     index, pos = _integer(block, pos, 0x7F)
-                # _get, inlined for the two usual cases (a request repeats indexed fields).
-                if 0 < index <= _STATIC_LEN:
-                    field = _STATIC[index - 1]
-                elif _STATIC_LEN < index <= _STATIC_LEN + len(self._table):
-                    field = self._table[index - _STATIC_LEN - 1]
-                else:
-                    field = self._get(index)  # raises
+                field = self._get(index)
             elif b & 0x40:  # literal with incremental indexing (§6.2.1)
                 field, pos = self._literal(block, pos, 0x3F)
                 self._add(field)
@@ -201,6 +195,11 @@ class Decoder:
         while self._size > room and table:
             name, value = table.pop()
             self._size -= len(name) + len(value) + _ENTRY_OVERHEAD
+
+    @property
+    def table_changes(self) -> int:
+        """A count of the dynamic table's changes: a block decodes the same while it holds."""
+        return self._changes
 
     @property
     def table_size(self) -> int:

@@ -1,10 +1,9 @@
 """SETTINGS of an HTTP/2 connection (RFC 9113 §6.5): the peer's checked, the server's own.
 
-:class:`PeerSettings` serves both sessions. It keeps the peer values both act on: the initial
-stream send window and the largest frame the peer may be sent. The peer's header table size
-does not matter (our encoder never uses the dynamic table); its stream limit matters to the
-client only, which reads it itself (the server never pushes). :func:`server_settings_frame` is
-the server's preface; the client builds its own.
+:class:`PeerSettings` serves both sessions: the initial stream send window, the largest frame
+the peer may be sent, its stream limit (the client's concern: the server never pushes). The
+peer's header table size does not matter (our encoder never uses the dynamic table).
+:func:`server_settings_frame` is the server's preface; the client builds its own.
 """
 
 from __future__ import annotations
@@ -38,13 +37,16 @@ def server_settings_frame(limits: Limits) -> bytes:
 
 
 class PeerSettings:
-    """The peer's settings that shape what we send."""
+    """The peer's settings that shape what we send (``server``: the peer is a server, which
+    may not enable push, §6.5.2)."""
 
-    __slots__ = ("initial_window", "max_frame_size")
+    __slots__ = ("initial_window", "max_concurrent_streams", "max_frame_size", "server")
 
-    def __init__(self) -> None:
+    def __init__(self, *, server: bool = False) -> None:
+        self.server = server
         self.initial_window = DEFAULT_WINDOW
         self.max_frame_size = _DEFAULT_FRAME_SIZE
+        self.max_concurrent_streams = 2**31 - 1  # no limit until the peer sets one
 
     def apply(self, payload: bytes) -> int:
         """Apply a SETTINGS payload (not an ACK); returns the change of the initial window.
@@ -68,6 +70,10 @@ class PeerSettings:
                 if not _DEFAULT_FRAME_SIZE <= value <= _MAX_FRAME_SIZE:
                     raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"MAX_FRAME_SIZE {value}")
                 self.max_frame_size = value
+            elif ident == MAX_CONCURRENT_STREAMS:
+                self.max_concurrent_streams = value
             elif ident in (ENABLE_PUSH, ENABLE_CONNECT_PROTOCOL) and value > 1:
                 raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"setting {ident} = {value}")
+            elif ident == ENABLE_PUSH and value and self.server:
+                raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "the server set ENABLE_PUSH")
         return delta

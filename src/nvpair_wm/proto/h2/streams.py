@@ -45,7 +45,6 @@ _DROPPED_RESPONSE_FIELDS = frozenset(
 _STATUS = {s: str(s).encode() for s in range(100, 600)}
 
 # Inbound fields (RFC 9113 §8.2, §8.3): what makes a request malformed (a stream error).
-_REQUEST_PSEUDO = frozenset({b":method", b":scheme", b":path", b":authority"})
 _CONNECTION_SPECIFIC = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
 )

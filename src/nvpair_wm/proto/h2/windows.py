@@ -1,14 +1,12 @@
 """Receive flow control of an HTTP/2 server connection (sans-IO).
 
-The connection window is reopened for every DATA byte at once (batched to half a window): a
-connection window held back would be spent by the peer on younger streams and starve the
-oldest one. Stream windows are reopened as bodies are buffered while the connection holds less
-than ``h2_body_buffer_budget`` of them, and for the oldest body in any case (so one body always
-completes); bodies being dropped always progress. Memory per connection stays under the
-budget + ``max_body`` + one initial stream window per open stream.
-
-The windows the peer may still fill are tracked here too (the connection's) and on each
-:class:`Stream` (``recv_window``): DATA past either is a FLOW_CONTROL_ERROR (RFC 9113 §6.9.1).
+The connection window is reopened for every DATA byte at once (batched to half a window): held
+back, it would be spent by the peer on younger streams and starve the oldest one. Stream
+windows are reopened as bodies are buffered while the connection holds less than
+``h2_body_buffer_budget`` of them, and for the oldest body in any case; dropped bodies always
+progress. Memory per connection stays under the budget + ``max_body`` + one initial stream
+window per open stream. DATA past the connection's window or a stream's (``recv_window``) is
+a FLOW_CONTROL_ERROR (RFC 9113 §6.9.1).
 """
 
 from __future__ import annotations

@@ -1,0 +1,124 @@
+"""A journal whose writes fail (a full disk) says so and recovers: ``manager:status`` and the
+metrics show it failing and since when; the node retries with backoff and, once writing works
+again, rewrites the whole current state, so that a ``kill -9`` after that loses nothing.
+
+The fault is real: ``strace -e inject=write:error=ENOSPC`` fails the node's writes to its
+journal (and to the temporary file a rewrite goes through) from the 3rd to the 5th, so that
+one append fails and the first two rewrite attempts fail too, as a disk that is still full
+would; every write after those succeeds, as on a disk with room again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from nvpair_wm.clusterdir import init_cluster
+from nvpair_wm.dirlock import LOCK_FILE
+from tests.support.probes import get
+from tests.support.wm_process import WAIT, WmProcess
+
+W = {
+    "model": "m",
+    "engine": "vllm",
+    "runId": "r1",
+    "state": "queued",
+    "originatedFrom": "node-1",
+    "createdAt": 1,
+    "startedAt": None,
+    "completedAt": None,
+    "error": None,
+    "seq": 1,
+}
+
+
+def submit(wm: WmProcess, wid: str) -> None:
+    reply = wm.request("workload:submitted", {"workloadInfo": {**W, "id": wid}})
+    assert reply["result"]["outcome"] == "applied", reply
+
+
+def scrape(port: int) -> dict[str, float]:
+    out = subprocess.run(
+        ["curl", "-sS", f"http://127.0.0.1:{port}/metrics"],
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=True,
+    ).stdout
+    return {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r"^(nvpair_wm_journal_\w+) (\S+)$", out, re.MULTILINE)
+    }
+
+
+def journal(wm: WmProcess) -> Any:
+    return wm.status()["journal"]
+
+
+def test_a_full_disk_is_shown_retried_and_repaired_by_a_rewrite(tmp_path: Path) -> None:
+    strace = shutil.which("strace")
+    assert strace, "strace is missing: apt-get install -y strace"
+    assert shutil.which("curl"), "curl is missing: apt-get install -y curl"
+    node = init_cluster(tmp_path / "cluster", ["node-1"])["node-1"]
+    config = tmp_path / "wm.toml"
+    config.write_text("[journal]\nretry_backoff = 0.5\nretry_backoff_max = 2.0\n")
+    args = ["--cluster-dir", str(node), "--port", "0", "--bind", "127.0.0.1"]
+    args += ["--config", str(config), "--metrics", "127.0.0.1:0"]
+    fault = [strace, "-f", "-o", "/dev/null", "-e", "trace=write"]
+    fault += ["-P", str(node / "journal.log"), "-P", str(node / ".journal.log.tmp")]
+    fault += ["-e", "inject=write:error=ENOSPC:when=3..5"]
+    with WmProcess(*args, prefix=fault) as wm:
+        assert wm.recv()["method"] == "ready"
+        line = wm.wait_stderr("metrics endpoint listening on")
+        metrics = int(re.search(r":(\d+)/metrics", line).group(1))  # type: ignore[union-attr]
+        submit(wm, "1")  # write 2: the first append (write 1 made the file at start)
+        assert journal(wm) == {"state": "healthy", "failingSince": None, "lastError": None}
+        assert scrape(metrics) == {"nvpair_wm_journal_healthy": 1.0}
+        before = time.time()
+        submit(wm, "2")  # write 3: ENOSPC
+        failing = journal(wm)
+        assert failing["state"] == "failing", failing
+        assert "No space left on device" in failing["lastError"], failing
+        assert before - 5 <= failing["failingSince"] / 1000 <= time.time() + 1, failing
+        seen = scrape(metrics)
+        assert seen["nvpair_wm_journal_healthy"] == 0.0, seen
+        since = seen["nvpair_wm_journal_failing_since_timestamp_seconds"]
+        assert since == failing["failingSince"] / 1000
+        status, body = get(metrics, "/readyz")  # not ready while the journal fails
+        assert status == 503 and body["reasons"] == [
+            f"the journal is failing: {failing['lastError']}"
+        ], body
+        submit(wm, "3")  # while failing: in the table, not in the file
+        wm.wait_stderr("works again")  # writes 4 and 5 (two rewrites) failed, the third worked
+        assert journal(wm)["state"] == "healthy"
+        assert scrape(metrics) == {"nvpair_wm_journal_healthy": 1.0}
+        assert get(metrics, "/readyz") == (200, {"ready": True})
+        submit(wm, "4")  # appended to the rewritten log
+        assert wm.status()["counters"]["workloads"] == 4
+        errors = [ln for ln in wm.stderr_log if "ERROR" in ln]
+        assert len(errors) == 1 and "No space left on device" in errors[0], errors
+        pid = int((node / LOCK_FILE).read_text())  # the daemon, strace's child
+        os.kill(pid, signal.SIGKILL)
+        wm.wait()
+    # Restarted after kill -9 on a healthy disk: every workload is back, 3 included.
+    with WmProcess(*args[:6]) as again:
+        assert again.recv()["method"] == "ready"
+        assert again.status()["counters"]["workloads"] == 4
+        assert "reloaded 4 workloads" in again.wait_stderr("journal: reloaded")
+        assert journal(again)["state"] == "healthy"
+        again.close_stdin()
+        assert again.wait() == 0
+
+
+def test_without_a_cluster_dir_the_journal_is_off() -> None:
+    with WmProcess("--port", "0", "--bind", "127.0.0.1") as wm:
+        assert wm.recv()["method"] == "ready"
+        assert journal(wm) == {"state": "off", "failingSince": None, "lastError": None}
+        wm.close_stdin()
+        assert wm.wait() == 0
