@@ -18,7 +18,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -166,16 +166,16 @@ class PeerServer:
 
     # -- what arrived ---------------------------------------------------------------------------
 
-    def accepted_frames(self) -> list[Any]:
-        """The frames of every request answered 2xx, in arrival order."""
+    def requests(self, since: int = 0) -> list[Arrival]:
+        """Every request from the ``since``-th on, in arrival order."""
         with self._lock:
-            return [f for a in self.arrivals if a.accepted for f in a.frames]
+            return self.arrivals[since:]
 
-    def wait_frames(self, count: int, timeout: float) -> bool:
-        """Until at least ``count`` accepted frames have arrived in all (False on timeout)."""
+    def wait_for(self, ready: Callable[[list[Arrival]], bool], timeout: float) -> bool:
+        """Until ``ready`` holds of every request so far (False on timeout)."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while sum(len(a.frames) for a in self.arrivals if a.accepted) < count:
+            while not ready(self.arrivals):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
