@@ -335,11 +335,16 @@ class SoakNode:
                 self.stopped = sig == signal.SIGSTOP
 
     def stop_gracefully(self) -> int | None:
-        """Close the broker channel (EOF): the node must exit 0 within EXIT_TIMEOUT."""
+        """Close the broker channel (EOF): the node must exit 0 within EXIT_TIMEOUT.
+
+        The node is down from here on: the broker reports nothing more to it (a frame written
+        after the EOF would be recorded as sent and never read; a rolling upgrade stops nodes
+        while the brokers report), and re-reports what was not answered after the restart."""
         with self.lock:
             proc = self.proc
             if proc is None:
                 return None
+            self.up = False
             if self.stopped:
                 proc.send_signal(signal.SIGCONT)
             self._outq.put(None)
