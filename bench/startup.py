@@ -17,7 +17,9 @@ Each journal is written by the tree under test itself (in a child process, with 
 (a start may rewrite it). With a baseline (``--baseline COMMIT``, or ``BENCH_STARTUP_BASELINE``
 for ``python -m bench``: a commit, exported with ``git archive``, or a directory holding
 ``src/`` and ``generated/``), the baseline and this tree start alternately, round after round,
-on their own copies of the same workloads, and the table gives both medians and their ratio.
+on their own copies of the same workloads, and the table gives both medians and their ratio,
+of wall time and of the CPU time the process had used when it wrote ``ready`` (steadier on a
+shared machine: it does not count the moments the process waited for a core).
 
 ``python -m bench.startup --baseline 17e23f2`` runs it alone; ``--workloads`` and ``--rounds``
 change the size and the number of rounds.
@@ -156,8 +158,15 @@ def write_journal(tree: Tree, directory: Path, case: Case) -> bool:
     return done.returncode == 0
 
 
-def time_to_ready(tree: Tree, node_dir: Path) -> tuple[float, str]:
-    """Seconds from spawn to the first stdout line (``ready``), and the reload log line."""
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a running process so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def time_to_ready(tree: Tree, node_dir: Path) -> tuple[float, float, str]:
+    """Seconds from spawn to the first stdout line (``ready``), the CPU seconds the process
+    had used by then (steadier than wall time on a shared machine), and the reload log line."""
     args = [sys.executable, "-m", "nvpair_wm", "--cluster-dir", str(node_dir),
             "--bind", "127.0.0.1", "--port", "0", "--log-level", "info"]  # fmt: skip
     t0 = time.perf_counter()
@@ -171,6 +180,7 @@ def time_to_ready(tree: Tree, node_dir: Path) -> tuple[float, str]:
     assert proc.stdout is not None and proc.stdin is not None
     first = proc.stdout.readline()
     took = time.perf_counter() - t0
+    cpu = _cpu_seconds(proc.pid)
     try:
         _, err = proc.communicate(b"", timeout=READY_TIMEOUT_S)  # EOF: the node stops
     except subprocess.TimeoutExpired:
@@ -179,16 +189,17 @@ def time_to_ready(tree: Tree, node_dir: Path) -> tuple[float, str]:
     if b'"ready"' not in first:
         raise RuntimeError(f"{tree.name}: no ready line: {first!r}\n{err.decode()[-2000:]}")
     reload = [line for line in err.decode().splitlines() if "journal: reloaded" in line]
-    return took, (reload[0].split("journal: ", 1)[1] if reload else "")
+    return took, cpu, (reload[0].split("journal: ", 1)[1] if reload else "")
 
 
 def measure(
     trees: list[Tree], workloads: int, rounds: int, log: Callable[[str], None] = print
-) -> dict[tuple[str, str], list[float]]:
-    """(tree, case) → seconds to ready, rounds alternating between the trees."""
+) -> dict[tuple[str, str, str], list[float]]:
+    """(tree, case, "wall" or "cpu") → seconds to ready, rounds alternating between the
+    trees."""
     from nvpair_wm.clusterdir import init_cluster
 
-    times: dict[tuple[str, str], list[float]] = {}
+    times: dict[tuple[str, str, str], list[float]] = {}
     scratch = Path(tempfile.mkdtemp(prefix="nvpair-bench-startup-"))
     try:
         for case in cases(workloads):
@@ -211,9 +222,10 @@ def measure(
                     node_dir, copy = pristine[tree.name]
                     if copy.exists():
                         shutil.copyfile(copy, node_dir / "journal.log")
-                    took, line = time_to_ready(tree, node_dir)
-                    times.setdefault((tree.name, case.name), []).append(took)
-                    log(f"  {case.name:10} {tree.name:28} {took:7.3f} s  {line}")
+                    took, cpu, line = time_to_ready(tree, node_dir)
+                    times.setdefault((tree.name, case.name, "wall"), []).append(took)
+                    times.setdefault((tree.name, case.name, "cpu"), []).append(cpu)
+                    log(f"  {case.name:10} {tree.name:28} {took:7.3f} s ({cpu:.3f} s CPU)  {line}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return times
@@ -233,13 +245,12 @@ def run(ctx: Context) -> BenchResult:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     res.params.update({"workloads": workloads, "rounds": rounds, "baseline": spec or "none"})
-    for (tree, case), samples in times.items():
+    for (tree, case, clock), samples in times.items():
+        unit = "s to ready" if clock == "wall" else "CPU s to ready"
         res.measurements.append(
-            Measurement(
-                f"{tree}:{case}", f"{tree}: {case}", "s to ready", samples, higher_is_better=False
-            )
+            Measurement(f"{tree}:{case}:{clock}", f"{tree}: {case}", unit, samples, False)
         )
-    full = times.get(("this tree", "full"))
+    full = times.get(("this tree", "full", "wall"))
     if full:
         res.checks.append(
             Check(
@@ -268,23 +279,25 @@ def main(argv: list[str] | None = None) -> int:
         times = measure(trees, args.workloads, args.rounds)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"\nseconds from spawn to ready, median of {args.rounds} (min .. max):")
-    for case in cases(args.workloads):
-        row = []
-        for tree in trees:
-            samples = times.get((tree.name, case.name))
-            if samples:
-                row.append(
-                    f"{tree.name} {statistics.median(samples):.3f} "
-                    f"({min(samples):.3f} .. {max(samples):.3f})"
-                )
-            else:
-                row.append(f"{tree.name} -")
-        ratio = ""
-        if len(trees) == 2 and all((t.name, case.name) in times for t in trees):
-            old, new = (statistics.median(times[(t.name, case.name)]) for t in trees)
-            ratio = f"  ratio {old / new:.2f}x"
-        print(f"  {case.label:52} " + "; ".join(row) + ratio)
+    for clock in ("wall", "cpu"):
+        what = "seconds" if clock == "wall" else "CPU seconds"
+        print(f"\n{what} from spawn to ready, median of {args.rounds} (min .. max):")
+        for case in cases(args.workloads):
+            row = []
+            for tree in trees:
+                samples = times.get((tree.name, case.name, clock))
+                if samples:
+                    row.append(
+                        f"{tree.name} {statistics.median(samples):.3f} "
+                        f"({min(samples):.3f} .. {max(samples):.3f})"
+                    )
+                else:
+                    row.append(f"{tree.name} -")
+            ratio = ""
+            if len(trees) == 2 and all((t.name, case.name, clock) in times for t in trees):
+                old, new = (statistics.median(times[(t.name, case.name, clock)]) for t in trees)
+                ratio = f"  ratio {old / new:.2f}x"
+            print(f"  {case.label:52} " + "; ".join(row) + ratio)
     return 0
 
 
