@@ -78,11 +78,13 @@ h2spec: venv
 run: venv-run
 	@$(VENV)/bin/nvpair-wm $(ARGS)
 
+# stdout: the summary table, then the files it wrote (details: bench/results/latest.txt);
+# stderr: one line per benchmark as the run goes.
 bench: venv
-	$(PY) -m bench $(ARGS)
+	@$(PY) -m bench $(ARGS)
 
 bench-quick: venv
-	$(PY) -m bench --quick $(ARGS)
+	@$(PY) -m bench --quick $(ARGS)
 
 demo: venv-run
 	@$(PY) -m nvpair_wm.demo $(ARGS)

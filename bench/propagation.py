@@ -1,6 +1,6 @@
 """Propagation: events from A's broker to the other nodes' brokers through real nodes.
 
-Two clusters run side by side on loopback, started as ``tests/cluster.py`` does: real
+Two clusters run side by side on loopback, started as ``tests/support/cluster.py`` does: real
 ``nvpair-wm`` processes, each with its own ``--cluster-dir`` (``nvpair_wm.clusterdir``), bound
 to 127.0.0.1 on a free port, told about each other by ``nodes:update`` records with the real
 ports, as a broker would; the bench waits until A's links to every peer are connected. One

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CertPair, TLSCluster
-from tests.frames import event, workload
+from tests.support.frames import event, workload
 from tests.support.nodes import StartNode
 from tests.support.polling import eventually_async
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from nvpair_wm import allocator
-from tests.wm_process import run_cli
+from tests.support.wm_process import run_cli
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 

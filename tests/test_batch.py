@@ -27,7 +27,7 @@ from nvpair_wm.io.pin_watch import WatchedPins
 from nvpair_wm.io.server import InterNodeServer
 from nvpair_wm.local import BrokerChannel, BrokerQueue, BrokerReader, FileWriter
 from nvpair_wm.pins import PinSet
-from tests.frames import event, status_result, workload
+from tests.support.frames import event, status_result, workload
 
 FP = "ab" * 32
 

@@ -20,9 +20,9 @@ import pytest
 from nvpair_wm import codec
 from nvpair_wm.http.core import MIB
 from tests.conftest import TLSCluster
-from tests.frames import batch, event_frame, workload
+from tests.support.frames import batch, event_frame, workload
 from tests.support.nodes import PROTOCOLS, StartNode, fence, post
-from tests.wm_process import WmProcess
+from tests.support.wm_process import WmProcess
 
 
 def attack_body(limit: int = MIB - 16) -> bytes:

@@ -3,7 +3,11 @@ made-up results, since tests time nothing; ``make bench-quick`` prints the real 
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -17,6 +21,7 @@ from bench.harness import (
     load_factor,
     render_summary,
 )
+from tests.support.source_tree import ROOT
 
 
 def results() -> list[BenchResult]:
@@ -65,3 +70,29 @@ def test_estimate_adds_up_per_mode_and_scales_with_the_load() -> None:
     assert estimate(["unknown"], quick=True) > 0
     load = os.getloadavg()[0] / len(os.sched_getaffinity(0))
     assert load_factor() == pytest.approx(max(1.0, load), abs=0.5)
+
+
+def test_the_run_prints_its_summary_first_and_names_the_details_file(tmp_path: Path) -> None:
+    """A real ``python -m bench`` (``scale`` alone: it needs the others' results, so it is
+    skipped at once): standard output starts with the summary table and ends naming the files;
+    the benchmark's own output is in the details file; standard error has one line for it."""
+    details, report = tmp_path / "details.txt", tmp_path / "run.json"
+    argv = ["--quick", "--only", "scale", "--details", str(details), "--out", str(report)]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Summary: the issue's targets"), lines[:3]
+    assert "scale:" not in done.stdout  # no per-benchmark output on stdout
+    assert f"Details (each benchmark's tables and log): {details}" in " ".join(done.stdout.split())
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+    assert "scale: skipped" in details.read_text()
+    assert json.loads(report.read_text())["benchmarks"]["scale"]["skipped"]
+    progress = [ln for ln in done.stderr.splitlines() if ln.startswith("scale:")]
+    assert len(progress) == 1 and "targets: skipped" in progress[0], done.stderr

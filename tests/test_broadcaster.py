@@ -32,7 +32,7 @@ from nvpair_wm.io.pin_watch import WatchedIdentity, WatchedPins, open_watch
 from nvpair_wm.io.server import InterNodeServer
 from nvpair_wm.pins import Identity, IdentitySource, PinSet, PinSource
 from tests.conftest import WAIT, RecordingSink, TLSCluster, WmServer
-from tests.frames import event, remove, status_result, workload
+from tests.support.frames import event, remove, status_result, workload
 from tests.support.polling import eventually_async
 
 T = TypeVar("T")

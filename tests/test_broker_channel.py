@@ -18,7 +18,7 @@ from nvpair_wm_schema.manager_status_schema import StatusResult
 from nvpair_wm.dedup import TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.local import BrokerChannel, BrokerQueue, BrokerReader, FileWriter
-from tests.frames import event_frame, frame, line, node, status_result, workload
+from tests.support.frames import event_frame, frame, line, node, status_result, workload
 
 
 def test_one_read_is_published_once_and_its_replies_follow_in_order() -> None:

@@ -11,7 +11,7 @@ from nvpair_wm_schema.manager_status_schema import ChannelCounters, FramesByChan
 from nvpair_wm import codec
 from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher
-from tests.frames import batch, event, event_frame, workload
+from tests.support.frames import batch, event, event_frame, workload
 
 
 def dispatcher(max_batch: int = codec.MAX_BATCH_FRAMES) -> Dispatcher:

@@ -25,7 +25,7 @@ from nvpair_wm.io.client import PeerConnection, open_connection
 from nvpair_wm.io.client import Response as ClientResponse
 from nvpair_wm.pins import Identity, PinSet
 from tests.conftest import WAIT, TLSCluster, WmServer
-from tests.frames import batch, event, workload
+from tests.support.frames import batch, event, workload
 
 T = TypeVar("T")
 StartServer = Callable[..., WmServer]

@@ -1,13 +1,13 @@
 """Issue 4 end to end: real nvpair-wm processes with their brokers driven by the test.
 
-Every test runs separate ``nvpair-wm`` processes on loopback with real cluster directories and
-real mutual TLS (:mod:`tests.cluster`). Synchronisation is by events: a frame on a node's broker
+Every test runs separate ``nvpair-wm`` processes on loopback with real cluster directories and real
+mutual TLS (:mod:`tests.support.cluster`). Synchronisation is by events: a frame on a node's broker
 side, a line in its stderr log, a process exit, each awaited with a deadline. Absence is shown by
-structure plus ordering: the sender's ``manager:status`` proves it has no link (or that nothing
-was sent), a fence event over the same path arrives, and only then is the broker side checked.
-Where no event announces a condition (a peer dropped after a pin change, a refusal counted) the
-test polls ``manager:status`` with a bounded deadline (:meth:`tests.cluster.Node.poll_status`)
-and says so.
+structure plus ordering: the sender's ``manager:status`` proves it has no link (or that nothing was
+sent), a fence event over the same path arrives, and only then is the broker side checked. Where no
+event announces a condition (a peer dropped after a pin change, a refusal counted) the test polls
+``manager:status`` with a bounded deadline (:meth:`tests.support.cluster.Node.poll_status`) and says
+so.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from nvpair_wm.outbox import BroadcastLimits
-from tests.cluster import (
+from tests.support.cluster import (
     Cluster,
     Node,
     event,

@@ -32,7 +32,7 @@ from nvpair_wm.codec import (
     LineBuffer,
     RpcError,
 )
-from tests.frames import (
+from tests.support.frames import (
     ABSENT,
     METHODS,
     batch,

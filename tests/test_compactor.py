@@ -43,9 +43,9 @@ from nvpair_wm.journal import (
     open_journal,
 )
 from nvpair_wm.node import Config, Node
-from tests.cluster import Cluster, event, workload
-from tests.frames import event_frame, line
-from tests.frames import workload as frame_workload
+from tests.support.cluster import Cluster, event, workload
+from tests.support.frames import event_frame, line
+from tests.support.frames import workload as frame_workload
 from tests.support.journal import LIMITS, T0, dispatcher, outbounds
 from tests.support.polling import eventually, eventually_async
 

@@ -29,7 +29,7 @@ from nvpair_wm.journal import JournalLimits
 from nvpair_wm.local import BrokerLimits, DialSchedule
 from nvpair_wm.outbox import BroadcastLimits
 from nvpair_wm.pins import PinLimits
-from tests.wm_process import WAIT, run_cli
+from tests.support.wm_process import WAIT, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))

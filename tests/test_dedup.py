@@ -18,7 +18,7 @@ from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 from nvpair_wm.dedup import Removal, TableLimits, WorkloadTable, _Ids
 from nvpair_wm.dispatch import outbound_event
 from nvpair_wm.events import Outbound, lifecycle_frame
-from tests.frames import info
+from tests.support.frames import info
 
 LIMITS = TableLimits(
     terminal_ttl=10.0, live_ttl=100.0, tombstone_ttl=20.0, max_workloads=50, max_tombstones=50

@@ -15,7 +15,7 @@ from nvpair_wm import codec
 from nvpair_wm.dedup import TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, LocalResult, PeerResult
 from nvpair_wm.events import LIFECYCLE_TYPES, lifecycle_frame, translate
-from tests.frames import (
+from tests.support.frames import (
     ABSENT,
     LIFECYCLE,
     METHODS,

@@ -17,8 +17,8 @@ from nvpair_wm.dispatch import Dispatcher
 from nvpair_wm.endpoint import EVENTS_PATH, EventsEndpoint, is_json_content_type
 from nvpair_wm.http.core import MIB, Request
 from tests.conftest import WAIT, CertPair, RecordingSink, TLSCluster, WmServer
-from tests.curl import CurlResult, base_args, parse
-from tests.frames import event, remove, workload
+from tests.support.curl import CurlResult, base_args, parse
+from tests.support.frames import event, remove, workload
 
 StartServer = Callable[..., WmServer]
 

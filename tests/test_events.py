@@ -11,7 +11,7 @@ import pytest
 
 from nvpair_wm import codec, events
 from nvpair_wm.events import lifecycle_frame, translate, upsert
-from tests.frames import ABSENT, LIFECYCLE, METHODS, STATES, event, info, workload
+from tests.support.frames import ABSENT, LIFECYCLE, METHODS, STATES, event, info, workload
 
 FORBIDDEN = ("prompt", "messages", "response", "secret-text")
 

@@ -37,9 +37,9 @@ from jsonschema import Draft202012Validator
 from nvpair_wm import codec
 from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher
-from tests.frames import status_result
 from tests.support.bundle import bundle
 from tests.support.conformance import BASE, MAX_DEPTH, REGISTRY, NotIJson, strict_loads
+from tests.support.frames import status_result
 
 FRAME_REFS: Final = [
     *(

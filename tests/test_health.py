@@ -5,33 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import socket
-import subprocess
 from pathlib import Path
-from typing import Any
 
 from nvpair_wm.clusterdir import init_cluster
-from tests.wm_process import WAIT, WmProcess
-
-
-def get(port: int, path: str, *, method: str = "GET") -> tuple[int, Any]:
-    """(status, body parsed as JSON when it is JSON) from curl."""
-    curl = shutil.which("curl")
-    assert curl, "curl is missing: apt-get install -y curl"
-    how = ["-I"] if method == "HEAD" else ["-X", method]  # -X HEAD would wait for a body
-    done = subprocess.run(
-        [curl, "-sS", *how, "-w", "\n%{http_code}", f"http://127.0.0.1:{port}{path}"],
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-        check=True,
-    )
-    body, _, code = done.stdout.rpartition("\n")
-    try:
-        return int(code), json.loads(body)
-    except ValueError:
-        return int(code), body
+from tests.support.probes import (
+    get,
+)
+from tests.support.wm_process import WAIT, WmProcess
 
 
 def metrics_port(wm: WmProcess) -> int:

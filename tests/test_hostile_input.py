@@ -31,8 +31,8 @@ from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 from nvpair_wm import codec
 from nvpair_wm.codec import MAX_DEPTH, PARSE_ERROR, RpcError
 from nvpair_wm.local import _feed_from_thread
-from tests.frames import dumps, event_frame, workload
-from tests.wm_process import WAIT, WmProcess
+from tests.support.frames import dumps, event_frame, workload
+from tests.support.wm_process import WAIT, WmProcess
 
 _ids = itertools.count(1)
 HOLE = "@@HOLE@@"  # a placeholder value; its JSON text is replaced by raw bytes

@@ -17,7 +17,7 @@ from nvpair_wm.http.core import MIB
 from nvpair_wm.io.client import open_connection
 from nvpair_wm.pins import Identity, PinSet
 from tests.conftest import WAIT, HTTPSClient, TLSCluster, WmServer, http_request
-from tests.frames import event, workload
+from tests.support.frames import event, workload
 
 StartServer = Callable[..., WmServer]
 Connect = Callable[..., HTTPSClient]

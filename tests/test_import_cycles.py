@@ -16,7 +16,7 @@ import ast
 from collections.abc import Iterable
 from pathlib import Path
 
-from tests.source_tree import ROOT
+from tests.support.source_tree import ROOT
 
 PACKAGE = "nvpair_wm"
 SRC = ROOT / "src"

@@ -45,7 +45,7 @@ from hyperframe.frame import (
 from nvpair_wm.clusterdir import cert_fingerprint, remove_member
 from nvpair_wm.http.core import MIB
 from tests.conftest import TLSCluster
-from tests.frames import batch, event, event_frame, workload
+from tests.support.frames import batch, event, event_frame, workload
 from tests.support.nodes import (
     EVENTS,
     JSON_HEADERS,
@@ -60,7 +60,7 @@ from tests.support.nodes import (
     tls_socket,
     uid,
 )
-from tests.wm_process import WAIT
+from tests.support.wm_process import WAIT
 
 # The subprocess (Node, the start_node fixture) and the clients are in tests/support/nodes.py.
 

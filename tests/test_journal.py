@@ -1,8 +1,8 @@
 """Unit tests of the journal: the record codec and fold fed records (no files), then the file
 shell on tmp directories (damage, compaction, reload).
 
-Broker frames are built with ``json`` (tests.frames) and go through the real Dispatcher, so the
-records are what the daemon writes. Time is injected (wall and monotonic), nothing sleeps.
+Broker frames are built with ``json`` (tests.support.frames) and go through the real Dispatcher, so
+the records are what the daemon writes. Time is injected (wall and monotonic), nothing sleeps.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from nvpair_wm.journal import (
     reload_table,
 )
 from nvpair_wm.node import Config, Node
-from tests.frames import LIFECYCLE, STATES, event_frame, info, line, remove_frame, workload
+from tests.support.frames import LIFECYCLE, STATES, event_frame, info, line, remove_frame, workload
 from tests.support.journal import (
     LIMITS,
     T0,

@@ -1,13 +1,13 @@
 """Issue 10 item 3 end to end: an origin killed while a peer cannot take its events loses nothing.
 
-Real ``nvpair-wm`` processes with real cluster directories and mutual TLS (:mod:`tests.cluster`).
-Node A's peer B cannot take A's events (B does not pin A, or B is SIGSTOPped before A ever
-reached it), so everything A's broker reports stays queued in A; A is ``kill -9``ed, restarted
-with the same cluster directory (its journal), and only then can B take A's events. B's broker
-must end with exactly the newest state of every workload, the removals applied, nothing
-upserted twice and no ``seq`` going backwards. Synchronisation is by events (a frame on a
-broker side, a ``manager:status`` answer that follows the frames before it on the same
-channel); where only status tells (B refusing A), the status is polled with a deadline.
+Real ``nvpair-wm`` processes with real cluster directories and mutual TLS
+(:mod:`tests.support.cluster`). Node A's peer B cannot take A's events (B does not pin A, or B is
+SIGSTOPped before A ever reached it), so everything A's broker reports stays queued in A; A is
+``kill -9``ed, restarted with the same cluster directory (its journal), and only then can B take A's
+events. B's broker must end with exactly the newest state of every workload, the removals applied,
+nothing upserted twice and no ``seq`` going backwards. Synchronisation is by events (a frame on a
+broker side, a ``manager:status`` answer that follows the frames before it on the same channel);
+where only status tells (B refusing A), the status is polled with a deadline.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from nvpair_wm.journal import JOURNAL_FILE
-from tests.cluster import Cluster, Node, event, is_upsert, removal, workload
+from tests.support.cluster import Cluster, Node, event, is_upsert, removal, workload
 
 CONVERGE_WITHIN = 15.0  # A's link to B reconnects within its capped backoff (5 s), plus start-up
 

@@ -52,8 +52,8 @@ from nvpair_wm.journal import (
     read_log,
     reload_table,
 )
-from tests.frames import FINGERPRINT, dumps, event_frame, info, line, remove_frame, workload
-from tests.wm_process import WmProcess
+from tests.support.frames import FINGERPRINT, dumps, event_frame, info, line, remove_frame, workload
+from tests.support.wm_process import WmProcess
 
 LIMITS = TableLimits(
     terminal_ttl=10.0, live_ttl=100.0, tombstone_ttl=20.0, max_workloads=50, max_tombstones=50

@@ -21,8 +21,8 @@ from typing import Any
 
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.dirlock import LOCK_FILE
-from tests.test_health import get
-from tests.wm_process import WAIT, WmProcess
+from tests.support.probes import get
+from tests.support.wm_process import WAIT, WmProcess
 
 W = {
     "model": "m",

@@ -17,7 +17,7 @@ import pytest
 from nvpair_wm_schema.contract import CONTRACT_VERSION
 
 from nvpair_wm import __version__
-from tests.wm_process import WAIT, WmProcess, run_cli
+from tests.support.wm_process import WAIT, WmProcess, run_cli
 
 
 def info(**overrides: Any) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from nvpair_wm.clusterdir import init_cluster, node_records
-from tests.wm_process import WmProcess, run_cli
+from tests.support.wm_process import WmProcess, run_cli
 
 
 def parsed(lines: list[str]) -> list[dict[str, Any]]:

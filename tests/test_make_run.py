@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.source_tree import copy_tree
+from tests.support.source_tree import copy_tree
 
 TIMEOUT = 300.0  # a cold pip cache downloads the runtime dependencies
 

@@ -20,9 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.metrics import DEFAULT_HOST, parse_address
 from nvpair_wm.versions import CONTRACT_VERSION
-from tests.cluster import POLL_EVERY, Node, event, is_upsert, workload
+from tests.support.cluster import POLL_EVERY, Node, event, is_upsert, workload
 from tests.support.polling import eventually
-from tests.wm_process import WAIT, run_cli
+from tests.support.wm_process import WAIT, run_cli
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

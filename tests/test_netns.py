@@ -52,7 +52,7 @@ from tests.support.netns import (
     Net,
     run_command,
 )
-from tests.wm_process import WmProcess
+from tests.support.wm_process import WmProcess
 
 pytestmark = pytest.mark.netns
 

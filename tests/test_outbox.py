@@ -14,7 +14,7 @@ from nvpair_wm.dispatch import outbound_event, outbound_removal
 from nvpair_wm.events import Outbound, lifecycle_frame
 from nvpair_wm.outbox import Backoff, Batch, BroadcastLimits, PeerOutbox, RetryRun
 from nvpair_wm.sync import Snapshot
-from tests.frames import info
+from tests.support.frames import info
 
 STATES = {1: "queued", 2: "running", 3: "completed"}
 

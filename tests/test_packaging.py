@@ -23,7 +23,7 @@ import pytest
 from nvpair_wm_schema.contract import CONTRACT_VERSION
 
 from nvpair_wm import __version__
-from tests.source_tree import ROOT, copy_tree
+from tests.support.source_tree import ROOT, copy_tree
 
 TIMEOUT = 300.0  # a cold pip cache downloads every runtime dependency
 

@@ -42,7 +42,7 @@ from nvpair_wm.events import (
     upsert_line,
     upsert_line_from,
 )
-from tests.frames import (
+from tests.support.frames import (
     ABSENT,
     LIFECYCLE,
     METHODS,

@@ -15,7 +15,7 @@ from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm.clusterdir import init_cluster, node_records, remove_member
 from nvpair_wm.peers import Peer, PeerDirectory, diff, select_peers
 from nvpair_wm.pins import Identity, PinSet
-from tests.frames import node
+from tests.support.frames import node
 
 
 def records(cluster: Path, port_base: int = 15000) -> list[NodeRecord]:

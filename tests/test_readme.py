@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.source_tree import ROOT
+from tests.support.source_tree import ROOT
 
 ILLUSTRATIVE = "<!-- illustrative -->"
 OUTPUT = "<!-- output -->"

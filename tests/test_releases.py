@@ -21,9 +21,9 @@ import pytest
 from nvpair_wm import __version__, journal
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.versions import CONTRACT_VERSION
-from tests.cluster import Cluster, event, is_removal, is_upsert, removal, workload
 from tests.conftest import WAIT
-from tests.releases import ROOT, Release, build, previous, releases, version_key
+from tests.support.cluster import Cluster, event, is_removal, is_upsert, removal, workload
+from tests.support.releases import ROOT, Release, build, previous, releases, version_key
 
 
 def _at(commit: str, path: str) -> str:
@@ -123,11 +123,14 @@ def test_a_journal_of_the_previous_release_is_read(mixed: Cluster) -> None:
     a.send(removal("node-a", "kept-3"))
     before = a.status()["counters"]  # a fence: the frames before it are journaled
     a.kill()
+    log = a.cluster_dir / journal.JOURNAL_FILE
+    assert log.read_bytes()[: len(journal.HEADER)] == journal.HEADER[:-1] + b"\x01"  # format 1
     a.program = None  # upgraded in place: same cluster directory, same journal
     a.start()
     a.wait_log("journal: reloaded")
     after = a.status()["counters"]
     assert (after["workloads"], after["tombstones"]) == (before["workloads"], before["tombstones"])
+    assert log.read_bytes()[: len(journal.HEADER)] == journal.HEADER  # now this build's format
     b.start()
     mixed.announce()
     for i in range(n - 1):

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from nvpair_wm import __version__
-from tests.releases import build, previous
 from tests.soak.runner import THIS_TREE, Options, Upgrade, run
 from tests.soak.schedule import KINDS
+from tests.support.releases import build, previous
 
 SEED = 20261203
 SECONDS = 45.0  # of workload and faults; then quiesce and convergence (a few seconds)

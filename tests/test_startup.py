@@ -17,7 +17,7 @@ import pytest
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.dirlock import LOCK_FILE
 from tests.support.polling import eventually
-from tests.wm_process import WAIT, WmProcess, run_cli
+from tests.support.wm_process import WAIT, WmProcess, run_cli
 
 
 def tree(root: Path) -> dict[str, bytes | None]:

@@ -22,7 +22,7 @@ from OpenSSL import SSL
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.pins import Identity
 from nvpair_wm.tls_contexts import TLSPolicy, client_context
-from tests.wm_process import WAIT, WmProcess
+from tests.support.wm_process import WAIT, WmProcess
 
 AEAD_12 = [
     "ECDHE-ECDSA-AES128-GCM-SHA256",

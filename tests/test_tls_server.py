@@ -27,7 +27,7 @@ from nvpair_wm.io.client import PeerConnection, open_connection
 from nvpair_wm.pins import Identity, PinSet
 from nvpair_wm.tls_contexts import ALPN_PROTOCOLS, ServerTLS, client_context
 from tests.conftest import HAS_IPV6, WAIT, CertPair, HTTPSClient, TLSCluster, WmServer, http_request
-from tests.frames import event
+from tests.support.frames import event
 
 StartServer = Callable[..., WmServer]
 Connect = Callable[..., HTTPSClient]

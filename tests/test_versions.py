@@ -36,12 +36,12 @@ from nvpair_wm.versions import (
     PeerVersions,
     software_of,
 )
-from tests.cluster import Cluster, event, is_upsert, workload
 from tests.conftest import WAIT, RecordingSink, TLSCluster, WmServer
-from tests.curl import CurlResult, base_args, parse
-from tests.frames import event as frame_event
-from tests.frames import info
-from tests.frames import workload as frame_workload
+from tests.support.cluster import Cluster, event, is_upsert, workload
+from tests.support.curl import CurlResult, base_args, parse
+from tests.support.frames import event as frame_event
+from tests.support.frames import info
+from tests.support.frames import workload as frame_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 OTHER_MAJOR = f"{int(CONTRACT_VERSION.split('.')[0]) + 1}.0.0"

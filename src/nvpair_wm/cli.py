@@ -2,8 +2,11 @@
 
 Flags override the file, the file overrides the defaults. A flag's ``dest`` is the dotted
 config key it sets, so every flag is applied the same way. Any value that cannot work (a bad
-flag, a bad file, an address that is not this host's, a directory that is not there) is one
-line on stderr and exit status 2, naming the flag (or the file and key) to fix.
+flag, a bad file, an address that is not this host's, a directory that is not there, a cluster
+root given for a node's folder, a cluster directory another node holds) is one line on stderr
+and exit status 2, naming the flag (or the file and key) to fix. ``--print-config`` checks only
+the form of values, so that a file for another host can be previewed. The console script is
+``entry.py``, which handles stop signals before this module is imported.
 """
 
 from __future__ import annotations

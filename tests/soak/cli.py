@@ -24,12 +24,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from tests.releases import ReleaseError, build, find, previous
 from tests.soak.checker import check
 from tests.soak.history import read_history
 from tests.soak.network import SoakError, netns_available
 from tests.soak.runner import THIS_TREE, Options, Upgrade, run
 from tests.soak.schedule import KINDS, NETNS_ONLY, draw, format_schedule
+from tests.support.releases import ReleaseError, build, find, previous
 
 
 class _Parser(argparse.ArgumentParser):

@@ -92,7 +92,7 @@ THIS_TREE: Final = (sys.executable, "-m", "nvpair_wm")
 class Upgrade:
     """A rolling upgrade: every node starts on ``first`` and is restarted, one by one under
     the load and the faults, on ``then`` (a downgrade is the same with the two swapped). Each
-    is the command that runs that release's ``nvpair-wm`` (``tests.releases.build``)."""
+    is the command that runs that release's ``nvpair-wm`` (``tests.support.releases.build``)."""
 
     first: tuple[str, ...]
     then: tuple[str, ...]
@@ -339,11 +339,16 @@ class SoakNode:
                 self.stopped = sig == signal.SIGSTOP
 
     def stop_gracefully(self) -> int | None:
-        """Close the broker channel (EOF): the node must exit 0 within EXIT_TIMEOUT."""
+        """Close the broker channel (EOF): the node must exit 0 within EXIT_TIMEOUT.
+
+        The node is down from here on: the broker reports nothing more to it (a frame written
+        after the EOF would be recorded as sent and never read; a rolling upgrade stops nodes
+        while the brokers report), and re-reports what was not answered after the restart."""
         with self.lock:
             proc = self.proc
             if proc is None:
                 return None
+            self.up = False
             if self.stopped:
                 proc.send_signal(signal.SIGCONT)
             self._outq.put(None)

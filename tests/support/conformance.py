@@ -10,7 +10,7 @@ from typing import Any
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from tests.source_tree import ROOT
+from tests.support.source_tree import ROOT
 
 SCHEMA_DIR = ROOT / "schema"
 BASE = "https://schemas.nvpair.dev/wm/v1/"

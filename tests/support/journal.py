@@ -7,7 +7,7 @@ from typing import Any
 from nvpair_wm.dedup import TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher
 from nvpair_wm.events import Outbound
-from tests.frames import line
+from tests.support.frames import line
 
 LIMITS = TableLimits(
     terminal_ttl=10.0, live_ttl=100.0, tombstone_ttl=20.0, max_workloads=50, max_tombstones=50

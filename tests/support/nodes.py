@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tests.curl import CurlResult, base_args, parse
-from tests.frames import event, workload
-from tests.wm_process import WAIT, WmProcess
+from tests.support.curl import CurlResult, base_args, parse
+from tests.support.frames import event, workload
+from tests.support.wm_process import WAIT, WmProcess
 
 if TYPE_CHECKING:
     from tests.conftest import CertPair

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from tests.wm_process import WAIT
+from tests.support.wm_process import WAIT
 
 __all__ = ["eventually", "eventually_async"]
 

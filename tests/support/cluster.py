@@ -28,7 +28,7 @@ from nvpair_wm.clusterdir import cert_fingerprint, init_cluster
 from nvpair_wm.config import dumps
 from nvpair_wm.pins import CERT_FILE, KEY_FILE
 from tests.support.polling import eventually
-from tests.wm_process import WAIT, WmProcess
+from tests.support.wm_process import WAIT, WmProcess
 
 POLL_EVERY = 0.05  # pause between two manager:status polls (a poll interval, not a sync sleep)
 

@@ -27,7 +27,7 @@ from nvpair_wm import __version__
 
 __all__ = ["RELEASES_FILE", "Release", "ReleaseError", "build", "previous", "releases"]
 
-ROOT: Final = Path(__file__).resolve().parent.parent
+ROOT: Final = Path(__file__).resolve().parents[2]
 RELEASES_FILE: Final = ROOT / "releases.toml"
 CACHE: Final = ROOT / ".releases"
 BUILD_TIMEOUT: Final = 600.0  # seconds for one venv + pip install (a busy machine, cold cache)

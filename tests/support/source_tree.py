@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository: tests/support/source_tree.py
 
 
 def tree_files(root: Path = ROOT) -> list[str]:

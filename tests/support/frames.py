@@ -3,7 +3,7 @@
 Everything here is built with the standard library's ``json`` so that a test never checks the
 codec against itself. Typical use::
 
-    from tests.frames import event, workload
+    from tests.support.frames import event, workload
 
     line = event("workload:started", workload(id="7", seq=2), id=1) + b"\\n"
 
