@@ -115,6 +115,25 @@ def test_every_error_code_and_status_of_the_readme_tables_has_a_vector() -> None
     assert wanted <= statuses, wanted - statuses
 
 
+def test_every_error_code_is_reached_by_two_different_inputs() -> None:
+    """One input per code would let an implementation pass by matching on that input; -32600
+    and -32602 in particular are told apart by several (the envelope against the params)."""
+    inputs: dict[int, set[str]] = {}
+    for group in vectors.load(BEHAVIOUR):
+        for case in group["cases"]:
+            sent = json.dumps(case.get("local") or case.get("http", {}), sort_keys=True)
+            for code in re.findall(r'"/error/code": (-3\d{4})', json.dumps(case)):
+                inputs.setdefault(int(code), set()).add(sent)
+    readme = (ROOT / "schema" / "README.md").read_text()
+    table_codes = {int(c) for c in re.findall(r"^\|\s*`?(-3\d{4})`?\s*\|", readme, re.M)}
+    few = {
+        c: len(inputs.get(c, ()))
+        for c in table_codes - set(NO_VECTOR)
+        if len(inputs.get(c, ())) < 2
+    }
+    assert not few, few
+
+
 def _contract_validator(file: str) -> jsonschema.Draft202012Validator:
     schemas = [json.loads(p.read_text()) for p in (ROOT / "schema").glob("*.schema.json")]
     registry: Registry = Registry().with_resources(
@@ -222,6 +241,7 @@ def test_kit_passes_nvpair_wm_over_every_group() -> None:
         for g in groups.values()
     )
     assert len(doc["results"]) == doc["passed"] == expected
+    assert doc["seconds"] < 60, f"the whole kit took {doc['seconds']} s (at most 60 s)"
 
 
 def test_kit_prints_a_table_and_exits_0() -> None:

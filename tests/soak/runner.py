@@ -125,6 +125,10 @@ class Options:
     # "multi": starts, requeues and ends are reported by the broker of the node a workload runs
     # on, mostly not its entry node (the spec's multi-path workload; tests.soak.workload)
     paths: str = "single"
+    # Another implementation's command instead of this tree's nvpair-wm (the same flags:
+    # --cluster-dir, --bind, --port, --log-level, --config, --print-config): the documented
+    # check of docs/soak.md, which the conformance kit cannot run (it never restarts one)
+    program: tuple[str, ...] = ()
 
 
 def names_for(n: int) -> list[str]:
@@ -335,11 +339,16 @@ class SoakNode:
                 self.stopped = sig == signal.SIGSTOP
 
     def stop_gracefully(self) -> int | None:
-        """Close the broker channel (EOF): the node must exit 0 within EXIT_TIMEOUT."""
+        """Close the broker channel (EOF): the node must exit 0 within EXIT_TIMEOUT.
+
+        The node is down from here on: the broker reports nothing more to it (a frame written
+        after the EOF would be recorded as sent and never read; a rolling upgrade stops nodes
+        while the brokers report), and re-reports what was not answered after the restart."""
         with self.lock:
             proc = self.proc
             if proc is None:
                 return None
+            self.up = False
             if self.stopped:
                 proc.send_signal(signal.SIGCONT)
             self._outq.put(None)
@@ -513,6 +522,8 @@ class Soak:
             first = Limits(self.run_dir, settings, up.first, "first")
             then = Limits(self.run_dir, settings, up.then, "then")
             self.limits = first
+        elif opts.program:
+            first = then = self.limits = Limits(self.run_dir, settings, opts.program, "program")
         self.then_limits = then
         root = random.Random(opts.seed)
         if opts.paths not in ("single", "multi"):
@@ -531,6 +542,8 @@ class Soak:
                             models=models if multi else None, lock=shared)  # fmt: skip
             if up is not None:
                 node.program = up.first
+            elif opts.program:
+                node.program = opts.program
             node.announce = self._announce_to
             self.nodes[name] = node
         self.rec.add("start", data={

@@ -18,7 +18,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -119,6 +119,8 @@ class PeerServer:
         self.arrivals: list[Arrival] = []
         self.problems: list[str] = []
         self.handshakes = 0  # completed TLS handshakes
+        self.failed_handshakes = 0
+        self.last_handshake_error = ""
         self.port = 0
         self.up()
 
@@ -166,16 +168,17 @@ class PeerServer:
 
     # -- what arrived ---------------------------------------------------------------------------
 
-    def accepted_frames(self) -> list[Any]:
-        """The frames of every request answered 2xx, in arrival order."""
+    def requests(self, since: int = 0) -> list[Arrival]:
+        """Every request from the ``since``-th on, in arrival order."""
         with self._lock:
-            return [f for a in self.arrivals if a.accepted for f in a.frames]
+            return self.arrivals[since:]
 
-    def wait_frames(self, count: int, timeout: float) -> bool:
-        """Until at least ``count`` accepted frames have arrived in all (False on timeout)."""
+    def wait_for(self, ready: Callable[[PeerServer], bool], timeout: float) -> bool:
+        """Until ``ready`` holds of this peer (its requests, its handshakes), checked whenever
+        one ends; False on timeout."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while sum(len(a.frames) for a in self.arrivals if a.accepted) < count:
+            while not ready(self):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -206,8 +209,14 @@ class PeerServer:
         try:
             try:
                 tls = self._ctx.wrap_socket(raw, server_side=True)
-            except (OSError, ssl.SSLError):
-                return  # a client that checks our pin and leaves ends here, as it should
+            except (OSError, ssl.SSLError) as exc:
+                # A client that checks our pin and leaves ends here, as it should; so does one
+                # that presents another certificate than the subject's (kept for the report).
+                with self._lock:
+                    self.failed_handshakes += 1
+                    self.last_handshake_error = str(exc)
+                    self._lock.notify_all()
+                return
             with self._lock:
                 self.handshakes += 1
             alpn = tls.selected_alpn_protocol()

@@ -15,6 +15,7 @@ journal, if it keeps one) is not in its snapshots here.
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 import re
@@ -175,7 +176,7 @@ class GroupRun:
         self.broken: str | None = None
         self.peer_cluster: PeerCluster | None = None
         self.peers: dict[str, PeerServer] = {}
-        self.seen: dict[str, tuple[int, int]] = {}  # peer -> (frames, requests) already checked
+        self.seen: dict[str, int] = {}  # peer -> requests already checked by arrivals cases
         self.config: Path | None = None
 
     def _record(self, case: str, started: float, problems: list[str]) -> None:
@@ -233,7 +234,7 @@ class GroupRun:
                 protocols=[PROTOCOLS[p] for p in spec.get("protocols", list(PROTOCOLS))],
                 host=HOST,
             )
-            self.seen[name] = (0, 0)
+            self.seen[name] = 0
 
     def _records(self) -> dict[str, dict[str, Any]]:
         """The node record of each peer (and of the subject itself), as nodes:update carries."""
@@ -473,23 +474,24 @@ class GroupRun:
         return []
 
     def _arrivals(self, case: dict[str, Any], _: str) -> list[str]:
-        """Wait until each listed peer has the number of frames its matchers want (accepted,
-        since the last check), then ``settle`` seconds more, then match exactly what came."""
+        """Wait until each listed peer has the frames its matchers want (accepted since the last
+        check, ``allowed`` ones not counted) and the refusals it wants, then ``settle`` seconds
+        more, then match exactly what came."""
         want: dict[str, dict[str, Any]] = case["arrivals"]
         deadline = time.monotonic() + float(case.get("within", self.timeout))
         for name, spec in want.items():
-            done, _requests = self.seen[name]
-            count = len(spec["frames"]) if "frames" in spec else int(spec["count"])
-            self.peers[name].wait_frames(done + count, max(0.0, deadline - time.monotonic()))
+            self.peers[name].wait_for(
+                functools.partial(_enough, spec, self.seen[name]),
+                max(0.0, deadline - time.monotonic()),
+            )
         time.sleep(float(case.get("settle", SETTLE_S)))
         problems: list[str] = []
         for name, spec in want.items():
             server = self.peers[name]
-            done, requests = self.seen[name]
-            frames = server.accepted_frames()
-            arrivals = list(server.arrivals)
-            self.seen[name] = (len(frames), len(arrivals))
-            got, reqs = frames[done:], arrivals[requests:]
+            before = len(problems)
+            reqs = server.requests(since=self.seen[name])
+            self.seen[name] += len(reqs)
+            got = [f for a in reqs if a.accepted for f in a.frames]
             allowed = spec.get("allowed", [])
             got = [f for f in got if not any(not expect.match(f, m) for m in allowed)]
             if "frames" in spec and spec.get("repeats"):
@@ -517,7 +519,29 @@ class GroupRun:
                 problems.append(
                     f"{name}: {refused} requests refused, expected at most {spec['refusedAtMost']}"
                 )
+            if len(problems) > before and server.failed_handshakes:
+                problems.append(
+                    f"{name}: {server.failed_handshakes} TLS handshakes with it failed so far "
+                    f"(the last: {server.last_handshake_error})"
+                )
         return problems
+
+
+def _enough(spec: dict[str, Any], start: int, server: PeerServer) -> bool:
+    """Whether the requests from ``start`` on hold what ``spec`` waits for (called with the
+    server's lock held)."""
+    arrivals = server.arrivals
+    allowed = spec.get("allowed", [])
+    frames = [
+        f
+        for a in arrivals[start:]
+        if a.accepted
+        for f in a.frames
+        if not any(not expect.match(f, m) for m in allowed)
+    ]
+    count = len(spec["frames"]) if "frames" in spec else int(spec["count"])
+    refused = sum(not a.accepted for a in arrivals[start:])
+    return len(frames) >= count and refused >= spec.get("refusedAtLeast", 0)
 
 
 def _cover(frames: list[Any], matchers: list[dict[str, Any]]) -> list[str]:

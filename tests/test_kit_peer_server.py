@@ -1,0 +1,144 @@
+"""The conformance kit's peer servers (``nvpair_wm.conformance.peerserver``) check what reaches
+them: each rule they hold every request to fails a request that breaks it, over real mutual TLS,
+sent by the kit's own client (``nvpair_wm.conformance.peer``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from nvpair_wm_schema.contract import CONTRACT_VERSION
+
+from nvpair_wm import clusterdir
+from nvpair_wm.conformance import peer
+from nvpair_wm.conformance.expect import CONTRACT_HEADER
+from nvpair_wm.conformance.peerserver import MAX_BODY_BYTES, PeerServer
+
+HOST = "127.0.0.1"
+EVENT = {
+    "jsonrpc": "2.0",
+    "method": "workload:submitted",
+    "params": {"workloadInfo": {"id": "w1"}},  # the peer checks the envelope, not the params
+}
+GOOD_HEADERS = [("content-type", "application/json"), (CONTRACT_HEADER, CONTRACT_VERSION)]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> dict[str, Path]:
+    return clusterdir.init_cluster(tmp_path / "cl", ["subject", "p", "other"])
+
+
+@pytest.fixture
+def server(cluster: dict[str, Path]) -> Iterator[PeerServer]:
+    s = PeerServer(
+        "p",
+        cert=cluster["p"] / "node.crt",
+        key=cluster["p"] / "node.key",
+        client_cert=cluster["subject"] / "node.crt",
+        protocols=[peer.H2, peer.H1],
+    )
+    yield s
+    s.close()
+
+
+def _send(
+    server: PeerServer,
+    cluster: dict[str, Path],
+    body: bytes,
+    *,
+    protocol: str = peer.H2,
+    method: str = "POST",
+    path: str = "/v1/workloads/events",
+    headers: list[tuple[str, str]] | None = None,
+    member: str = "subject",
+) -> peer.HttpResponse:
+    identity = peer.Identity(cluster[member] / "node.crt", cluster[member] / "node.key")
+    req = peer.HttpRequest(method, path, GOOD_HEADERS if headers is None else headers, body)
+    return peer.request(HOST, server.port, identity, protocol, req, timeout=5)
+
+
+@pytest.mark.parametrize("protocol", [peer.H2, peer.H1])
+def test_a_good_request_is_accepted_and_recorded(
+    server: PeerServer, cluster: dict[str, Path], protocol: str
+) -> None:
+    resp = _send(server, cluster, json.dumps([EVENT, EVENT]).encode(), protocol=protocol)
+    assert resp.status == 202
+    assert resp.headers.get(CONTRACT_HEADER) == CONTRACT_VERSION
+    (arrival,) = server.requests()
+    assert arrival.accepted and arrival.protocol == protocol and len(arrival.frames) == 2
+    assert server.take_problems() == []
+
+
+@pytest.mark.parametrize(
+    ("body", "kwargs", "problem"),
+    [
+        (json.dumps(EVENT).encode(), {"method": "PUT"}, "PUT /v1/workloads/events"),
+        (json.dumps(EVENT).encode(), {"path": "/v1/other"}, "POST /v1/other"),
+        (
+            json.dumps(EVENT).encode(),
+            {"headers": [("content-type", "text/plain"), (CONTRACT_HEADER, CONTRACT_VERSION)]},
+            "not application/json",
+        ),
+        (json.dumps(EVENT).encode(), {"headers": GOOD_HEADERS[:1]}, CONTRACT_HEADER),
+        (b"{not json", {}, "not JSON text"),
+        (b"[]", {}, "an empty batch"),
+        (json.dumps({**EVENT, "method": "nodes:update"}).encode(), {}, "is not a peer frame"),
+        (json.dumps({**EVENT, "jsonrpc": "1.0"}).encode(), {}, "jsonrpc '1.0'"),
+        (json.dumps([EVENT] * 10_001).encode(), {}, "a batch of 10001 frames"),
+        (json.dumps(EVENT).encode().ljust(MAX_BODY_BYTES + 1), {}, "over the bound"),
+    ],
+)
+def test_a_request_that_breaks_a_rule_is_a_problem(
+    server: PeerServer,
+    cluster: dict[str, Path],
+    body: bytes,
+    kwargs: dict[str, object],
+    problem: str,
+) -> None:
+    _send(server, cluster, body, **kwargs)  # type: ignore[arg-type]
+    problems = server.take_problems()
+    assert any(problem in p for p in problems), problems
+    assert server.take_problems() == []  # taken once
+
+
+def test_retry_after_is_enforced_and_rules_run_out(
+    server: PeerServer, cluster: dict[str, Path]
+) -> None:
+    server.respond([{"status": 503, "headers": {"retry-after": "30"}, "count": 1}])
+    body = json.dumps(EVENT).encode()
+    first = _send(server, cluster, body)
+    assert first.status == 503 and first.headers.get("retry-after") == "30"
+    assert server.take_problems() == []
+    assert _send(server, cluster, body).status == 202  # the rule's one answer was used up
+    problems = server.take_problems()
+    assert any("before the Retry-After" in p for p in problems), problems
+    assert [a.accepted for a in server.requests()] == [False, True]
+
+
+def test_frames_above_selects_large_batches(server: PeerServer, cluster: dict[str, Path]) -> None:
+    server.respond([{"status": 413, "framesAbove": 2}])
+    assert _send(server, cluster, json.dumps([EVENT] * 3).encode()).status == 413
+    assert _send(server, cluster, json.dumps([EVENT] * 2).encode()).status == 202
+
+
+def test_only_the_subjects_certificate_gets_in(
+    server: PeerServer, cluster: dict[str, Path]
+) -> None:
+    with pytest.raises(peer.PeerError):
+        _send(server, cluster, json.dumps(EVENT).encode(), member="other")
+    assert server.wait_for(lambda s: s.failed_handshakes == 1, timeout=5)  # for the report
+    assert server.last_handshake_error and server.requests() == []
+
+
+def test_down_refuses_connections_and_up_listens_on_the_same_port(
+    server: PeerServer, cluster: dict[str, Path]
+) -> None:
+    port = server.port
+    server.down()
+    with pytest.raises(peer.PeerError):
+        _send(server, cluster, json.dumps(EVENT).encode())
+    server.up()
+    assert server.port == port
+    assert _send(server, cluster, json.dumps(EVENT).encode()).status == 202
