@@ -26,12 +26,12 @@ from hyperframe.frame import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nvpair_wm.errors import H2ConnectionError
+from nvpair_wm.errors import H2ConnectionError, LocalProtocolError
 from nvpair_wm.http.core import Limits, Request, Response
 from nvpair_wm.proto.h1 import H1Session
 from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.h2.hpack import Decoder, encode_fields
-from nvpair_wm.proto.h2.streams import Stream
+from nvpair_wm.proto.h2.streams import Stream, StreamEvent, StreamState
 from tests.support.handlers import Recorder
 from tests.support.raw_frames import (
     frames_of,
@@ -608,6 +608,108 @@ def test_response_waits_for_the_peers_windows() -> None:
     data = [f for f in new if isinstance(f, DataFrame)]
     assert [len(f.data) for f in data] == [3] and "END_STREAM" in data[0].flags
     assert p.session.open_streams == 0
+
+
+# -- stream states -------------------------------------------------------------------------------
+
+
+def _next(state: StreamState, event: StreamEvent) -> StreamState | None:
+    """The state ``event`` moves a stream in ``state`` to, or None when the table refuses it."""
+    st = Stream(1, 0, 0)
+    st.state = state
+    try:
+        return st.step(event)
+    except LocalProtocolError:
+        assert st.state is state  # a refused event changes nothing
+        return None
+
+
+def test_stream_transition_table_is_rfc_9113_server_side() -> None:
+    """§5.1 from the server's side: the peer's END_STREAM once, our response started at most
+    once and ended once, in either order; CLOSED only when both ends are done."""
+    S, E = StreamState, StreamEvent
+    reached, todo = {S.OPEN}, [S.OPEN]
+    while todo:
+        state = todo.pop()
+        for event in E:
+            after = _next(state, event)
+            if after is not None and after not in reached:
+                reached.add(after)
+                todo.append(after)
+    assert reached == set(S)  # every state is reachable from a new stream
+    for state in S:
+        assert (_next(state, E.RECV_END_STREAM) is None) == state.request_whole
+        responded = state.sending or state in (S.HALF_CLOSED_LOCAL, S.CLOSED)
+        assert (_next(state, E.SEND_HEADERS) is None) == responded
+        assert (_next(state, E.SEND_END_STREAM) is None) == (
+            state in (S.HALF_CLOSED_LOCAL, S.CLOSED)
+        )
+        for event in E:
+            after = _next(state, event)
+            if after is not None:
+                assert after.request_whole == (state.request_whole or event is E.RECV_END_STREAM)
+                assert after.sending == (
+                    event is E.SEND_HEADERS or (state.sending and event is E.RECV_END_STREAM)
+                )
+    assert [e for e in E if _next(S.CLOSED, e) is not None] == []
+
+
+class _Trace:
+    """Every transition the session's streams take: (stream id, from, event, to)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.steps: list[tuple[int, StreamState, StreamEvent, StreamState]] = []
+        step = Stream.step
+
+        def traced(st: Stream, event: StreamEvent) -> StreamState:
+            before = st.state
+            after = step(st, event)
+            self.steps.append((st.sid, before, event, after))
+            return after
+
+        monkeypatch.setattr(Stream, "step", traced)
+
+
+def test_stream_states_of_a_response_waiting_for_the_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Big(Recorder):
+        def complete(self, req: Request, body: bytes) -> Response:
+            return Response(200, [], b"z" * 10)
+
+    trace = _Trace(monkeypatch)
+    S, E = StreamState, StreamEvent
+    p = Peer()
+    p.session = H2ServerSession(Big(), Limits(), FP, 0.0)
+    p.feed(H2_PREFACE + raw(4, 0, 0, b"\x00\x04\x00\x00\x00\x04") + raw(4, 1, 0))  # window 4
+    p.feed(p.headers(1))  # END_STREAM: the request is whole; 4 of 10 bytes go out
+    assert trace.steps == [
+        (1, S.OPEN, E.RECV_END_STREAM, S.HALF_CLOSED_REMOTE),
+        (1, S.HALF_CLOSED_REMOTE, E.SEND_HEADERS, S.HALF_CLOSED_REMOTE_RESPONDING),
+    ]
+    p.feed(raw(8, 0, 1, b"\x00\x00\x00\x06") + raw(8, 0, 0, b"\x00\x00\x00\x06"))
+    assert trace.steps[2:] == [(1, S.HALF_CLOSED_REMOTE_RESPONDING, E.SEND_END_STREAM, S.CLOSED)]
+    assert p.session.open_streams == 0
+
+
+def test_stream_states_of_an_early_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """413 before the body (its content-length is over the limit): our response first, the
+    body read and dropped, then the peer's END_STREAM closes the stream."""
+    trace = _Trace(monkeypatch)
+    S, E = StreamState, StreamEvent
+    p = Peer()
+    over = str(p.handler.max_body + 1)
+    p.feed(p.headers(1, [*REQUEST, ("content-length", over)], flags=0x4))
+    assert p.statuses() == [(1, b"413")]
+    assert trace.steps == [
+        (1, S.OPEN, E.SEND_HEADERS, S.OPEN_RESPONDING),
+        (1, S.OPEN_RESPONDING, E.SEND_END_STREAM, S.HALF_CLOSED_LOCAL),  # its body fit
+    ]
+    p.feed(raw(0, 0, 1, b"x" * 1000))
+    assert p.session.open_streams == 1  # still receiving (to drop it)
+    p.feed(raw(0, 0x1, 1, b""))
+    assert trace.steps[2:] == [(1, S.HALF_CLOSED_LOCAL, E.RECV_END_STREAM, S.CLOSED)]
+    assert p.session.open_streams == 0 and p.handler.completed == []
 
 
 def test_data_on_a_half_closed_remote_stream_is_a_stream_error() -> None:

@@ -5,8 +5,9 @@ The session is our own HTTP/2 implementation, server side, for what this server 
 shared frame layer (``frames``: reader, rules per type, header blocks) and go to one handler per
 type; the other pieces are listed in :mod:`nvpair_wm.proto.h2`.
 
-* Stream states (§5.1): a stream is open from its HEADERS until both directions are done
-  (``Stream.remote_done``, ``Stream.response_done``), then remembered for a while as ended,
+* Stream states (§5.1): a stream is tracked from its HEADERS until both directions are done
+  (:class:`~nvpair_wm.proto.h2.streams.StreamState`, moved by the transition table in
+  :mod:`~nvpair_wm.proto.h2.streams`), then remembered for a while as ended,
   reset by us, or reset by the peer, so that late frames get the error §5.1 asks for: after
   END_STREAM both ways a connection error STREAM_CLOSED, after the peer's RST_STREAM a stream
   error STREAM_CLOSED, after our own RST_STREAM nothing (frames in flight are dropped, their
@@ -86,6 +87,8 @@ from nvpair_wm.proto.h2.streams import (
     BodyMode,
     Stream,
     StreamEnd,
+    StreamEvent,
+    StreamState,
     parse_request,
     response_fields,
     trailers_problem,
@@ -106,6 +109,14 @@ _PARSED_REMEMBERED = 16  # requests parsed from header lists the decoder remembe
 _SETTINGS_ACK = frame(SETTINGS, ACK, 0)
 #: status → (the HEADERS frame header up to its stream id, the block) of a bare response.
 _BARE_HEADERS: dict[int, tuple[bytes, bytes]] = {}
+# The stream events and states the per-request path names, looked up once (an attribute of an
+# Enum class is looked up in Python code).
+_RECV_END_STREAM = StreamEvent.RECV_END_STREAM
+_SEND_HEADERS = StreamEvent.SEND_HEADERS
+_SEND_END_STREAM = StreamEvent.SEND_END_STREAM
+_HALF_CLOSED_LOCAL = StreamState.HALF_CLOSED_LOCAL
+_HALF_CLOSED_REMOTE = StreamState.HALF_CLOSED_REMOTE
+_CLOSED = StreamState.CLOSED
 
 
 class H2ServerSession:
@@ -311,7 +322,7 @@ class H2ServerSession:
                 self._reset(st, ErrorCodes.CANCEL)
 
     def _body_timed_out(self, st: Stream) -> None:
-        if st.out is None:
+        if st.state is StreamState.OPEN:  # no answer yet
             log.debug("HTTP/2 stream %d: request body too slow: 408", st.sid)
             self._release_body(st)
             st.mode = BodyMode.DISCARD
@@ -466,7 +477,7 @@ class H2ServerSession:
         if st is None:
             self._not_open(sid, "DATA", now)
             return
-        if st.remote_done:
+        if st.state.request_whole:  # half-closed (remote): §5.1
             self._stream_error(sid, ErrorCodes.STREAM_CLOSED, now)
             return
         st.recv_window -= flow
@@ -614,7 +625,7 @@ class H2ServerSession:
             st = Stream(sid, self._recv_initial - flow, self._peer.initial_window)
             st.request = parsed
             st.received = st.owed = flow
-            st.remote_done = True
+            st.step(_RECV_END_STREAM)
             self._streams[sid] = st
             self._respond(st, response)
             return True
@@ -661,7 +672,7 @@ class H2ServerSession:
     def _on_trailers(
         self, st: Stream, end_stream: bool, fields: list[tuple[bytes, bytes]], now: float
     ) -> None:
-        if st.remote_done:  # half-closed (remote): §5.1
+        if st.state.request_whole:  # half-closed (remote): §5.1
             self._stream_error(st.sid, ErrorCodes.STREAM_CLOSED, now)
         elif not end_stream:
             self._malformed(st, "trailers without END_STREAM")
@@ -762,19 +773,19 @@ class H2ServerSession:
             if st.owed >= self._windows.half_stream or len(streams) > 1:
                 # (A lone stream's window is due only once half of it is owed: settle's rule.)
                 self._windows.settle(streams.values())
-        if end_stream and streams.get(st.sid) is st and not st.remote_done:
+        if end_stream and streams.get(st.sid) is st and not st.state.request_whole:
             self._on_end(st)
 
     def _on_end(self, st: Stream, whole: bytes | None = None) -> None:
         """The peer ended the stream; ``whole``: the body, when it came in the frame that ended
         it and was never buffered (``st.body`` is then empty)."""
-        st.remote_done = True
+        state = st.step(_RECV_END_STREAM)
         st.body_deadline = None
         request = st.request
         if request is not None and request.content_length not in (None, st.received):
             self._malformed(st, "body shorter than content-length")
             return
-        if st.mode is BodyMode.BUFFER and st.out is None and request is not None:
+        if st.mode is BodyMode.BUFFER and state is _HALF_CLOSED_REMOTE and request is not None:
             body = whole
             if body is None:  # the buffered body leaves the buffer (settled once, below)
                 body = bytes(st.body)
@@ -785,7 +796,7 @@ class H2ServerSession:
                 self._windows.settle(streams.values())
             self._respond(st, self._complete(request, body))
             return
-        if st.response_done:  # _forget_if_done (the remote side is done here)
+        if state is _CLOSED:  # the response was out already
             self._drop(st, StreamEnd.ENDED)
 
     def _release_body(self, st: Stream) -> None:
@@ -795,7 +806,7 @@ class H2ServerSession:
         streams = self._streams
         # Nothing to settle when the one stream left is this one, done receiving (every
         # lone request's end): settle only reopens windows of streams still receiving.
-        if len(streams) > 1 or (streams and not (st.remote_done and st.sid in streams)):
+        if len(streams) > 1 or (streams and not (st.state.request_whole and st.sid in streams)):
             self._windows.settle(streams.values())
 
     # -- sending ------------------------------------------------------------------------------
@@ -813,7 +824,6 @@ class H2ServerSession:
         st.reset_after_send = reset_after
         if not response.headers and not response.body:
             # A bare answer (every 202): its whole HEADERS frame after the stream id is cached.
-            st.out = b""
             self._send_bare(st.sid, response.status)
             self._response_sent(st)
             return
@@ -824,6 +834,7 @@ class H2ServerSession:
         if not body:
             self._response_sent(st)
         else:
+            st.step(_SEND_HEADERS)
             self._pump(st)
 
     def _send_bare(self, sid: int, status: int) -> None:
@@ -840,14 +851,14 @@ class H2ServerSession:
 
     def _pump_all(self) -> None:
         for st in list(self._streams.values()):
-            if st.out is not None and not st.response_done:
+            if st.state.sending:
                 self._pump(st)
 
     def _pump(self, st: Stream) -> None:
         """Send as much of the response body as the peer's windows allow."""
-        out = st.out
-        if out is None or st.response_done:
+        if not st.state.sending:
             return
+        out = st.out
         while st.out_off < len(out):
             window = min(self._send_window, st.send_window)
             size = min(window, self._peer.max_frame_size, len(out) - st.out_off)
@@ -865,18 +876,18 @@ class H2ServerSession:
         self._response_sent(st)
 
     def _response_sent(self, st: Stream) -> None:
-        st.response_done = True
+        state = st.step(_SEND_END_STREAM)
         st.send_deadline = None
         st.out = b""
-        if st.reset_after_send is not None and not st.remote_done:
+        if state is _HALF_CLOSED_LOCAL and st.reset_after_send is not None:
             self._reset(st, st.reset_after_send)
-            return
-        self._forget_if_done(st)
+        elif state is _CLOSED:
+            self._drop(st, StreamEnd.ENDED)
 
     def _end_discard(self, st: Stream) -> None:
         """Stop reading a body we do not want: reset now, or once the answer is out."""
         st.body_deadline = None
-        if st.response_done:
+        if st.state is _HALF_CLOSED_LOCAL:  # the answer is out
             self._reset(st, ErrorCodes.NO_ERROR)
         else:
             st.reset_after_send = ErrorCodes.NO_ERROR
@@ -908,10 +919,6 @@ class H2ServerSession:
         closed[sid] = how
         if len(closed) > _CLOSED_MEMORY:
             del closed[next(iter(closed))]
-
-    def _forget_if_done(self, st: Stream) -> None:
-        if st.response_done and st.remote_done:
-            self._drop(st, StreamEnd.ENDED)
 
     def _end(self, code: int, debug: bytes = b"") -> None:
         """Queue the final GOAWAY (its last stream id never exceeds a graceful one sent

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import enum
 import re
+from typing import Final
 
 from h2.errors import ErrorCodes
 
+from nvpair_wm.errors import LocalProtocolError
 from nvpair_wm.http.core import Request, Response, error_response, path_of
 from nvpair_wm.versions import RESPONSE_FIELDS
 
@@ -19,6 +21,8 @@ __all__ = [
     "BodyMode",
     "Stream",
     "StreamEnd",
+    "StreamEvent",
+    "StreamState",
     "parse_request",
     "response_fields",
     "response_status",
@@ -67,6 +71,55 @@ class BodyMode(enum.Enum):
     DISCARD = "read and dropped: the request was answered early"
 
 
+class StreamState(enum.Enum):
+    """Where a tracked stream is (RFC 9113 §5.1, server side): the request whole or not (the
+    peer's END_STREAM), and our response not started, started (its body waiting for the peer's
+    windows), or sent whole (our END_STREAM). A reset stream is no longer tracked: how it ended
+    is a :class:`StreamEnd`."""
+
+    # (what it means, request_whole, sending)
+    OPEN = ("receiving the request; no response yet", False, False)
+    OPEN_RESPONDING = ("receiving the request; the response body still to send", False, True)
+    HALF_CLOSED_LOCAL = ("the response sent (early); receiving the request", False, False)
+    HALF_CLOSED_REMOTE = ("the request whole; no response yet", True, False)
+    HALF_CLOSED_REMOTE_RESPONDING = ("the request whole; the response body to send", True, True)
+    CLOSED = ("END_STREAM both ways: no longer tracked", True, False)
+
+    def __init__(self, meaning: str, request_whole: bool, sending: bool) -> None:
+        self.meaning = meaning
+        self.request_whole = request_whole  # the peer ended the request
+        self.sending = sending  # the response started, its body waits for the peer's windows
+
+    # Members are singletons: hashed by identity, the table lookups below stay in C (Enum's
+    # own __hash__ is Python code).
+    __hash__ = object.__hash__
+
+
+class StreamEvent(enum.Enum):
+    """What moves a stream from one :class:`StreamState` to the next."""
+
+    RECV_END_STREAM = "the peer ended the request"
+    SEND_HEADERS = "our response's HEADERS went out, its body to follow"
+    SEND_END_STREAM = "our response went out whole"
+
+    __hash__ = object.__hash__
+
+
+_S, _E = StreamState, StreamEvent
+#: (state, event) → next state; any other pair is a bug of ours (:class:`LocalProtocolError`).
+_TRANSITIONS: Final[dict[tuple[StreamState, StreamEvent], StreamState]] = {
+    (_S.OPEN, _E.RECV_END_STREAM): _S.HALF_CLOSED_REMOTE,
+    (_S.OPEN, _E.SEND_HEADERS): _S.OPEN_RESPONDING,
+    (_S.OPEN, _E.SEND_END_STREAM): _S.HALF_CLOSED_LOCAL,
+    (_S.OPEN_RESPONDING, _E.RECV_END_STREAM): _S.HALF_CLOSED_REMOTE_RESPONDING,
+    (_S.OPEN_RESPONDING, _E.SEND_END_STREAM): _S.HALF_CLOSED_LOCAL,
+    (_S.HALF_CLOSED_LOCAL, _E.RECV_END_STREAM): _S.CLOSED,
+    (_S.HALF_CLOSED_REMOTE, _E.SEND_HEADERS): _S.HALF_CLOSED_REMOTE_RESPONDING,
+    (_S.HALF_CLOSED_REMOTE, _E.SEND_END_STREAM): _S.CLOSED,
+    (_S.HALF_CLOSED_REMOTE_RESPONDING, _E.SEND_END_STREAM): _S.CLOSED,
+}
+
+
 class StreamEnd(enum.Enum):
     """How a stream no longer tracked closed: it decides the answer to a late frame (§5.1)."""
 
@@ -87,13 +140,12 @@ class Stream:
         "owed",
         "received",
         "recv_window",
-        "remote_done",
         "request",
         "reset_after_send",
-        "response_done",
         "send_deadline",
         "send_window",
         "sid",
+        "state",
     )
 
     def __init__(self, sid: int, recv_window: int, send_window: int) -> None:
@@ -105,13 +157,22 @@ class Stream:
         self.owed = 0  # flow-controlled bytes received whose stream window is not yet reopened
         self.recv_window = recv_window  # what the peer may still send on this stream
         self.send_window = send_window  # what we may still send (may go negative, §6.9.2)
-        self.remote_done = False
-        self.out: bytes | None = None  # response body still to send (None: no response yet)
+        self.state = StreamState.OPEN
+        self.out = b""  # the response body, sent up to out_off (while state.sending)
         self.out_off = 0
-        self.response_done = False
         self.reset_after_send: ErrorCodes | None = None
         self.body_deadline: float | None = None
         self.send_deadline: float | None = None
+
+    def step(self, event: StreamEvent) -> StreamState:
+        """Move to the state :data:`_TRANSITIONS` gives for ``event``, and return it."""
+        try:
+            state = self.state = _TRANSITIONS[self.state, event]
+        except KeyError:
+            raise LocalProtocolError(
+                f"HTTP/2 stream {self.sid}: {event.name} in state {self.state.name}", 500
+            ) from None
+        return state
 
 
 def valid_fields(headers: list[tuple[bytes, bytes]]) -> bool:

@@ -77,7 +77,7 @@ class ReceiveWindows:
         under_budget = self.buffered <= self._limits.h2_body_buffer_budget
         oldest = True
         for st in streams:
-            receiving = not st.remote_done
+            receiving = not st.state.request_whole
             dropping = st.mode is BodyMode.DISCARD
             if receiving and st.owed >= half and (dropping or oldest or under_budget):
                 self._out.append(window_update_frame(st.sid, st.owed))
