@@ -47,6 +47,7 @@ BENCHMARKS: dict[str, str] = {
     "realpeer": "bench.realpeer",
     "propagation": "bench.propagation",
     "journal": "bench.journal",
+    "startup": "bench.startup",
     "scale": "bench.scale",
 }
 

@@ -6,6 +6,12 @@
   journal. The difference, per applied event, is what the journal costs the broker path.
   Alone: ``Journal.append`` on prepared outbound items, one event per write (the worst case) and
   64 per write (a busy broker's batched line).
+* ``relayed`` - the peer path: ``Dispatcher.peer`` for one event per request (what a peer
+  sends at a low rate), then what ``EventsEndpoint`` hands the node's journal
+  (``Journal.append_forwarded``: what was forwarded to the broker, one ``os.write`` per request),
+  against the same requests without the journal (what a relayed event cost before issue 24,
+  whose journal kept nothing of it). The difference, per forwarded event, is what keeping the
+  broker's view across a restart costs.
 * ``fsync`` - the group commit: one ``os.fsync`` after 1,000 appended events (wall time: it
   waits for the disk).
 * ``compact`` / ``start`` - rewriting a file of N workloads (3 events each, appended) folded to
@@ -147,6 +153,35 @@ def run(ctx: Context) -> BenchResult:
                     wall=[1e6 / r for r in m.wall],
                 )
             )
+        relay = _relay_cases(lines, dirs, limits, table_limits, open_journal)
+        for m in measure_rates(relay, ctx, unit="events/s", min_rep_seconds=0.2):
+            us = [1e6 / r for r in m.samples]
+            per_event[m.key] = us
+            res.measurements.append(
+                Measurement(
+                    m.key,
+                    m.label,
+                    "µs/event (CPU)",
+                    us,
+                    False,
+                    m.role,
+                    m.note,
+                    [1e6 / r for r in m.wall],
+                )
+            )
+        relay_cost = [
+            j - p
+            for j, p in zip(per_event["relay_journaled"], per_event["relay_plain"], strict=True)
+        ]
+        res.measurements.append(
+            Measurement(
+                "relay_cost",
+                "journal's cost per event forwarded to the broker",
+                "µs/event (CPU)",
+                relay_cost,
+                False,
+            )
+        )
         cost = [j - p for j, p in zip(per_event["journaled"], per_event["plain"], strict=True)]
         res.measurements.append(
             Measurement("cost", "journal's cost on the broker path", "µs/event (CPU)", cost, False)
@@ -220,6 +255,49 @@ def run(ctx: Context) -> BenchResult:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return res
+
+
+def _relay_cases(
+    lines: list[bytes], dirs: _Dirs, limits: Any, table_limits: Any, open_journal: Any
+) -> list[Case]:
+    """The peer path with and without the journal of what it forwards (module docstring)."""
+    from bench.codec_impls import make_dispatcher
+
+    bodies = [line.rstrip(b"\n") for line in lines]
+    probe = make_dispatcher(clock=lambda: 1000.0)
+    forwarded = sum(len(probe.peer(body).forwarded) for body in bodies)
+
+    def plain_setup() -> Any:
+        return make_dispatcher(clock=lambda: 1000.0)
+
+    def plain(d: Any) -> None:
+        for body in bodies:
+            d.peer(body)
+
+    def journaled_setup() -> Any:
+        journal, _ = open_journal(dirs.fresh(), limits, table_limits, WALL)
+        assert journal is not None
+        return make_dispatcher(clock=lambda: 1000.0), journal
+
+    def journaled(state: Any) -> None:
+        d, journal = state
+        for body in bodies:
+            result = d.peer(body)
+            if result.forwarded:  # what EventsEndpoint.complete does before queuing the lines
+                journal.append_forwarded(result.forwarded, WALL)
+        journal.close()
+
+    return [
+        Case("relay_plain", "Dispatcher.peer, no journal", plain, plain_setup, work=forwarded),
+        Case(
+            "relay_journaled",
+            "Dispatcher.peer + Journal.append_forwarded",
+            journaled,
+            journaled_setup,
+            work=forwarded,
+            role="subject",
+        ),
+    ]
 
 
 def _stream_workloads(n: int) -> list[bytes]:

@@ -128,7 +128,8 @@ def test_only_the_subjects_certificate_gets_in(
 ) -> None:
     with pytest.raises(peer.PeerError):
         _send(server, cluster, json.dumps(EVENT).encode(), member="other")
-    assert server.requests() == []
+    assert server.wait_for(lambda s: s.failed_handshakes == 1, timeout=5)  # for the report
+    assert server.last_handshake_error and server.requests() == []
 
 
 def test_down_refuses_connections_and_up_listens_on_the_same_port(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shlex
 import shutil
 import signal
 import sys
@@ -99,6 +100,14 @@ def parser() -> argparse.ArgumentParser:
         default="single",
         help="multi: a workload's start and end are reported by the broker of the node it runs "
         "on, mostly not its entry node's (the spec's multi-path workload; default single)",
+    )
+    p.add_argument(
+        "--program",
+        metavar="CMD",
+        type=shlex.split,
+        default=[],
+        help="run this command as every node instead of this tree's nvpair-wm (another "
+        "implementation taking the same flags; docs/soak.md)",
     )
     p.add_argument(
         "--set",
@@ -213,7 +222,7 @@ def _run_seeds(
                        bound=args.bound, net=args.net, kinds=kinds, resend=args.resend,
                        workdir=args.dir, log=lambda s: print(s, flush=True),
                        extra_limits=dict(args.set), upgrade=upgrade,
-                       paths=args.paths)  # fmt: skip
+                       paths=args.paths, program=tuple(args.program))  # fmt: skip
         print(f"=== soak seed {seed}: {args.nodes} nodes, {seconds:.0f} s, {args.rate:g} events/s"
               f" per broker, {args.paths}-path ===", flush=True)  # fmt: skip
         try:

@@ -125,6 +125,10 @@ class Options:
     # "multi": starts, requeues and ends are reported by the broker of the node a workload runs
     # on, mostly not its entry node (the spec's multi-path workload; tests.soak.workload)
     paths: str = "single"
+    # Another implementation's command instead of this tree's nvpair-wm (the same flags:
+    # --cluster-dir, --bind, --port, --log-level, --config, --print-config): the documented
+    # check of docs/soak.md, which the conformance kit cannot run (it never restarts one)
+    program: tuple[str, ...] = ()
 
 
 def names_for(n: int) -> list[str]:
@@ -518,6 +522,8 @@ class Soak:
             first = Limits(self.run_dir, settings, up.first, "first")
             then = Limits(self.run_dir, settings, up.then, "then")
             self.limits = first
+        elif opts.program:
+            first = then = self.limits = Limits(self.run_dir, settings, opts.program, "program")
         self.then_limits = then
         root = random.Random(opts.seed)
         if opts.paths not in ("single", "multi"):
@@ -536,6 +542,8 @@ class Soak:
                             models=models if multi else None, lock=shared)  # fmt: skip
             if up is not None:
                 node.program = up.first
+            elif opts.program:
+                node.program = opts.program
             node.announce = self._announce_to
             self.nodes[name] = node
         self.rec.add("start", data={

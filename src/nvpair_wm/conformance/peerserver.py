@@ -119,6 +119,8 @@ class PeerServer:
         self.arrivals: list[Arrival] = []
         self.problems: list[str] = []
         self.handshakes = 0  # completed TLS handshakes
+        self.failed_handshakes = 0
+        self.last_handshake_error = ""
         self.port = 0
         self.up()
 
@@ -171,11 +173,12 @@ class PeerServer:
         with self._lock:
             return self.arrivals[since:]
 
-    def wait_for(self, ready: Callable[[list[Arrival]], bool], timeout: float) -> bool:
-        """Until ``ready`` holds of every request so far (False on timeout)."""
+    def wait_for(self, ready: Callable[[PeerServer], bool], timeout: float) -> bool:
+        """Until ``ready`` holds of this peer (its requests, its handshakes), checked whenever
+        one ends; False on timeout."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while not ready(self.arrivals):
+            while not ready(self):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -206,8 +209,14 @@ class PeerServer:
         try:
             try:
                 tls = self._ctx.wrap_socket(raw, server_side=True)
-            except (OSError, ssl.SSLError):
-                return  # a client that checks our pin and leaves ends here, as it should
+            except (OSError, ssl.SSLError) as exc:
+                # A client that checks our pin and leaves ends here, as it should; so does one
+                # that presents another certificate than the subject's (kept for the report).
+                with self._lock:
+                    self.failed_handshakes += 1
+                    self.last_handshake_error = str(exc)
+                    self._lock.notify_all()
+                return
             with self._lock:
                 self.handshakes += 1
             alpn = tls.selected_alpn_protocol()

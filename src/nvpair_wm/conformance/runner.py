@@ -33,7 +33,7 @@ from nvpair_wm_schema.contract import INTERNAL_ERROR
 from nvpair_wm import clusterdir
 from nvpair_wm.conformance import expect, peer, vectors
 from nvpair_wm.conformance.broker import WAIT, BrokerError, Implementation
-from nvpair_wm.conformance.peerserver import Arrival, PeerServer
+from nvpair_wm.conformance.peerserver import PeerServer
 
 SUBJECT: Final = "subject"
 PEER: Final = "peer"
@@ -488,6 +488,7 @@ class GroupRun:
         problems: list[str] = []
         for name, spec in want.items():
             server = self.peers[name]
+            before = len(problems)
             reqs = server.requests(since=self.seen[name])
             self.seen[name] += len(reqs)
             got = [f for a in reqs if a.accepted for f in a.frames]
@@ -518,11 +519,18 @@ class GroupRun:
                 problems.append(
                     f"{name}: {refused} requests refused, expected at most {spec['refusedAtMost']}"
                 )
+            if len(problems) > before and server.failed_handshakes:
+                problems.append(
+                    f"{name}: {server.failed_handshakes} TLS handshakes with it failed so far "
+                    f"(the last: {server.last_handshake_error})"
+                )
         return problems
 
 
-def _enough(spec: dict[str, Any], start: int, arrivals: list[Arrival]) -> bool:
-    """Whether the requests from ``start`` on hold what ``spec`` waits for."""
+def _enough(spec: dict[str, Any], start: int, server: PeerServer) -> bool:
+    """Whether the requests from ``start`` on hold what ``spec`` waits for (called with the
+    server's lock held)."""
+    arrivals = server.arrivals
     allowed = spec.get("allowed", [])
     frames = [
         f
