@@ -1,6 +1,6 @@
 """Server CPU per request of the protocol stack alone, in memory: no sockets, no scheduler noise.
 
-The same server path as the daemon's ``data_received`` — :class:`TLSMachine` → HTTP/2 or
+The same server path as the daemon's ``buffer_updated`` — :class:`TLSMachine` → HTTP/2 or
 HTTP/1.1 session → the real ``EventsEndpoint`` + ``Dispatcher`` (broker sink: a list) → TLS
 records out — fed records a real client produced beforehand (one request per record, as Go
 net/http and curl write them). Only the server's work is timed (``time.process_time``), so
@@ -67,7 +67,7 @@ def _no_status() -> Any:
 def serve(
     server: TLSMachine, session: H1Session | H2ServerSession, chunk: bytes, now: float
 ) -> None:
-    """What ``ServerConnection.data_received`` does with one chunk, minus the socket."""
+    """What ``ServerConnection.buffer_updated`` does with one chunk, minus the socket."""
     plain = server.receive(chunk)
     session.receive_data(plain, now)
     server.send(session.data_to_send())

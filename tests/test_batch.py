@@ -246,7 +246,7 @@ def test_the_pin_check_is_asked_once_per_batch_and_again_in_the_next(tmp_path: P
 
     async def main() -> None:
         end = for_loop(asyncio.get_running_loop())
-        end.active = True  # as ServerConnection.data_received does
+        end.active = True  # as ServerConnection.buffer_updated does
         assert status(b) == 100
         (trusted / "b.crt").unlink()
         assert status(b) == 100  # the same batch: its first answer stands

@@ -503,10 +503,7 @@ class _Link:
         if isinstance(outcome, Response):
             if self._heard is not self.conn:  # a peer's versions hold for a connection's life
                 self._hear(outcome)
-            if 200 <= outcome.status < 300 and self._ctx.observer is None:
-                self.outbox.delivered(batch)  # _answered's first case, inline: the usual one
-            else:
-                self._answered(batch, outcome)
+            self._answered(batch, outcome)
         else:
             self.outbox.failed(batch, str(outcome))
         if self._stopped:

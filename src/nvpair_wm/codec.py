@@ -143,15 +143,10 @@ class LineBuffer:
     def feed(self, data: bytes) -> list[bytes | TooLarge]:
         out: list[bytes | TooLarge] = []
         if not self._buf and not self._discarding and data.find(b"\n") == len(data) - 1:
-            # One whole line and nothing held (the usual read at a low rate): no buffer copy,
-            # no split, and _emit inline. An empty ``data`` finds -1 == -1 and emits nothing.
+            # One whole line and nothing held (the usual read at a low rate): no buffer copy and
+            # no split. An empty ``data`` finds -1 == -1 and emits nothing.
             if data:
-                if len(data) > self.max_frame + 1:
-                    out.append(TOO_LARGE)
-                    return out
-                line = data[:-2] if data.endswith(b"\r\n") else data[:-1]
-                if line and not line.isspace():
-                    out.append(line)
+                self._emit(data[:-1], out)
             return out
         if self._discarding:
             nl = data.find(b"\n")
@@ -160,19 +155,12 @@ class LineBuffer:
             data = data[nl + 1 :]
             self._discarding = False
         if b"\n" in data:
-            # Split as bytes (what the lines are handed out as: no copy per line), and _emit
-            # inlined: this loop runs once per line.
+            # Split as bytes (what the lines are handed out as: no copy per line).
             lines = (bytes(self._buf) + data if self._buf else data).split(b"\n")
             self._buf = bytearray(lines.pop())
-            max_frame = self.max_frame
+            emit = self._emit
             for line in lines:
-                if len(line) > max_frame:
-                    out.append(TOO_LARGE)
-                    continue
-                if line.endswith(b"\r"):
-                    line = line[:-1]  # noqa: PLW2901
-                if line and not line.isspace():
-                    out.append(line)
+                emit(line, out)
         else:
             self._buf += data
         if len(self._buf) > self.max_frame:
@@ -622,60 +610,36 @@ def _strict(raw: bytes) -> tuple[Any, bytes | None]:
     return frame, _fully_read(raw, frame)
 
 
-def _decode_one(raw: bytes) -> tuple[Item, bytes | None]:
-    """One frame: the strict decode, trusted when it read every member (then with its
-    encoding); else the generic re-read, which applies the contract to every member (unknown
-    ones too) and explains errors (and no encoding)."""
+def decode_frame(raw: bytes) -> tuple[Item, bytes | None]:
+    """One frame (a payload that is not a batch, or one element of one): the item
+    :func:`decode` makes of it, and its compact encoding when the strict pass read it whole
+    (else None). The strict decode is trusted when it read every member; else the generic
+    re-read applies the contract to every member (unknown ones too) and explains errors."""
     frame, encoded = _strict(raw)
     if encoded is not None:
         return frame, encoded
     return _reread(raw, frame), None
 
 
-def decode_frame(raw: bytes) -> tuple[Item, bytes | None]:
-    """One frame (a payload that is not a batch): the item :func:`decode` makes of it, and its
-    compact encoding when the strict pass read it whole (else None). :func:`_decode_one` with
-    :func:`_strict` and :func:`_fully_read` inline: this runs for every request a peer sends
-    one frame in."""
-    try:
-        frame = _frame_decoder.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
-        return _reread(raw, None), None
-    if type(frame) in _COUNTABLE:
-        canonical = _encoder.encode(frame)
-        if _read_whole(raw, canonical):
-            return frame, canonical
-    return _reread(raw, frame), None
-
-
 def _decode_single(raw: bytes) -> Decoded:
     """A payload that is one frame, keeping its encoding (:attr:`Decoded.encoded`)."""
-    item, encoded = _decode_one(raw)
+    item, encoded = decode_frame(raw)
     return Decoded([item], False, False, encoded)
 
 
 def decode_whole(raw: bytes) -> tuple[Any, bytes] | None:
     """One frame that the strict pass reads whole, with its compact encoding: the common case
     of :func:`decode` for a payload that is one frame, without its envelope. None for anything
-    else (a batch, an error, a frame with members the types skip): :func:`decode` then.
-
-    :func:`_strict` and :func:`_fully_read` inline (two calls less): this runs
-    once per line from the broker."""
-    try:
-        frame = _frame_decoder.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
+    else (a batch, an error, a frame with members the types skip): :func:`decode` then."""
+    frame, encoded = _strict(raw)
+    if encoded is None:
         return None
-    if type(frame) not in _COUNTABLE:
-        return None
-    canonical = _encoder.encode(frame)
-    if _read_whole(raw, canonical):
-        return frame, canonical
-    return None
+    return frame, encoded
 
 
 def _whole_batch(payload: bytes, max_batch: int) -> list[Any] | None:
     """The frames of a batch that the strict pass reads whole, element by element, as
-    :func:`_decode_one` would return them, found with one typed decode and one encode of the
+    :func:`decode_frame` would return them, found with one typed decode and one encode of the
     whole array (no call, copy or encode per element); None for anything else (an element it
     refuses, one with members the types skip, an empty or over-long batch): the element-wise
     path then.
@@ -797,7 +761,7 @@ def decode(payload: bytes, max_batch: int = MAX_BATCH_FRAMES) -> Decoded:
         return Decoded([RpcError(INVALID_REQUEST, "empty batch")], batch=False)
     if len(raws) > max_batch:
         return _too_many(len(raws), max_batch)
-    return Decoded([_decode_one(r)[0] for r in raws], batch=True)
+    return Decoded([decode_frame(r)[0] for r in raws], batch=True)
 
 
 def too_large(limit: int = MAX_FRAME_BYTES) -> RpcError:

@@ -344,8 +344,7 @@ class WorkloadTable:
                     break
             else:
                 newest.append(pair)
-        live, done = self._live, self._done  # len(self), inlined: this runs once per new workload
-        over = len(live.cur) + len(live.prev) + len(done.cur) + len(done.prev) - self._max_workloads
+        over = len(self) - self._max_workloads
         if over > 0:
             self._evict(over, key)
 
@@ -420,8 +419,7 @@ class WorkloadTable:
         target.cur[held] = replay if replay is not None else seq
         target.cur_last = max(target.cur_last, now)
         self._runs[wid] = pair
-        live, done = self._live, self._done
-        over = len(live.cur) + len(live.prev) + len(done.cur) + len(done.prev) - self._max_workloads
+        over = len(self) - self._max_workloads
         if over > 0:
             self._evict(over, held)
         return True
@@ -488,11 +486,9 @@ class WorkloadTable:
     def _evict(self, count: int, just_recorded: _Key) -> None:
         """Evict ``count`` entries (those past ``max_workloads``): terminal first, older
         generation first, never the entry just recorded (forgetting it at once would let its
-        duplicates through). A full table evicts one per new workload, so the usual victim (a
-        terminal workload of the previous generation) is taken and unindexed inline, without
-        the calls of the general path."""
+        duplicates through). A full table evicts one per new workload: the usual victim is a
+        terminal workload of the previous generation, popped without a search."""
         done_prev = self._done.prev
-        runs = self._runs
         victim: tuple[_Key, _Value] | None
         while count > 0:
             if done_prev:
@@ -506,16 +502,10 @@ class WorkloadTable:
                 done_prev = self._done.prev
             count -= 1
             self.evicted += 1
-            run, wid = key = victim[0]
+            key = victim[0]
             if self._resend:
                 self._resend.discard(key)
-            entry = runs.get(wid)
-            if entry is not None:
-                if isinstance(entry, tuple):  # _unindex's usual case, inline
-                    if entry[1] == run:
-                        del runs[wid]
-                else:
-                    self._unindex(key)
+            self._unindex(key)
 
     def _newest(self, origin: str, wid: str) -> str | None:
         """The newest run of (origin, id) that the table holds, if any."""

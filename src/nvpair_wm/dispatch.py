@@ -38,7 +38,7 @@ from nvpair_wm_schema.nodes_update_schema import NodesUpdate
 from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 from nvpair_wm_schema.workloads_remove_schema import RemoveParams, WorkloadsRemove
 
-from nvpair_wm import codec, events
+from nvpair_wm import codec
 from nvpair_wm.codec import METHOD_NOT_FOUND, RpcError
 from nvpair_wm.dedup import Outcome, Removal, WorkloadTable
 from nvpair_wm.events import (
@@ -49,6 +49,7 @@ from nvpair_wm.events import (
     Outbound,
     lifecycle_frame,
     translate,
+    upsert_line,
     upsert_line_from,
 )
 
@@ -216,16 +217,16 @@ class Dispatcher:
         """Several lines from one read, each as :meth:`local` would take it, in order, into one
         result. None may read or change the set of peers (``manager:status``,
         ``nodes:update``): the caller hands those to :meth:`local` after publishing what came
-        before. The usual line, one lifecycle notification, is handled inline and its counters
+        before. The usual line, one lifecycle notification, is handled here and its counters
         are added once per call; any other line goes through :meth:`local`."""
         replies: list[bytes] = []
         outbound: list[Outbound] = []
         result = LocalResult(replies, outbound)  # no default factories to call
         now = self._clock()
         decode, observe = codec.decode_whole, self.table.observe
-        state_of, intern = STATE_OF.get, sys.intern
+        state_of = STATE_OF.get
         ch = self.broker_counters
-        inline = applied = 0
+        notifications = applied = 0  # usual lines handled here, and those applied
         for line in lines:
             whole = decode(line)
             if whole is not None:
@@ -238,12 +239,10 @@ class Dispatcher:
                 replies += one.replies
                 outbound += one.outbound
                 continue
-            inline += 1
+            notifications += 1
             info = item.params.workloadInfo
             if info.state == state:
-                # Relayed as received (see local()); _outbound, inline: one call less a line.
-                key = (intern(info.originatedFrom), info.id, intern(info.runId))
-                out = Outbound(key, info.seq, bytes(memoryview(encoded)))
+                out = _outbound(info, encoded)  # relayed as received (see local())
             else:
                 info = translate(item)
                 out = _outbound(info, codec.encode(lifecycle_frame(info)))
@@ -253,9 +252,9 @@ class Dispatcher:
                 applied += 1
             else:
                 self._count(ch, outcome)
-        if inline:
-            self.counters.framesIn += inline
-            ch.framesIn += inline
+        if notifications:
+            self.counters.framesIn += notifications
+            ch.framesIn += notifications
             ch.applied += applied
             self.peer_counters.framesOut += applied  # relayed toward the peers
         return result
@@ -290,27 +289,8 @@ class Dispatcher:
             whole = codec.decode_whole(body[1:-1])  # None when it holds more than one frame
             if whole is not None:
                 item, compact = whole
-        if compact is not None:
-            state = STATE_OF.get(type(item))
-            if (
-                state is not None
-                and item.id is UNSET
-                and (info := item.params.workloadInfo).state == state
-            ):
-                # The loop below for a lone lifecycle notification in its method's state
-                # (relayed unchanged, no answer), without its lists, enumerate and envelope.
-                self.counters.framesIn += 1
-                ch.framesIn += 1
-                outcome = self.table.observe(info, self._clock())
-                if outcome != "applied":
-                    self._count(ch, outcome)
-                    return PeerResult(202, None, [])
-                ch.applied += 1
-                line = upsert_line_from(type(item), compact)
-                if line is None:
-                    line = events.UPSERT_HEAD + events.encode_info(info) + events.UPSERT_LINE_TAIL
-                sent = Forwarded(info.originatedFrom, info.id, info.runId, info.seq, state)
-                return PeerResult(202, None, [line], [sent])
+        if compact is not None and (lone := self._lone_notification(item, compact)) is not None:
+            return lone
         if head == b"{":
             decoded = codec.Decoded([item], False, False, compact)
         else:  # a batch (of one: its answers are arrays, its errors have an index)
@@ -335,7 +315,6 @@ class Dispatcher:
         ch.framesIn += len(items)
         table = self.table
         observe, state_of, append = table.observe, STATE_OF.get, to_broker.append
-        encode_info, head, tail = events.encode_info, events.UPSERT_HEAD, events.UPSERT_LINE_TAIL
         # A single frame read whole: its compact encoding, reused for its upsert line.
         encoded = decoded.encoded
         applied = 0
@@ -351,16 +330,14 @@ class Dispatcher:
                     line = None
                     if encoded is not None and item.id is UNSET:
                         line = upsert_line_from(type(item), encoded)
-                    append(line or head + encode_info(info) + tail)  # upsert_line, inline
+                    append(line or upsert_line(info))
                     forwarded.append(
                         Forwarded(info.originatedFrom, info.id, info.runId, info.seq, state)
                     )
                     applied += 1  # _count's usual case, added once
                 else:
                     self._count(ch, outcome)
-                rid = item.id  # _answer, inline: events are notifications
-                if rid is not UNSET:
-                    answers.append(codec.event_response(rid, outcome))
+                self._answer(item, outcome, answers)
                 continue
             if not isinstance(item, WorkloadsRemove):  # an error, or not a peer's frame
                 err = item if isinstance(item, RpcError) else _not_from_peers(item)
@@ -379,14 +356,34 @@ class Dispatcher:
                     )
                 )
             self._count(ch, outcome)
-            rid = item.id
-            if rid is not UNSET:
-                answers.append(codec.event_response(rid, outcome))
+            self._answer(item, outcome, answers)
         ch.applied += applied
         if not answers:
             return PeerResult(202, None, to_broker, forwarded)
         out = answers if decoded.batch else answers[0]
         return PeerResult(400 if bad else 200, codec.encode(out), to_broker, forwarded)
+
+    def _lone_notification(self, item: Any, compact: bytes) -> PeerResult | None:
+        """:meth:`peer`'s shortcut: the loop there for a body that is one lifecycle
+        notification in its method's state, read whole (relayed unchanged, no answer), without
+        its lists, enumerate and envelope. None for any other item: the loop then."""
+        state = STATE_OF.get(type(item))
+        if state is None or item.id is not UNSET:
+            return None
+        info = item.params.workloadInfo
+        if info.state != state:
+            return None
+        ch = self.peer_counters
+        self.counters.framesIn += 1
+        ch.framesIn += 1
+        outcome = self.table.observe(info, self._clock())
+        if outcome != "applied":
+            self._count(ch, outcome)
+            return PeerResult(202, None, [])
+        ch.applied += 1
+        line = upsert_line_from(type(item), compact) or upsert_line(info)
+        sent = Forwarded(info.originatedFrom, info.id, info.runId, info.seq, state)
+        return PeerResult(202, None, [line], [sent])
 
     # -- shared -------------------------------------------------------------------------------
 

@@ -230,7 +230,7 @@ class EventsEndpoint:
         batch = self._batch or self._current_batch()
         if batch is not None and batch.active:  # inside the server's callback: hold it
             if not self._pinned:
-                batch.queue.append(self._pinned.clear)  # batch.defer, inline
+                batch.defer(self._pinned.clear)
             self._pinned[fp] = answer
         return answer
 

@@ -313,37 +313,12 @@ class PeerOutbox:
     @property
     def has_work(self) -> bool:
         """Frames to send, or a snapshot to take, now or once the backoff is over."""
-        # depth > 0, or _sync_pending() (whose queue and snapshot tests are then true), inline:
-        # asked once or twice per request.
-        if self._queue or self.snapshot:
-            return True
-        return not self.flush_only and (self._sync_now or self._sync_when_idle)
+        return bool(self._queue or self.snapshot) or self._sync_pending()
 
     def push(self, items: Iterable[Outbound]) -> None:
         """Queue local events/removals, coalescing by workload; drop what does not fit."""
-        if (self.retry.exhausted and not self.flush_only) or self._overflow_dropped:
-            for item in items:
-                self._push(item)
-            return
-        # _push and _fits, inlined for the usual case (a new workload, room in the queue): this
-        # loop runs once per event published. Anything else takes _push.
-        queue = self._queue
-        lim = self.limits
-        room_frames = lim.max_queue_frames - self._inflight_frames
-        room_bytes = lim.max_queue_bytes - self._inflight_bytes
         for item in items:
-            key = item.key
-            n = len(item.body)
-            if (
-                self._overflow_dropped
-                or key in queue
-                or len(queue) >= room_frames
-                or self._queued_bytes + n > room_bytes
-            ):
-                self._push(item)
-            else:
-                queue[key] = item
-                self._queued_bytes += n
+            self._push(item)
 
     def _push(self, item: Outbound) -> None:
         if self.retry.exhausted and not self.flush_only:
@@ -448,10 +423,7 @@ class PeerOutbox:
         """The next request's frames, or None (nothing to send, or backing off). ``max_bytes``:
         a tighter bound on the body than this link's own (the connection's body window)."""
         queue = self._queue
-        # _sync_pending(), inline
-        sync = not self.flush_only and (
-            self._sync_now or (self._sync_when_idle and not queue and not self.snapshot)
-        )
+        sync = self._sync_pending()
         if not queue and self.snapshot is None and not sync:
             return None  # nothing at all
         retry_at = self.retry.retry_at
@@ -487,23 +459,14 @@ class PeerOutbox:
             self._queued_bytes = 0
             queue.clear()
         elif queue:
-            # Batch.room and Batch.add, inlined: this loop runs once per frame sent.
-            frames, size, taken = len(batch), batch.size, batch.queued
-            taken_bytes = 0
             while queue:
                 key, item = queue.popitem(last=False)
-                n = len(item.body)
-                if frames and (frames >= max_frames or size + 1 + n > max_bytes):
+                if not batch.room(item, max_frames, max_bytes):
                     queue[key] = item  # back to the front: it opens the next batch
                     queue.move_to_end(key, last=False)
                     break
-                size += n + 1 if frames else n
-                frames += 1
-                taken.append(item)
-                taken_bytes += n
-            batch.size = size
-            batch.queued_bytes = taken_bytes
-            self._queued_bytes -= taken_bytes
+                batch.add(item, snapshot=False)
+            self._queued_bytes -= batch.queued_bytes
         taken = batch.queued
         if not taken and not batch.snapshot:
             return None
@@ -523,12 +486,8 @@ class PeerOutbox:
     def delivered(self, batch: Batch, bad: frozenset[int] = frozenset(), detail: str = "") -> None:
         """The peer took the batch (2xx), or applied all of it but the frames at ``bad`` (a 400
         names them: they are refused for good and counted as dropped)."""
-        # _settle, inline: once per response.
-        queued = batch.queued
-        self._inflight_batches -= 1
-        self._inflight_frames -= len(queued)
-        self._inflight_bytes -= batch.queued_bytes
-        self.sent += len(batch.snapshot) + len(queued) - len(bad)
+        self._settle(batch)
+        self.sent += len(batch.snapshot) + len(batch.queued) - len(bad)
         if bad:
             self.dropped += len(bad)
             self._error(detail or f"{len(bad)} frames refused")
