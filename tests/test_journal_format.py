@@ -38,6 +38,7 @@ from nvpair_wm.journal import (
     HEADER,
     JOURNAL_FILE,
     LIVE,
+    MAX_RECORD,
     REMOVAL,
     Fold,
     JournalFormatError,
@@ -378,3 +379,21 @@ def test_journal_appends_what_was_forwarded(tmp_path: Path) -> None:
     journal.close()
     records = decode_log((tmp_path / JOURNAL_FILE).read_bytes())[0]
     assert records == [forwarded_record(items[0], T0 + 1)]
+
+
+def test_checkpoint_records_stay_under_the_record_limit_with_the_longest_keys() -> None:
+    """Ids of 256 characters, runIds of 128, four bytes each in UTF-8: a compaction splits its
+    checkpoint records so that none passes MAX_RECORD (a start would call it damage)."""
+    wid, run = "\U0001f600" * 256, "\u00e9" * 128
+    records = [
+        Record(FORWARDED_LIVE, T0, "node-b", f"{i}{wid}"[:256], run, b"", 1) for i in range(30_000)
+    ]
+    data = encode_log(records)
+    assert decode_log(data) == (records, None)
+    sizes = []
+    pos = len(HEADER)
+    while pos < len(data):
+        length = int.from_bytes(data[pos : pos + 4], "little")
+        sizes.append(length)
+        pos += 8 + length
+    assert len(sizes) > 1 and max(sizes) <= MAX_RECORD, (len(sizes), max(sizes))

@@ -553,7 +553,9 @@ def encode_log(records: Iterable[Record]) -> bytes:
     size = 0
     for rec in records:
         chunk.append(rec)
-        size += len(rec.body) + 64
+        # An upper bound of its encoding: a UTF-8 character is at most 4 bytes; the fields
+        # and msgpack's headers under 48. So no checkpoint record passes MAX_RECORD.
+        size += len(rec.body) + 4 * (len(rec.origin) + len(rec.wid) + len(rec.run)) + 48
         if size >= CHECKPOINT_BYTES:
             parts.append(_encode_checkpoint(chunk))
             chunk, size = [], 0
