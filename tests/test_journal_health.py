@@ -10,6 +10,7 @@ would; every write after those succeeds, as on a disk with room again.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -21,6 +22,8 @@ from typing import Any
 
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.dirlock import LOCK_FILE
+from nvpair_wm.endpoint import EVENTS_PATH
+from nvpair_wm.pins import CERT_FILE, KEY_FILE
 from tests.support.probes import get
 from tests.support.wm_process import WAIT, WmProcess
 
@@ -122,3 +125,92 @@ def test_without_a_cluster_dir_the_journal_is_off() -> None:
         assert journal(wm) == {"state": "off", "failingSince": None, "lastError": None}
         wm.close_stdin()
         assert wm.wait() == 0
+
+
+def post_as_peer(port: int, member: Path, frames: list[dict[str, Any]]) -> None:
+    """POST frames to a node's inter-node endpoint as ``member`` (its own certificate, which the
+    node pins), with real curl; the node has dispatched them when the 202 comes back."""
+    command = ["curl", "-sS", "-k", "--http1.1", "--max-time", str(WAIT)]
+    command += ["--cert", str(member / CERT_FILE), "--key", str(member / KEY_FILE)]
+    command += ["-H", "content-type: application/json", "--data-binary", json.dumps(frames)]
+    command += ["-o", "/dev/null", "-w", "%{http_code}", f"https://127.0.0.1:{port}{EVENTS_PATH}"]
+    out = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=WAIT + 5,
+        check=False,
+    )
+    assert out.stdout == "202", (out.stdout, out.stderr)
+
+
+def peer_event(method: str, wid: str, seq: int, state: str) -> dict[str, Any]:
+    info = {**W, "id": wid, "seq": seq, "state": state, "originatedFrom": "node-a"}
+    return {"jsonrpc": "2.0", "method": method, "params": {"workloadInfo": info}}
+
+
+def test_what_was_forwarded_while_the_disk_was_full_is_rewritten_too(tmp_path: Path) -> None:
+    """Issue 24's records through issue 22's recovery: what node B forwarded to its broker
+    while its journal could not be written (a newer seq of w1, the removal of w2) is in the
+    rewrite once the disk has room again. After a ``kill -9`` the peer's older copies (w1 at
+    seq 1, w2 at all) are stale and removed, not news for a broker that already has newer;
+    only w1 at the seq the broker has goes to it once more. The fault fails B's 3rd and 4th
+    journal writes: the append of w1's seq 3, then the first rewrite attempt."""
+    strace = shutil.which("strace")
+    assert strace, "strace is missing: apt-get install -y strace"
+    assert shutil.which("curl"), "curl is missing: apt-get install -y curl"
+    nodes = init_cluster(tmp_path / "cluster", ["node-a", "node-b"])
+    a, b = nodes["node-a"], nodes["node-b"]
+    config = tmp_path / "wm.toml"
+    config.write_text("[journal]\nretry_backoff = 1.0\nretry_backoff_max = 2.0\n")
+    args = ["--cluster-dir", str(b), "--port", "0", "--bind", "127.0.0.1"]
+    fault = [strace, "-f", "-o", "/dev/null", "-e", "trace=write"]
+    fault += ["-P", str(b / "journal.log"), "-P", str(b / ".journal.log.tmp")]
+    fault += ["-e", "inject=write:error=ENOSPC:when=3..4"]
+    with WmProcess(*args, "--config", str(config), prefix=fault) as wm:
+        assert wm.recv()["method"] == "ready"
+        port = wm.status()["port"]
+        # Write 2 (write 1 made the file at start): both forwarded, journaled.
+        post_as_peer(port, a, [peer_event("workload:submitted", w, 1, "queued") for w in "12"])
+        post_as_peer(port, a, [peer_event("workload:started", "1", 3, "running")])  # write 3
+        removal = {"originatedFrom": "node-a", "workloadId": "2", "runId": "r1"}
+        post_as_peer(port, a, [{"jsonrpc": "2.0", "method": "workloads:remove", "params": removal}])
+        told: list[Any] = []
+        st = wm.request("manager:status", keep=told)["result"]
+        # Still failing (the first rewrite is due 1 s after the failure): the removal was
+        # forwarded while nothing could be written.
+        assert st["journal"]["state"] == "failing", st["journal"]
+        assert [(f["method"], f["params"].get("workloadInfo", {}).get("seq")) for f in told] == [
+            ("workloads:upsert", 1),
+            ("workloads:upsert", 1),
+            ("workloads:upsert", 3),
+            ("workloads:remove", None),
+        ], told
+        line = wm.wait_stderr("works again")  # write 4 (a rewrite) failed, write 5 worked
+        assert "rewrote the current state (2 records)" in line, line  # w1 at 3, w2 removed
+        pid = int((b / LOCK_FILE).read_text())  # the daemon, strace's child
+        os.kill(pid, signal.SIGKILL)
+        wm.wait()
+    with WmProcess(*args) as again:
+        assert again.recv()["method"] == "ready"
+        assert "reloaded 1 workloads and 1 tombstones" in again.wait_stderr("journal: reloaded")
+        port = again.status()["port"]
+        # The peer's snapshot after the restart: what it holds is older than the broker's view.
+        post_as_peer(
+            port,
+            a,
+            [
+                peer_event("workload:submitted", "1", 1, "queued"),  # stale: the broker has 3
+                peer_event("workload:submitted", "2", 1, "queued"),  # removed
+                peer_event("workload:started", "1", 3, "running"),  # the broker's seq, once more
+            ],
+        )
+        told = []
+        st = again.request("manager:status", keep=told)["result"]
+        peer = st["counters"]["byChannel"]["peer"]
+        assert (peer["stale"], peer["suppressed"]) == (1, 1), peer
+        assert [(f["method"], f["params"]["workloadInfo"]["seq"]) for f in told] == [
+            ("workloads:upsert", 3)
+        ], told
+        again.close_stdin()
+        assert again.wait() == 0

@@ -424,6 +424,52 @@ class WorkloadTable:
             self._evict(over, held)
         return True
 
+    def newest_seq(self, run: str, workload_id: str) -> int | None:
+        """The newest seq the table holds of (runId, id), whoever reported it; None if none."""
+        key = (run, workload_id)
+        for gen in (self._live.cur, self._live.prev, self._done.cur, self._done.prev):
+            value = gen.get(key)
+            if value is not None:
+                if isinstance(value, int):
+                    return value
+                return value[0] if isinstance(value, tuple) else int(value.seq)
+        return None
+
+    def covers(self, origin: str, workload_id: str, run: str) -> bool:
+        """Whether a tombstone of (originatedFrom, id) covers ``run`` (``""``: every run)."""
+        okey = (origin, workload_id)
+        tomb = self._tombs.cur.get(okey)
+        if tomb is None:
+            tomb = self._tombs.prev.get(okey)
+        if tomb is None:
+            return False
+        covered = _tomb_runs(tomb)
+        return "" in covered or run in covered
+
+    def keep_frame(self, replay: Outbound) -> bool:
+        """Keep the frame of an event this node originated beside the newer seq the table holds
+        for it (a peer's), as :meth:`observe` does when that seq comes second: for a journal
+        reload that meets the two in the other order. False (nothing done) unless the table
+        holds the workload at a newer seq than ``replay``'s and no newer frame of it."""
+        _origin, wid, run = replay.key
+        key = (run, wid)
+        for gen in (self._live.cur, self._live.prev, self._done.cur, self._done.prev):
+            value = gen.get(key)
+            if value is not None:
+                break
+        else:
+            return False
+        if isinstance(value, int):
+            newest = value
+        elif isinstance(value, tuple) and value[1].seq <= replay.seq:
+            newest = value[0]
+        else:
+            return False
+        if newest <= replay.seq:
+            return False
+        gen[key] = (newest, replay)
+        return True
+
     def resend_once(self, run: str, workload_id: str, *, once: bool = True) -> None:
         """Mark a reloaded peer's workload: its newest seq, from a peer, is applied once more
         (see ``_resend``); ``once=False`` unmarks it (its broker reported a newer event)."""

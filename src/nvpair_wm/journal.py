@@ -86,8 +86,10 @@ Mechanism: **an append-only log of checksummed records, with compaction**, rathe
 * **A write that fails later** (a full disk: ENOSPC, EIO) is one error line; the journal stops
   appending, says so in ``manager:status`` and the metrics (failing since when, why), and
   retries with backoff (``retry_backoff`` doubling to ``retry_backoff_max``) to rewrite the log
-  whole from the table (:meth:`Journal.recover`, a compaction of the table's state rather than
-  the file's), so a crash after writing works again loses nothing written meanwhile.
+  whole (:meth:`Journal.recover`): the records written before the failure, the table's state
+  of what this node originated, and what was forwarded to the broker meanwhile (folded in
+  memory while failing, within the table's caps), so a crash after writing works again loses
+  nothing of either.
 * **One process per journal**: the directory is ``flock``ed while the journal is open (the
   daemon also refuses a second process on its cluster directory before it starts, dirlock.py);
   a second journal on the same directory stays off and says so, rather than rewriting the first
@@ -132,7 +134,7 @@ import struct
 import sys
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NamedTuple
@@ -708,9 +710,12 @@ def reload_table(table: WorkloadTable, records: Iterable[Record], mono: float, w
     seq forwarded is forwarded once more when a peer sends it again (a broker that restarted
     too gets its view back; see ``WorkloadTable.resend_once``).
 
-    A record past its TTL is not put back (the table would have forgotten it). An event the
-    table now calls removed was applied after its tombstone expired (the journal holds only
-    what was applied): the tombstone goes and the event is put back.
+    A record past its TTL is not put back (the table would have forgotten it). An event of this
+    node's broker that follows a newer seq forwarded to it (a rewrite after a failure,
+    :meth:`Journal.recover`, writes the table's state after the log) keeps its frame for replay
+    beside that seq, as if it had come first. An event the table now calls removed was applied
+    after its tombstone expired (the journal holds only what was applied): the tombstone goes
+    and the event is put back.
 
     Returns how many records were skipped because their frame no longer decodes (a journal
     written by a version whose contract differed)."""
@@ -744,14 +749,18 @@ def reload_table(table: WorkloadTable, records: Iterable[Record], mono: float, w
             replay = None
             if kind <= TERMINAL_EVENT:  # reported by this node's broker: replayed to peers
                 replay = Outbound(held, seq, body)
+            outdated = False  # this node's event, older than a seq forwarded before it
             if not restore(held, seq, terminal, replay, now):
-                key = _Key(origin, wid, run, "completed" if terminal else "queued", seq)
-                if observe(key, now, replay=replay) == "removed":
-                    table.forget_tombstone(origin, wid)
-                    observe(key, now, replay=replay)
+                if replay is not None and table.keep_frame(replay):
+                    outdated = True
+                else:
+                    key = _Key(origin, wid, run, "completed" if terminal else "queued", seq)
+                    if observe(key, now, replay=replay) == "removed":
+                        table.forget_tombstone(origin, wid)
+                        observe(key, now, replay=replay)
             # Forwarded to the broker: a peer's copy of that seq goes to it once more (until
             # the broker's own newer event, if any, follows).
-            if replay is None or forwarded:
+            if (replay is None or forwarded) and not outdated:
                 forwarded = True
                 table.resend_once(held[2], wid, once=replay is None)
     return skipped
@@ -975,6 +984,10 @@ class Journal:
         self.last_error: str | None = None
         self._retry_at = 0.0  # monotonic time of the next rewrite attempt
         self._retry_pause = limits.retry_backoff
+        # What was forwarded to the broker while failing (the table cannot say it), folded, for
+        # the rewrite; and how many items were folded into it since it was last refolded.
+        self._held: Fold | None = None
+        self._held_applied = 0
 
     @property
     def active(self) -> bool:
@@ -991,17 +1004,23 @@ class Journal:
             return None
         return max(0.0, self._retry_at - now)
 
-    def recover(self, items: Iterable[Outbound], wall: float, now: float) -> bool:
+    def recover(self, table: WorkloadTable, wall: float, now: float) -> bool:
         """Rewrite the log: its whole records as they were before the failure (a write cut short
-        by it left a torn tail, which is dropped), then ``items`` (the table's current state:
-        the newest event of every workload this node originated, and its removals), and append
-        to it again. After this a crash loses nothing this node originated while the journal
-        was failing (what it forwarded to its broker meanwhile is not in the table: after a
-        restart those may be forwarded once more, a duplicate the contract allows). Those
-        records are stamped ``wall`` (their own times are not in the table), so after a restart
-        they live up to one TTL longer than they would have; the next compaction folds the old
-        and the new. On failure the next attempt waits twice as long (``retry_backoff`` doubling
-        to ``retry_backoff_max``); ``now``: monotonic."""
+        by it left a torn tail, which is dropped), then the table's state of what this node
+        originated (the newest event of every workload its broker reported, and its removals),
+        then what was forwarded to the broker since the failure and the table still holds (kept
+        folded meanwhile, see :meth:`append_forwarded`: the table keeps no origin of a peer's
+        workload), and append to it again. After this a crash loses nothing this node
+        originated or told its broker while the journal was failing: without the forwarded
+        part, a restarted node would take a peer's older seq of a workload, or a removed one,
+        for news and pass it to a broker that already had newer.
+
+        The rewritten records are stamped ``wall`` (the table keeps no times), the broker's
+        own before those forwarded; :func:`reload_table` keeps the frame of an event of this
+        node's that follows a newer forwarded seq. So after a restart they live up to one TTL
+        longer than they would have; the next compaction folds the old and the new. On failure
+        the next attempt waits twice as long (``retry_backoff`` doubling to
+        ``retry_backoff_max``); ``now``: monotonic."""
         if self.failing_since is None:
             return True
         try:
@@ -1011,7 +1030,12 @@ class Journal:
             before = b""
         if len(before) != self._size or not before.startswith(HEADER):
             before = HEADER  # not the file the journal wrote: the table's state alone
-        data, count = encode_outbounds(items, wall)
+        events, removals = table.originated()
+        data, count = encode_outbounds(events, wall)
+        rest = [Record(REMOVAL, wall, r.origin, r.workload_id, r.run_id or "") for r in removals]
+        rest += self._held_records(table, wall)
+        data += b"".join(map(encode_record, rest))
+        count += len(rest)
         try:
             fd = _install(_write_temp(self.path, before + data), self.path)
         except OSError as exc:
@@ -1039,8 +1063,27 @@ class Journal:
         self._appended += count
         self._dirty = self._directory_dirty = False
         self.failing_since = self.last_error = None
+        self._held, self._held_applied = None, 0
         self._retry_pause = self.limits.retry_backoff
         return True
+
+    def _held_records(self, table: WorkloadTable, wall: float) -> list[Record]:
+        """What was forwarded to the broker while failing, as records stamped ``wall``: within
+        their TTL and the table's caps, and still the table's state (a seq it still holds as
+        the newest, a removal its tombstones still cover; the broker's own newer event or
+        removal since replaced it, and an eviction or expiry forgot it)."""
+        if self._held is None:
+            return []
+        newest_seq, covers = table.newest_seq, table.covers
+        return [
+            rec._replace(at=wall)
+            for rec in self._held.compacted(wall, self.table_limits)
+            if (
+                covers(rec.origin, rec.wid, rec.run)
+                if rec.is_removal
+                else newest_seq(rec.run, rec.wid) == rec.seq
+            )
+        ]
 
     @property
     def size(self) -> int:
@@ -1052,11 +1095,31 @@ class Journal:
         if self._fd is not None:
             self._write(*encode_outbounds(items, at))
 
-    def append_forwarded(self, items: Iterable[Forwarded], at: float) -> None:
+    def append_forwarded(self, items: Sequence[Forwarded], at: float) -> None:
         """Write the records of what one peer request made this node forward to its broker,
-        before returning (so before the broker can read it)."""
+        before returning (so before the broker can read it). While the journal is failing (or
+        when this write fails) they are folded in memory instead, for :meth:`recover`: the
+        table does not keep them (only a seq, without the origin of a peer's workload)."""
         if self._fd is not None:
             self._write(*encode_forwarded(items, at))
+        if self.failing_since is not None:
+            self._hold(items, at)
+
+    def _hold(self, items: Sequence[Forwarded], at: float) -> None:
+        """Fold forwarded items into :attr:`_held`, bounded by the table's caps: refolded
+        (:meth:`Fold.compacted`) whenever the items folded since the last refold pass the caps,
+        which keeps it at most about twice the caps."""
+        held = self._held
+        if held is None:
+            held = self._held = Fold()
+        apply = held.apply
+        for item in items:
+            apply(forwarded_record(item, at))
+        self._held_applied += len(items)
+        limits = self.table_limits
+        if self._held_applied > limits.max_workloads + limits.max_tombstones:
+            self._held = Fold(held.compacted(at, limits))
+            self._held_applied = 0
 
     def _write(self, data: bytes, count: int) -> None:
         fd = self._fd

@@ -29,7 +29,7 @@ from nvpair_wm.broadcaster import Broadcaster
 from nvpair_wm.compactor import compact_in_child
 from nvpair_wm.config import Config, metrics_address
 from nvpair_wm.dedup import WorkloadTable
-from nvpair_wm.dispatch import Dispatcher, Outbound, outbound_removal
+from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.errors import ListenFailed
 from nvpair_wm.events import Forwarded
@@ -426,9 +426,7 @@ class Node:
         the appends that follow it."""
         if journal.recovery_delay(time.monotonic()) != 0.0:
             return
-        events, removals = self.table.originated()
-        items = [*events, *(outbound_removal(r) for r in removals)]
-        journal.recover(items, time.time(), time.monotonic())
+        journal.recover(self.table, time.time(), time.monotonic())
 
     @staticmethod
     async def _journal_commit(journal: Journal) -> None:
