@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CertPair, TLSCluster
+from tests.conftest import TLSCluster
 from tests.support.frames import event, workload
-from tests.support.nodes import StartNode
+from tests.support.nodes import StartNode, client_ssl
 from tests.support.polling import eventually_async
 
 HELD = 1_100
@@ -53,15 +53,6 @@ def _rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise AssertionError("no VmRSS")
-
-
-def _ctx(pair: CertPair, alpn: str = "http/1.1") -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    ctx.load_cert_chain(pair.cert, pair.key)
-    ctx.set_alpn_protocols([alpn])
-    return ctx
 
 
 async def _open_many(
@@ -105,11 +96,13 @@ def test_idle_unpinned_connections_cannot_lock_out_a_pinned_peer(
     assert soft == hard, f"the daemon did not raise its open-file soft limit ({soft} < {hard})"
 
     async def main() -> tuple[int, float, int]:
-        strangers = await _open_many(node.port, _ctx(tls_cluster.stranger), HELD)
+        strangers = await _open_many(node.port, client_ssl(tls_cluster.stranger, "http/1.1"), HELD)
         try:
             started = time.monotonic()
             body = event("workload:submitted", workload(id=f"admit-{node.proc.pid}"))
-            status = await asyncio.wait_for(_post(node.port, _ctx(tls_cluster.pair("b")), body), 5)
+            status = await asyncio.wait_for(
+                _post(node.port, client_ssl(tls_cluster.pair("b"), "http/1.1"), body), 5
+            )
             elapsed = time.monotonic() - started
             # The strangers the server kept are still open on its side (it evicts only what it
             # must): at least one of ours is still readable-without-EOF.
@@ -132,7 +125,7 @@ def test_rss_returns_near_rest_after_connection_churn(
     _raise_own_fd_limit(CHURN + 256)
     node = start_node(tls_cluster.server_dir)
     pid = node.proc.pid
-    ctx = _ctx(tls_cluster.pair("b"))
+    ctx = client_ssl(tls_cluster.pair("b"), "http/1.1")
 
     async def round_trip() -> None:
         conns = await _open_many(node.port, ctx, CHURN)

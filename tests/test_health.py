@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 from pathlib import Path
@@ -12,7 +11,7 @@ from nvpair_wm.clusterdir import init_cluster
 from tests.support.probes import (
     get,
 )
-from tests.support.wm_process import WAIT, WmProcess
+from tests.support.wm_process import WmProcess, ipc_broker
 
 
 def metrics_port(wm: WmProcess) -> int:
@@ -35,22 +34,15 @@ def test_probes_while_waiting_for_the_broker_then_ready(tmp_path: Path) -> None:
         status, body = get(port, "/readyz")
         assert status == 503 and body["ready"] is False, body
         assert any("ready not sent" in r for r in body["reasons"]), body
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
-            listener.bind(str(sock_path))
-            listener.listen(1)
-            listener.settimeout(WAIT)
-            conn, _ = listener.accept()
-            with conn:
-                conn.settimeout(WAIT)
-                assert json.loads(conn.makefile("rb").readline())["method"] == "ready"
-                assert get(port, "/readyz") == (200, {"ready": True})
-                assert get(port, "/healthz") == (200, {"status": "ok"})
-                assert get(port, "/readyz", method="HEAD")[0] == 200
-                assert get(port, "/readyz", method="POST")[0] == 405
-                status, text = get(port, "/ready")
-                assert status == 404 and "/readyz" in text
-                conn.shutdown(socket.SHUT_WR)
-                assert wm.wait() == 0
+        with ipc_broker(sock_path) as (conn, _):
+            assert get(port, "/readyz") == (200, {"ready": True})
+            assert get(port, "/healthz") == (200, {"status": "ok"})
+            assert get(port, "/readyz", method="HEAD")[0] == 200
+            assert get(port, "/readyz", method="POST")[0] == 405
+            status, text = get(port, "/ready")
+            assert status == 404 and "/readyz" in text
+            conn.shutdown(socket.SHUT_WR)
+            assert wm.wait() == 0
 
 
 def test_not_ready_without_the_identity_its_cluster_dir_should_hold(tmp_path: Path) -> None:

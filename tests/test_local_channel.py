@@ -17,7 +17,7 @@ import pytest
 from nvpair_wm_schema.contract import CONTRACT_VERSION
 
 from nvpair_wm import __version__
-from tests.support.wm_process import WAIT, WmProcess, run_cli
+from tests.support.wm_process import WAIT, WmProcess, ipc_broker, run_cli
 
 
 def info(**overrides: Any) -> dict[str, Any]:
@@ -272,19 +272,11 @@ def test_ipc_dial_waits_for_a_broker_that_listens_half_a_second_late(tmp_path: P
     with WmProcess("--ipc", str(path), "--port", "0", "--log-level", "debug") as wm:
         line = _await_retry_after(wm, 0.5)  # still dialing, with backoff, 0.5 s in
         assert "No such file or directory" in line
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
-            listener.bind(str(path))
-            listener.listen(1)
-            listener.settimeout(WAIT)
-            conn, _ = listener.accept()
-            with conn:
-                conn.settimeout(WAIT)
-                reader = conn.makefile("rb")
-                assert json.loads(reader.readline())["method"] == "ready"
-                conn.sendall(b'{"jsonrpc":"2.0","method":"manager:status","id":1}\n')
-                assert json.loads(reader.readline())["id"] == 1
-                conn.shutdown(socket.SHUT_WR)
-                assert reader.readline() == b""
+        with ipc_broker(path) as (conn, reader):
+            conn.sendall(b'{"jsonrpc":"2.0","method":"manager:status","id":1}\n')
+            assert json.loads(reader.readline())["id"] == 1
+            conn.shutdown(socket.SHUT_WR)
+            assert reader.readline() == b""
         assert wm.wait() == 0
     attempts = [ln for ln in wm.stderr_log if "broker not reachable" in ln]
     assert len(attempts) >= 4  # 0, 0.05, 0.15, 0.35, 0.75 s: backoff doubling from 50 ms

@@ -3,7 +3,6 @@ start-up ends the process cleanly. Every case runs the real ``nvpair-wm`` proces
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -17,7 +16,7 @@ import pytest
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.dirlock import LOCK_FILE
 from tests.support.polling import eventually
-from tests.support.wm_process import WAIT, WmProcess, run_cli
+from tests.support.wm_process import WAIT, WmProcess, ipc_broker, run_cli
 
 
 def tree(root: Path) -> dict[str, bytes | None]:
@@ -101,16 +100,9 @@ def test_ipc_says_once_at_once_that_it_waits_for_the_broker(tmp_path: Path) -> N
         line = wm.wait_stderr("waiting for the broker")
         assert f"--ipc {path}" in line and "up to 10 s" in line, line
         # Still dialing: a broker that listens now is reached, and no second line was said.
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
-            listener.bind(str(path))
-            listener.listen(1)
-            listener.settimeout(WAIT)
-            conn, _ = listener.accept()
-            with conn:
-                conn.settimeout(WAIT)
-                assert json.loads(conn.makefile("rb").readline())["method"] == "ready"
-                conn.shutdown(socket.SHUT_WR)
-                assert wm.wait() == 0
+        with ipc_broker(path) as (conn, _):
+            conn.shutdown(socket.SHUT_WR)
+            assert wm.wait() == 0
     assert sum("waiting for the broker" in ln for ln in wm.stderr_log) == 1, wm.stderr_log
 
 

@@ -11,10 +11,12 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,23 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         stdin=subprocess.DEVNULL,
         check=False,
     )
+
+
+@contextmanager
+def ipc_broker(path: Path, timeout: float = WAIT) -> Iterator[tuple[socket.socket, Any]]:
+    """A broker listening on ``path`` for a node started with ``--ipc``: accepts the node's one
+    connection and reads its ``ready``; yields the connection and its line reader."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        listener.listen(1)
+        listener.settimeout(timeout)
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(timeout)
+            reader = conn.makefile("rb")
+            ready = json.loads(reader.readline())
+            assert ready["method"] == "ready", ready
+            yield conn, reader
 
 
 class WmProcess:
