@@ -25,6 +25,9 @@ from nvpair_wm.dedup import Removal, TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, outbound_event, outbound_removal
 from nvpair_wm.events import lifecycle_frame
 from nvpair_wm.journal import (
+    FORWARDED_LIVE,
+    FORWARDED_REMOVAL,
+    FORWARDED_TERMINAL,
     HEADER,
     JOURNAL_FILE,
     LIVE,
@@ -45,6 +48,7 @@ from nvpair_wm.journal import (
     read_log,
     record_of,
     reload_table,
+    reload_table_one_by_one,
 )
 from nvpair_wm.node import Config, Node
 from tests.support.frames import LIFECYCLE, STATES, event_frame, info, line, remove_frame, workload
@@ -897,3 +901,73 @@ def test_a_compaction_folds_with_the_cyclic_gc_paused(
     finally:
         gc.enable()
     die(journal)
+
+
+def table_state(table: WorkloadTable) -> Any:
+    """Everything a table holds, in order (eviction pops in insertion order), comparable."""
+    classes = (table._live, table._done, table._tombs)
+    index = [
+        (wid, entry if isinstance(entry, tuple) else (entry.held, list(entry.newest)))
+        for wid, entry in table._runs.items()
+    ]
+    return (
+        [(list(g.cur.items()), list(g.prev.items()), g.cur_last, g.prev_last) for g in classes],
+        index,
+        list(table._pairs.items()),
+        sorted(table._resend),
+        (table.duplicates, table.stale, table.suppressed, table.evicted),
+    )
+
+
+def random_records(rng: random.Random, n: int) -> list[Record]:
+    """Records of every kind over few ids, runs and origins (ids shared across origins and
+    runs), some past their TTL, a few with seq 0, as a start may read them."""
+    kinds = (LIVE, TERMINAL_EVENT, REMOVAL, FORWARDED_LIVE, FORWARDED_TERMINAL, FORWARDED_REMOVAL)
+    records = []
+    for _ in range(n):
+        kind = rng.choice(kinds)
+        origin = rng.choice(("node-a", "node-b"))
+        wid, run = f"w{rng.randrange(12)}", rng.choice(("", f"run-{origin}-{rng.randrange(3)}"))
+        at = T0 - rng.choice((0.0, 1.0, 5.0, 50.0, 150.0))  # 150 s: past every TTL
+        if kind in (REMOVAL, FORWARDED_REMOVAL):
+            records.append(Record(kind, at, origin, wid, run))
+            continue
+        run = run or f"run-{origin}-0"
+        seq = rng.choice((0, 1, 2, 3, 5))
+        body = b'{"method":"x"}' if kind in (LIVE, TERMINAL_EVENT) else b""
+        records.append(Record(kind, at, origin, wid, run, body, seq))
+    return records
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_the_reload_fast_path_leaves_the_table_the_general_load_leaves(seed: int) -> None:
+    """Differential: reload_table (the usual record inline) and reload_table_one_by_one
+    (every record through the general path) leave the same table, in the same order, with
+    the same resend marks and counters: from empty, and from a table already holding some,
+    under caps small enough that records are evicted."""
+    rng = random.Random(seed)
+    limits = dataclasses.replace(
+        LIMITS, max_workloads=rng.choice((6, 30)), max_tombstones=rng.choice((4, 30))
+    )
+    before = random_records(rng, rng.randrange(0, 8))
+    records = random_records(rng, 80)
+    tables = []
+    for load in (reload_table, reload_table_one_by_one):
+        table = WorkloadTable(limits)
+        reload_table_one_by_one(table, before, mono=500.0, wall=T0)
+        skipped = load(table, records, mono=1000.0, wall=T0)
+        tables.append((skipped, table_state(table)))
+    assert tables[0] == tables[1]
+
+
+def test_the_reload_fast_path_takes_a_compacted_full_log_inline() -> None:
+    """The case it is for: distinct workloads, as a compaction writes them, all put back."""
+    records = [ev_record(wid=str(i), seq=2, at=T0 - 1) for i in range(100)]
+    records += [
+        Record(FORWARDED_LIVE, T0 - 1, "node-b", str(i), "run-b", b"", 3) for i in range(100)
+    ]
+    limits = dataclasses.replace(LIMITS, max_workloads=1000)
+    fast, general = WorkloadTable(limits), WorkloadTable(limits)
+    assert reload_table(fast, records, mono=10.0, wall=T0) == 0
+    reload_table_one_by_one(general, records, mono=10.0, wall=T0)
+    assert len(fast) == 200 and table_state(fast) == table_state(general)

@@ -446,6 +446,21 @@ class WorkloadTable:
         covered = _tomb_runs(tomb)
         return "" in covered or run in covered
 
+    def restore_fields(
+        self,
+    ) -> tuple[
+        _Generations[_Value],
+        _Generations[_Value],
+        dict[str, _Index],
+        dict[str, _Pair],
+        _Generations[_Tomb],
+        set[_Key],
+    ]:
+        """The live and terminal generations, the id index, the runId cache, the tombstones and
+        the resend marks: what a journal reload's fast path (``journal.reload_table``) writes
+        directly, as :meth:`restore` would, for the usual record of a start."""
+        return self._live, self._done, self._runs, self._pairs, self._tombs, self._resend
+
     def keep_frame(self, replay: Outbound) -> bool:
         """Keep the frame of an event this node originated beside the newer seq the table holds
         for it (a peer's), as :meth:`observe` does when that seq comes second: for a journal
