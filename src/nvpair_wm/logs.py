@@ -15,9 +15,6 @@ import sys
 import time
 from typing import Final
 
-from rich.console import Console
-from rich.logging import RichHandler
-
 __all__ = ["FORMATS", "LEVELS", "JsonFormatter", "configure"]
 
 LEVELS: Final = {
@@ -70,6 +67,11 @@ def configure(level: str, fmt: str = "auto") -> None:
         root.removeHandler(old)
     handler: logging.Handler
     if fmt == "auto" and sys.stderr.isatty():
+        # Imported here: rich is for a terminal only, and a service's start (stderr a pipe or
+        # the journal) need not pay for importing it before ``ready``.
+        from rich.console import Console  # noqa: PLC0415
+        from rich.logging import RichHandler  # noqa: PLC0415
+
         handler = RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=True)
     else:
         handler = logging.StreamHandler(sys.stderr)
