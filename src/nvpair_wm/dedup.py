@@ -328,10 +328,19 @@ class WorkloadTable:
         key = (pair[1], wid)
         target.cur[key] = replay if replay is not None else info.seq
         target.cur_last = now
-        runs = self._runs
         if entry is None:
-            runs[wid] = pair
-        elif isinstance(entry, tuple):
+            self._runs[wid] = pair
+        else:
+            self.index_another(wid, pair, entry)
+        over = len(self) - self._max_workloads
+        if over > 0:
+            self._evict(over, key)
+
+    def index_another(self, wid: str, pair: _Pair, entry: _Index) -> None:
+        """Index a new workload of an id that others already hold (``entry``, its index
+        entry), the newest run of its origin; ``pair`` its (originatedFrom, runId)."""
+        runs = self._runs
+        if isinstance(entry, tuple):
             # A second workload holds the id: re-keyed on this event's id string, as in observe.
             del runs[wid]
             runs[wid] = _Ids(2, [pair] if entry[0] == pair[0] else [entry, pair])
@@ -344,9 +353,6 @@ class WorkloadTable:
                     break
             else:
                 newest.append(pair)
-        over = len(self) - self._max_workloads
-        if over > 0:
-            self._evict(over, key)
 
     def remove(
         self, origin: str, workload_id: str, run_id: str | None, now: float, *, local: bool = False

@@ -722,9 +722,10 @@ def reload_table(table: WorkloadTable, records: Iterable[Record], mono: float, w
     Returns how many records were skipped because their frame no longer decodes (a journal
     written by a version whose contract differed).
 
-    The usual record (an event of a workload whose id the table does not hold yet, below the
-    cap: all of a compacted log of distinct workloads) is put straight into the table's dicts,
-    as :meth:`WorkloadTable.restore` would; every other one goes through :meth:`_Reload.one`,
+    The usual record (an event of a workload the table does not hold yet, without a tombstone,
+    below the cap: all of a compacted log) is put straight into the table's dicts, as
+    :meth:`WorkloadTable.restore` would (or, for an id that other runs hold, as
+    :meth:`WorkloadTable.observe` would); every other one goes through :meth:`_Reload.one`,
     record by record (:func:`reload_table_one_by_one` does that for all, the reference the
     fast path is tested against). A start reloads a full table (200,000 workloads) before
     ``ready``, and ``restore``'s call and checks per record were half of that."""
@@ -817,13 +818,22 @@ class _Reload:
         live_last = done_last = inf  # the newest ``now`` put into each class since the last flush
         for rec in records:
             kind, at, origin, wid, run, body, seq = rec
+            entry = runs.get(wid)
             if (
                 kind not in usual
                 or seq <= 0
                 or held >= cap
-                or wid in runs
                 or (tomb_cur and (origin, wid) in tomb_cur)
                 or (tomb_prev and (origin, wid) in tomb_prev)
+                or (
+                    entry is not None
+                    and (
+                        (run, wid) in live_cur
+                        or (run, wid) in done_cur
+                        or (run, wid) in live.prev
+                        or (run, wid) in done.prev
+                    )
+                )
             ):
                 # Anything else, record by record, after what the inline path deferred: the
                 # classes' newest times, as restore would have set them by now.
@@ -853,15 +863,24 @@ class _Reload:
                 value = seq
                 forwarded = True
                 resend.add(key)
-            if kind in terminal_kinds:
+            terminal = kind in terminal_kinds
+            if terminal:
                 done_cur[key] = value
-                if now > done_last:  # noqa: PLR1730 (no call per record)
-                    done_last = now
             else:
                 live_cur[key] = value
-                if now > live_last:  # noqa: PLR1730 (no call per record)
+            if entry is None:  # restore's case: the newest time of its class
+                runs[wid] = pair
+                if terminal:
+                    if now > done_last:  # noqa: PLR1730 (no call per record)
+                        done_last = now
+                elif now > live_last:
                     live_last = now
-            runs[wid] = pair
+            else:  # observe's (a new run of an id held): its class's time is this one's
+                table.index_another(wid, pair, entry)
+                if terminal:
+                    done.cur_last, done_last = now, inf
+                else:
+                    live.cur_last, live_last = now, inf
             held += 1
         self.forwarded = forwarded
         live.cur_last = max(live.cur_last, live_last)
