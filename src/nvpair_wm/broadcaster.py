@@ -51,7 +51,7 @@ from nvpair_wm.errors import ClientError, PinRefused, ResponseTimeout
 from nvpair_wm.io.client import Outcome, PeerConnection, Response, open_connection
 from nvpair_wm.io.pin_watch import Both, PerTick, TickIdentity, TickPins
 from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
-from nvpair_wm.peers import Peer, PeerDirectory, diff
+from nvpair_wm.peers import Peer, PeerDirectory, diff, is_peer_of
 from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
 from nvpair_wm.sync import Originated
 from nvpair_wm.tls_contexts import TLSPolicy
@@ -441,14 +441,14 @@ class _Link:
             self.wake()
             return
         # Still a peer: our identity is the connection's, and the peer is still pinned and not
-        # us (PeerDirectory.is_peer's test, inline, on one look at both).
+        # us (is_peer_of), on one look at both.
         ident, pinned = self._ctx.fresh.both() if both is None else both
         own = self._conn_identity
-        fingerprint = self.peer.fingerprint
-        if ident is None or ident.fingerprint != own or fingerprint == own:
-            self.wake()
-            return
-        if fingerprint not in pinned:
+        if (
+            ident is None
+            or ident.fingerprint != own
+            or not is_peer_of(self.peer.fingerprint, own, pinned)
+        ):
             self.wake()
             return
         self._fill(conn, checked=True)

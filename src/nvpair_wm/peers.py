@@ -21,7 +21,7 @@ node, and sending everything twice to it would only produce duplicates.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -29,7 +29,15 @@ import msgspec
 from nvpair_wm_schema.contract import DEFAULT_PORT
 from nvpair_wm_schema.node_record_schema import NodeRecord
 
-__all__ = ["DEFAULT_PORT", "Peer", "PeerChanges", "PeerDirectory", "diff", "select_peers"]
+__all__ = [
+    "DEFAULT_PORT",
+    "Peer",
+    "PeerChanges",
+    "PeerDirectory",
+    "diff",
+    "is_peer_of",
+    "select_peers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +61,11 @@ class Peer:
         return cls(record.nodeId, record.address, port, record.fingerprint)
 
 
+def is_peer_of(fingerprint: str, own_fingerprint: str | None, pinned: Container[str]) -> bool:
+    """The rule that makes a node a peer: its certificate is pinned, and it is not us."""
+    return own_fingerprint is not None and fingerprint != own_fingerprint and fingerprint in pinned
+
+
 def select_peers(
     records: Iterable[NodeRecord], own_fingerprint: str | None, pinned: frozenset[str]
 ) -> dict[str, Peer]:
@@ -62,7 +75,7 @@ def select_peers(
     peers: dict[str, Peer] = {}
     for record in records:
         fp = record.fingerprint
-        if fp == own_fingerprint or fp not in pinned:
+        if not is_peer_of(fp, own_fingerprint, pinned):
             continue
         if fp in peers:
             first = peers[fp]
@@ -151,7 +164,4 @@ class PeerDirectory:
 
     def is_peer(self, peer: Peer) -> bool:
         """Cheap re-check of one peer before a send attempt: still pinned, still not us."""
-        own = self.own_fingerprint()
-        return (
-            own is not None and peer.fingerprint != own and peer.fingerprint in self._pins.current()
-        )
+        return is_peer_of(peer.fingerprint, self.own_fingerprint(), self._pins.current())

@@ -4,9 +4,10 @@ reference the tests check them against).
 Shared by both sessions: ``frames`` (the frame layer: reading, the rules per frame type,
 padding, header blocks, outbound frames), ``settings`` (the peer's, checked; the server's own),
 ``hpack`` (the decoder and a stateless encoder). The server's: ``budgets`` (flood budgets per
-time window), ``windows`` (receive flow control), ``streams`` (per-request state, inbound field
-rules, requests and responses as fields), ``connection`` (:class:`H2ServerSession`, which ties
-them). The client's: ``client`` (:class:`~nvpair_wm.proto.h2.client.H2ClientSession`).
+time window), ``windows`` (receive flow control), ``streams`` (per-request state and its
+transition table, inbound field rules, requests and responses as fields), ``connection``
+(:class:`H2ServerSession`, which ties them). The client's: ``client``
+(:class:`~nvpair_wm.proto.h2.client.H2ClientSession`).
 """
 
 from nvpair_wm.proto.h2.connection import DISCARD_PAST_LIMIT_BYTES, H2ServerSession

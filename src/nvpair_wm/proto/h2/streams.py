@@ -1,4 +1,5 @@
-"""Per-request HTTP/2 stream state, and requests/responses as header fields (sans-IO).
+"""Per-request HTTP/2 stream state (:class:`StreamState`, moved only through a transition table),
+and requests/responses as header fields (sans-IO).
 
 Inbound fields are validated here (RFC 9113 §8.2-8.3): a malformed request is a stream error,
 so the session resets that stream and the connection goes on.
