@@ -162,7 +162,7 @@ def test_what_was_forwarded_while_the_disk_was_full_is_rewritten_too(tmp_path: P
     nodes = init_cluster(tmp_path / "cluster", ["node-a", "node-b"])
     a, b = nodes["node-a"], nodes["node-b"]
     config = tmp_path / "wm.toml"
-    config.write_text("[journal]\nretry_backoff = 1.0\nretry_backoff_max = 2.0\n")
+    config.write_text("[journal]\nretry_backoff = 2.0\nretry_backoff_max = 2.0\n")
     args = ["--cluster-dir", str(b), "--port", "0", "--bind", "127.0.0.1"]
     fault = [strace, "-f", "-o", "/dev/null", "-e", "trace=write"]
     fault += ["-P", str(b / "journal.log"), "-P", str(b / ".journal.log.tmp")]
@@ -177,7 +177,7 @@ def test_what_was_forwarded_while_the_disk_was_full_is_rewritten_too(tmp_path: P
         post_as_peer(port, a, [{"jsonrpc": "2.0", "method": "workloads:remove", "params": removal}])
         told: list[Any] = []
         st = wm.request("manager:status", keep=told)["result"]
-        # Still failing (the first rewrite is due 1 s after the failure): the removal was
+        # Still failing (the first rewrite is due 2 s after the failure): the removal was
         # forwarded while nothing could be written.
         assert st["journal"]["state"] == "failing", st["journal"]
         assert [(f["method"], f["params"].get("workloadInfo", {}).get("seq")) for f in told] == [
