@@ -157,15 +157,11 @@ class Ours:
         return verdict
 
 
-class Theirs:
-    """h2's server connection, answering 202 to every request as our handler does."""
+class _H2Side:
+    """An h2 connection under comparison: its exceptions and its resets as a :class:`Verdict`;
+    the subclass turns h2's events into the rest (``_on``)."""
 
-    def __init__(self) -> None:
-        config = h2.config.H2Configuration(client_side=False, header_encoding=None)
-        self.conn = h2.connection.H2Connection(config)
-        self.conn.initiate_connection()
-        self.conn.data_to_send()
-        self.requests: dict[int, tuple[Fields, bytearray]] = {}
+    conn: h2.connection.H2Connection
 
     def feed(self, data: bytes) -> Verdict:
         verdict = Verdict()
@@ -180,7 +176,22 @@ class Theirs:
         for f in frames_of(self.conn.data_to_send()):
             if isinstance(f, RstStreamFrame) and f.error_code != ErrorCodes.NO_ERROR:
                 verdict.resets.append((f.stream_id, f.error_code))
+        verdict.failed.sort()
         return verdict
+
+    def _on(self, event: h2.events.Event, verdict: Verdict) -> None:
+        raise NotImplementedError
+
+
+class Theirs(_H2Side):
+    """h2's server connection, answering 202 to every request as our handler does."""
+
+    def __init__(self) -> None:
+        config = h2.config.H2Configuration(client_side=False, header_encoding=None)
+        self.conn = h2.connection.H2Connection(config)
+        self.conn.initiate_connection()
+        self.conn.data_to_send()
+        self.requests: dict[int, tuple[Fields, bytearray]] = {}
 
     def _on(self, event: h2.events.Event, verdict: Verdict) -> None:
         if isinstance(event, h2.events.RequestReceived):
@@ -714,7 +725,7 @@ class OurClient:
         return verdict
 
 
-class TheirClient:
+class TheirClient(_H2Side):
     """h2's client connection, with the same requests started (push disabled, as ours)."""
 
     def __init__(self) -> None:
@@ -737,22 +748,6 @@ class TheirClient:
         self.conn.data_to_send()
         self.responses: dict[int, tuple[bytes, Fields, bytearray]] = {}
         self.open = set(range(1, 2 * REQUESTS, 2))
-
-    def feed(self, data: bytes) -> Verdict:
-        verdict = Verdict()
-        try:
-            events = self.conn.receive_data(data)
-        except h2.exceptions.ProtocolError as exc:
-            verdict.error = int(exc.error_code)
-            verdict.reason = str(exc)
-            return verdict
-        for event in events:
-            self._on(event, verdict)
-        for f in frames_of(self.conn.data_to_send()):
-            if isinstance(f, RstStreamFrame) and f.error_code != ErrorCodes.NO_ERROR:
-                verdict.resets.append((f.stream_id, f.error_code))
-        verdict.failed.sort()
-        return verdict
 
     def _on(self, event: h2.events.Event, verdict: Verdict) -> None:
         if isinstance(event, h2.events.ResponseReceived):
