@@ -971,3 +971,16 @@ def test_the_reload_fast_path_takes_a_compacted_full_log_inline() -> None:
     assert reload_table(fast, records, mono=10.0, wall=T0) == 0
     reload_table_one_by_one(general, records, mono=10.0, wall=T0)
     assert len(fast) == 200 and table_state(fast) == table_state(general)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_folding_records_at_once_equals_applying_them_one_by_one(seed: int) -> None:
+    """Differential: ``Fold(records)`` (its loop takes the usual event itself) and an empty
+    ``Fold`` given every record through ``apply`` hold the same state, in the same order."""
+    records = random_records(random.Random(seed), 400)
+    general = Fold()
+    for rec in records:
+        general.apply(rec)
+    fast = Fold(records)
+    for name in ("events", "forwarded", "tombs"):
+        assert list(getattr(fast, name).items()) == list(getattr(general, name).items()), name

@@ -437,7 +437,8 @@ _CHECKPOINT_DECODER: Final = msgspec.msgpack.Decoder(list[Record])
 
 
 def _walk(data: bytes) -> Log:
-    """A format-2 file, record by record: the fast path inline, anything else by _record_at."""
+    """A format-2 file, record by record: a whole, sound record read here (a start reads every
+    record of the journal), anything else examined by :func:`_record_at`."""
     items: list[Record] = []
     append = items.append
     view = memoryview(data)
@@ -592,7 +593,7 @@ class Fold:
         # (origin, id) → run → its removal
         self.tombs: dict[_Okey, dict[str, Record]] = {}
         events, tombs, forwarded, apply = self.events, self.tombs, self.forwarded, self.apply
-        for rec in records:  # apply's path for a local event of a key without removals, inlined
+        for rec in records:  # apply's usual case taken here (tested equal to apply), else apply
             kind = rec.kind
             if kind in (LIVE, TERMINAL_EVENT):
                 okey = (rec.origin, rec.wid)
@@ -802,7 +803,7 @@ class _Reload:
             table.resend_once(held[2], wid, once=replay is None)
 
     def fast(self, records: Iterable[Record]) -> None:
-        """Put records back, the usual ones inline (see :func:`reload_table`): what
+        """Put records back, the usual ones written here (see :func:`reload_table`): what
         :meth:`WorkloadTable.restore` does for them, and the resend marks :meth:`one` sets."""
         table = self.table
         live, done, runs, pairs, tombs, resend = table.restore_fields()
@@ -835,7 +836,7 @@ class _Reload:
                     )
                 )
             ):
-                # Anything else, record by record, after what the inline path deferred: the
+                # Anything else, record by record, after what the usual case deferred: the
                 # classes' newest times, as restore would have set them by now.
                 live.cur_last = max(live.cur_last, live_last)
                 done.cur_last = max(done.cur_last, done_last)
