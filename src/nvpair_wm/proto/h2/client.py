@@ -21,12 +21,14 @@ acts on the :mod:`~nvpair_wm.proto.exchanges` events these return. No socket, cl
 * Request bodies go out as the server's windows (connection and stream, SETTINGS changes
   included) and its SETTINGS_MAX_FRAME_SIZE allow; the rest waits for a WINDOW_UPDATE or a
   SETTINGS frame. A response that completes before its body was all sent ends the stream with
-  RST_STREAM NO_ERROR (RFC 9113 §8.1): the rest is not wanted.
+  RST_STREAM NO_ERROR (RFC 9113 §8.1): the rest is not wanted. Where a stream is, request sent
+  or not, response begun or not, is its :class:`StreamState`, moved by a transition table.
 * Response bodies: we advertise a stream window of at least ``max_response_bytes`` and reopen
   windows as DATA arrives; a body over ``max_response_bytes`` fails that request
   (:class:`~nvpair_wm.errors.StreamRefused`) and the stream is cancelled.
 * GOAWAY: streams above its last stream id fail with :class:`~nvpair_wm.errors.StreamRefused`
-  (never processed: safe to retry); the others complete normally; no new stream is opened.
+  (never processed: safe to retry); the others complete normally; no new stream is opened
+  (the connection is DRAINING, :class:`~nvpair_wm.proto.h2.states.ConnectionState`).
 * RST_STREAM from the server fails that request (:class:`~nvpair_wm.errors.StreamRefused`).
 * Errors of the server are :class:`~nvpair_wm.errors.H2ConnectionError`: GOAWAY with the code,
   and the session ends (every request in progress fails with
@@ -38,6 +40,7 @@ acts on the :mod:`~nvpair_wm.proto.exchanges` events these return. No socket, cl
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable
 from typing import Final
@@ -93,10 +96,16 @@ from nvpair_wm.proto.h2.settings import (
     INITIAL_WINDOW_SIZE,
     PeerSettings,
 )
+from nvpair_wm.proto.h2.states import (
+    CONNECTION_TRANSITIONS,
+    ConnectionEvent,
+    ConnectionState,
+    step,
+)
 from nvpair_wm.proto.h2.streams import response_status, trailers_problem
 from nvpair_wm.versions import REQUEST_FIELDS
 
-__all__ = ["H2ClientSession"]
+__all__ = ["H2ClientSession", "StreamEvent", "StreamState"]
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +123,55 @@ def _error(reason: str, code: int = ErrorCodes.PROTOCOL_ERROR) -> H2ConnectionEr
     return H2ConnectionError(code, reason)
 
 
+class StreamState(enum.Enum):
+    """Where a request's stream is (RFC 9113 §5.1, client side): our request sent whole or its
+    body still going out (as the server's windows allow), and the final response not begun or
+    begun (its HEADERS in). A stream reset, refused or timed out is no longer tracked."""
+
+    # (what it means, body_to_send, response_begun)
+    OPEN = ("sending the request body; no response yet", True, False)
+    OPEN_RECEIVING = ("sending the request body; the response begun (an early answer)", True, True)
+    HALF_CLOSED_LOCAL = ("the request sent whole; no response yet", False, False)
+    HALF_CLOSED_LOCAL_RECEIVING = ("the request sent whole; the response begun", False, True)
+    CLOSED = ("the response ended: no longer tracked", False, True)
+
+    def __init__(self, meaning: str, body_to_send: bool, response_begun: bool) -> None:
+        self.meaning = meaning
+        self.body_to_send = body_to_send  # our END_STREAM not yet sent
+        self.response_begun = response_begun  # the final response's HEADERS came
+
+    __hash__ = object.__hash__  # identity: table lookups stay in C (as the server's)
+
+
+class StreamEvent(enum.Enum):
+    """What moves a request's stream from one :class:`StreamState` to the next."""
+
+    SEND_END_STREAM = "the request's last byte went out"
+    RECV_RESPONSE = "the final response's HEADERS came"
+    RECV_END_STREAM = "the server ended the response"
+
+    __hash__ = object.__hash__
+
+
+_S, _E = StreamState, StreamEvent
+#: (state, event) → next state; any other pair is a bug of ours (:class:`LocalProtocolError`).
+_TRANSITIONS: Final[dict[tuple[StreamState, StreamEvent], StreamState]] = {
+    (_S.OPEN, _E.SEND_END_STREAM): _S.HALF_CLOSED_LOCAL,
+    (_S.OPEN, _E.RECV_RESPONSE): _S.OPEN_RECEIVING,
+    (_S.OPEN_RECEIVING, _E.SEND_END_STREAM): _S.HALF_CLOSED_LOCAL_RECEIVING,
+    (_S.OPEN_RECEIVING, _E.RECV_END_STREAM): _S.CLOSED,  # the rest of the body is not wanted
+    (_S.HALF_CLOSED_LOCAL, _E.RECV_RESPONSE): _S.HALF_CLOSED_LOCAL_RECEIVING,
+    (_S.HALF_CLOSED_LOCAL_RECEIVING, _E.RECV_END_STREAM): _S.CLOSED,
+}
+_SEND_END_STREAM = StreamEvent.SEND_END_STREAM  # looked up once (see connection.py)
+_RECV_RESPONSE = StreamEvent.RECV_RESPONSE
+_RECV_END_STREAM = StreamEvent.RECV_END_STREAM
+_OPEN_CONNECTION = ConnectionState.OPEN
+_CLOSED_CONNECTION = ConnectionState.CLOSED
+
+
 class _Stream:
-    """One request on the wire: its deadline, the body still to send, the response so far."""
+    """One request on the wire: its state, deadline, the body still to send, the response."""
 
     __slots__ = (
         "chunks",
@@ -127,6 +183,7 @@ class _Stream:
         "recv_window",
         "send_window",
         "sid",
+        "state",
         "status",
         "timeout",
         "to_send",
@@ -136,6 +193,7 @@ class _Stream:
         self, sid: int, deadline: float, timeout: float, to_send: bytes, *, send: int, recv: int
     ) -> None:
         self.sid = sid
+        self.state = StreamState.OPEN
         self.deadline = deadline
         self.timeout = timeout
         self.to_send = to_send  # the request body; sent up to ``offset``
@@ -147,6 +205,11 @@ class _Stream:
         self.length = -1  # the response's content-length, if it has one
         self.chunks: list[bytes] = []
         self.received = 0
+
+    def step(self, event: StreamEvent) -> StreamState:
+        """Move to the state :data:`_TRANSITIONS` gives for ``event``, and return it."""
+        self.state = step(_TRANSITIONS, self.state, event, "client stream", self.sid)
+        return self.state
 
 
 class H2ClientSession:
@@ -179,6 +242,7 @@ class H2ClientSession:
         "_settings_seen",
         "_streams",
         "ended",
+        "state",
     )
 
     def __init__(self, authority: bytes, max_response_bytes: int) -> None:
@@ -214,14 +278,15 @@ class H2ClientSession:
         self._handlers: dict[int, Callable[[int, int, bytes, list[ClientEvent]], None]] = {
             ftype: getattr(self, rule.handler) for ftype, rule in FRAME_RULES.items()
         }
-        self.ended: str | None = None  # why the session is over, once it is
+        self.state = ConnectionState.OPEN
+        self.ended: str | None = None  # why the session is over, once it is (CLOSED)
 
     # -- what the driver looks at -------------------------------------------------------------
 
     @property
     def usable(self) -> bool:
-        """New requests may start: not ended, no GOAWAY received, stream ids left."""
-        return self.ended is None and self._goaway_last is None and self._next_sid <= _MAX_STREAM_ID
+        """New requests may start: OPEN (no GOAWAY, not ended), stream ids left."""
+        return self.state is _OPEN_CONNECTION and self._next_sid <= _MAX_STREAM_ID
 
     @property
     def active(self) -> int:
@@ -265,7 +330,7 @@ class H2ClientSession:
         :meth:`capacity` first).
         """
         if not self.usable:
-            if self.ended is None and self._goaway_last is None:
+            if self.state is _OPEN_CONNECTION:
                 raise ConnectionLost("HTTP/2 stream ids used up")
             raise ConnectionLost(self.ended or "the server sent GOAWAY")
         sid = self._next_sid
@@ -288,6 +353,8 @@ class H2ClientSession:
         streams[sid] = st
         if body:
             self._pump(st)
+        else:
+            st.step(_SEND_END_STREAM)
         return sid
 
     def _fixed_block(self, path: str) -> bytes:
@@ -333,6 +400,7 @@ class H2ClientSession:
                 out.append(frame_header(size, DATA, END_STREAM, st.sid))
                 out.append(body if size == total else body[start:end])
                 self._sending.pop(st.sid, None)
+                st.step(_SEND_END_STREAM)
                 return
             out.append(frame_header(size, DATA, 0, st.sid))
             out.append(body[start:end])
@@ -347,7 +415,7 @@ class H2ClientSession:
 
     def receive_data(self, data: bytes, now: float) -> list[ClientEvent]:
         """Feed what the peer sent (``b""``: EOF); returns what happened."""
-        if self.ended is not None:
+        if self.state is _CLOSED_CONNECTION:
             return []
         if not data:
             return self.end("closed by the peer", graceful=False)
@@ -473,7 +541,7 @@ class H2ClientSession:
         st = self._known(sid, "HEADERS")
         if st is None:
             return
-        if st.status:  # trailers
+        if st.state.response_begun:  # trailers
             if not end_stream:
                 raise _error(f"second HEADERS on stream {sid} without END_STREAM")
             if (problem := trailers_problem(fields)) is not None:
@@ -486,6 +554,7 @@ class H2ClientSession:
                 if end_stream:
                     raise _error(f"stream {sid} ended by a {status} response")
                 return
+            st.step(_RECV_RESPONSE)
             st.status = status
             st.headers = fields
             for key, value in fields:
@@ -510,7 +579,7 @@ class H2ClientSession:
         st = self._known(sid, "DATA")
         if st is None:
             return
-        if not st.status:
+        if not st.state.response_begun:
             raise _error(f"DATA before the response HEADERS on stream {sid}")
         data = payload
         if flags & PADDED:
@@ -541,9 +610,10 @@ class H2ClientSession:
                 f"response body of {st.received} bytes on stream {sid}, content-length {st.length}"
             )
         del self._streams[sid]
-        if st.offset < len(st.to_send):  # answered early: the rest is not wanted
+        if st.state.body_to_send:  # answered early: the rest is not wanted
             self._sending.pop(sid, None)
             self._out.append(rst_stream_frame(sid, ErrorCodes.NO_ERROR))
+        st.step(_RECV_END_STREAM)
         chunks = st.chunks
         body = b"" if not chunks else chunks[0] if len(chunks) == 1 else b"".join(chunks)
         events.append(ResponseReceived(sid, Response(st.status, st.headers, body)))
@@ -568,6 +638,7 @@ class H2ClientSession:
     def _on_goaway(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
         last = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
         code = int.from_bytes(payload[4:8], "big")
+        self.state = step(CONNECTION_TRANSITIONS, self.state, ConnectionEvent.GOAWAY, "connection")
         if self._goaway_last is None or last < self._goaway_last:
             self._goaway_last = last
         for refused in [s for s in self._streams if s > last]:
@@ -581,7 +652,7 @@ class H2ClientSession:
         events.append(SessionChanged())
 
     def handle_timeout(self, now: float) -> list[ClientEvent]:
-        if self.ended is not None:
+        if self.state is _CLOSED_CONNECTION:
             return []
         for sid, st in self._streams.items():
             if now >= st.deadline:
@@ -599,8 +670,9 @@ class H2ClientSession:
 
     def end(self, reason: str, graceful: bool) -> list[ClientEvent]:
         """End the session (``graceful``: GOAWAY NO_ERROR queued); what is in progress fails."""
-        if self.ended is not None:
+        if self.state is _CLOSED_CONNECTION:
             return []
+        self.state = step(CONNECTION_TRANSITIONS, self.state, ConnectionEvent.END, "connection")
         self.ended = reason
         events: list[ClientEvent] = []
         for sid in self._streams:

@@ -22,7 +22,8 @@ type; the other pieces are listed in :mod:`nvpair_wm.proto.h2`.
   body limit (413), timeouts (preface, header block, body, a response stuck on a closed
   window, idle); flow control both ways (responses go out as the peer's windows allow).
 * Graceful shutdown (:meth:`H2ServerSession.shutdown`): GOAWAY NO_ERROR with the last stream id,
-  in-flight streams finish, newer ones are refused, then a final GOAWAY.
+  in-flight streams finish, newer ones are refused, then a final GOAWAY (the connection's
+  :class:`~nvpair_wm.proto.h2.states.ConnectionState`: OPEN, DRAINING, CLOSED).
 
 An early answer (from ``handler.head``, or 413) is sent at once; the rest of the request body is
 read and dropped while the whole body stays within ``max_body`` +
@@ -83,6 +84,12 @@ from nvpair_wm.proto.h2.frames import (
 )
 from nvpair_wm.proto.h2.hpack import Decoder, encode_fields
 from nvpair_wm.proto.h2.settings import DEFAULT_WINDOW, PeerSettings, server_settings_frame
+from nvpair_wm.proto.h2.states import (
+    CONNECTION_TRANSITIONS,
+    ConnectionEvent,
+    ConnectionState,
+    step,
+)
 from nvpair_wm.proto.h2.streams import (
     BodyMode,
     Stream,
@@ -117,6 +124,9 @@ _SEND_END_STREAM = StreamEvent.SEND_END_STREAM
 _HALF_CLOSED_LOCAL = StreamState.HALF_CLOSED_LOCAL
 _HALF_CLOSED_REMOTE = StreamState.HALF_CLOSED_REMOTE
 _CLOSED = StreamState.CLOSED
+_OPEN_CONNECTION = ConnectionState.OPEN
+_DRAINING = ConnectionState.DRAINING
+_CLOSED_CONNECTION = ConnectionState.CLOSED
 
 
 class H2ServerSession:
@@ -150,9 +160,9 @@ class H2ServerSession:
         "_started",
         "_streams",
         "_windows",
-        "closed",
         "peer_fingerprint",
         "requests",
+        "state",
     )
 
     def __init__(
@@ -195,12 +205,17 @@ class H2ServerSession:
         }
         self._started = now
         self._idle_since = now
-        self._goaway_last: int | None = None  # set once a graceful GOAWAY went out
+        self._goaway_last: int | None = None  # the last stream id of our graceful GOAWAY
         self._drain_deadline: float | None = None
-        self.closed = False
+        self.state = ConnectionState.OPEN
         self.requests = 0
 
     # -- the driver's side --------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """The session is over: the driver flushes :meth:`data_to_send`, then closes."""
+        return self.state is _CLOSED_CONNECTION
 
     @property
     def open_streams(self) -> int:
@@ -208,8 +223,7 @@ class H2ServerSession:
         return len(self._streams)
 
     def data_to_send(self) -> bytes:
-        draining = self._goaway_last is not None and not self.closed
-        if draining and not self._streams and self._block is None:  # nothing left in flight
+        if self.state is _DRAINING and not self._streams and self._block is None:  # all done
             self._end(ErrorCodes.NO_ERROR)
         out = self._out
         if not out:
@@ -220,12 +234,12 @@ class H2ServerSession:
 
     def receive_data(self, data: bytes, now: float) -> None:
         """Feed bytes from the peer (``b""``: the peer closed its side)."""
-        if self.closed:
+        if self.state is _CLOSED_CONNECTION:
             return
         self._now = now
         if not data:
             log.debug("HTTP/2 peer closed the connection")
-            self.closed = True
+            self._move(ConnectionEvent.END)
             return
         try:
             self._receive(data, now)
@@ -234,9 +248,10 @@ class H2ServerSession:
 
     def shutdown(self, now: float) -> None:
         """Begin a graceful shutdown: GOAWAY NO_ERROR, finish in-flight streams, then done."""
-        if self._goaway_last is not None or self.closed:
+        if self.state is not _OPEN_CONNECTION:
             return
         self._now = now
+        self._move(ConnectionEvent.GOAWAY)
         self._goaway_last = self._highest
         self._drain_deadline = now + self._limits.shutdown_grace
         self._out.append(goaway_frame(self._highest, ErrorCodes.NO_ERROR))
@@ -268,7 +283,7 @@ class H2ServerSession:
         return best
 
     def handle_timeout(self, now: float) -> None:
-        if self.closed:
+        if self.state is _CLOSED_CONNECTION:
             return
         self._now = now
         try:
@@ -363,7 +378,7 @@ class H2ServerSession:
                 self._on_data(flags, sid, payload, now)
             else:
                 self._frame(ftype, flags, sid, payload, now)
-            if self.closed:
+            if self.state is _CLOSED_CONNECTION:
                 return
         reader.keep(data, pos)
 
@@ -441,7 +456,7 @@ class H2ServerSession:
 
     def _on_goaway(self, flags: int, sid: int, payload: bytes, now: float) -> None:
         log.debug("HTTP/2 peer sent GOAWAY %d", int.from_bytes(payload[4:8], "big"))
-        self.closed = True
+        self._move(ConnectionEvent.END)
 
     def _on_push_promise(self, flags: int, sid: int, payload: bytes, now: float) -> None:
         raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
@@ -595,7 +610,7 @@ class H2ServerSession:
         state; every other case goes on on the general path from where they part.
         """
         fields = self._decoder.decode(block)
-        if self._goaway_last is not None or self._limits.h2_max_concurrent_streams < 1:
+        if self.state is not _OPEN_CONNECTION or self._limits.h2_max_concurrent_streams < 1:
             self._on_fields(sid, False, block, fields, now)
             return False
         parsed = self._parse(block, fields)
@@ -927,7 +942,10 @@ class H2ServerSession:
         if self._goaway_last is not None:
             last = min(last, self._goaway_last)
         self._out.append(goaway_frame(last, code, debug))
-        self.closed = True
+        self._move(ConnectionEvent.END)
+
+    def _move(self, event: ConnectionEvent) -> None:
+        self.state = step(CONNECTION_TRANSITIONS, self.state, event, "connection")
 
 
 def _bare_headers(status: int) -> tuple[bytes, bytes]:
