@@ -1,17 +1,12 @@
 """A journal compaction in a child process: the node's side and the child's entry point.
 
 Why a process: the heavy part of a compaction (:meth:`nvpair_wm.journal.Compaction.run`: read
-the log, fold it, write a temporary file) is pure Python, about 1 s for the ~270k records of a
-busy node's log. In a worker thread it held the GIL against the event loop: every time the loop
-gave the GIL up (each socket write, each ``select``) it waited up to the switch interval to get
-it back, so loop callbacks of a few ms of CPU took 130-150 ms of wall time and a busy link fell
-from ~65k to ~5k events/s for a second. A fresh interpreter has its own GIL; the node's loop
-only waits for a pipe to become readable. Measured (a loop running a callback of 20 pipe
-syscalls every ms while one compaction of a 420,000-record log ran, thread and child
-alternated, 4 runs each, medians; 2 shared cores): in a thread, the slowest callback took
-100 ms (32-174), p99 18 ms, wake-ups came up to 118 ms late, 152 callbacks/s ran; with the
-child, 4.2 ms, p99 0.6 ms, 7.7 ms late, 725 callbacks/s. The compaction itself took 2.7 s in
-the thread and 3.1 s in the child (an interpreter start, ~0.15 s, and the same fold).
+the log, fold it, write a temporary file) is pure Python and takes about a second for a busy
+node's log. In a worker thread it would hold the GIL against the event loop: each time the loop
+gave the GIL up (each socket write, each ``select``) it would wait up to the switch interval to
+get it back, so callbacks of a few ms of CPU would take a hundred times that in wall time and a
+busy link would stall for the length of the compaction. A fresh interpreter has its own GIL;
+the node's loop only waits for a pipe to become readable.
 
 The protocol: the node runs ``python -P -m nvpair_wm.compactor SPEC`` (a new interpreter, no
 fork of the multi-threaded node: asyncio's subprocess support, ``vfork`` + ``exec``), with

@@ -895,8 +895,8 @@ def collection_paused() -> Iterator[None]:
     A fold makes a few tracked objects per record (a key tuple, a dict, the record), hundreds
     of thousands on a busy node, and frees them all by reference counting when it ends. The
     collections their allocation triggers meanwhile found nothing to collect but traversed
-    them all again each time: 100-175 ms per full collection, several per compaction, each
-    holding the GIL, so that the event loop stalled and a busy link fell to ~2,500 events/s.
+    them all again each time, several full collections per compaction, each holding the GIL
+    long enough to stall the event loop and a busy link with it.
     """
     enabled = gc.isenabled()
     gc.disable()

@@ -1,7 +1,7 @@
 """The pin set and the node identity re-read only when their files change, told by inotify (Linux).
 
 ``PinSet.current()`` scans ``trusted/`` on every call (a ``scandir`` plus a ``stat`` per file:
-20-80 µs, the largest single cost of a request), and ``Identity.current()`` stats ``node.crt``
+the largest single cost of a request), and ``Identity.current()`` stats ``node.crt``
 and ``node.key`` on every call (the broadcaster re-checks it before every batch). Here the kernel
 says when to look again: inotify watches on the files and directories involved queue an event
 synchronously inside the unlink/rename/write/chmod that changes them, so a check of the inotify
