@@ -1230,8 +1230,8 @@ class Journal:
         """Write the records of what one peer request made this node forward to its broker,
         before returning (so before the broker can read it); with ``later``, at the next
         :meth:`flush` instead, which the caller runs before anything of this reaches the
-        broker: the node flushes at the end of the event loop's batch and before every write
-        to the broker, so the requests of one batch cost one write. While the journal is
+        broker (the node's broker channel, before each of its writes: the requests whose
+        frames share a write to the broker share one write here). While the journal is
         failing (or when the write fails) they are folded in memory instead, for
         :meth:`recover`: the table does not keep them (only a seq, without the origin of a
         peer's workload)."""

@@ -34,7 +34,6 @@ from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.errors import ListenFailed
 from nvpair_wm.events import Forwarded
 from nvpair_wm.http.core import Handler
-from nvpair_wm.io.batch import EndOfBatch, for_loop
 from nvpair_wm.io.pin_watch import WatchedIdentity, WatchedPins, open_watch
 from nvpair_wm.io.server import InterNodeServer
 from nvpair_wm.journal import (
@@ -179,7 +178,6 @@ class Node:
         )
         self._stop = asyncio.Event()
         self._ready_sent = False  # GET /readyz
-        self._batch: EndOfBatch | None = None  # the running loop's, once run() runs
 
     def _peers(self) -> list[PeerStatus]:
         return self.broadcaster.status()
@@ -203,19 +201,11 @@ class Node:
     def forwarded(self, items: list[Forwarded]) -> None:
         """What a peer's request tells the broker, journaled before the broker can read it: so
         that after a restart the node still refuses what is older than what the broker has.
-        Inside a batch of the event loop (the server's callbacks) the records wait for its end,
-        so that the requests of one batch cost one write; the broker channel flushes them
-        before it writes anything to the broker (``before_write``), whatever comes first."""
-        journal = self.journal
-        if journal is None:
-            return
-        batch = self._batch
-        if batch is None or not batch.deferring:
-            journal.append_forwarded(items, time.time())
-            return
-        if not journal.pending:
-            batch.defer(journal.flush)
-        journal.append_forwarded(items, time.time(), later=True)
+        The records wait in the journal for the broker channel's next write, which flushes them
+        first (``before_write``): the requests whose frames share a write to the broker (those
+        of one batch of the event loop) share one write to the journal."""
+        if self.journal is not None:
+            self.journal.append_forwarded(items, time.time(), later=True)
 
     def update_nodes(self, nodes: list[NodeRecord]) -> None:
         log.info("nodes:update with %d records", len(nodes), extra={"nodes": len(nodes)})
@@ -246,7 +236,6 @@ class Node:
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
-        self._batch = for_loop(loop)
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._on_signal, sig)
