@@ -110,7 +110,6 @@ _HALF_CLOSED_LOCAL = StreamState.HALF_CLOSED_LOCAL
 _HALF_CLOSED_REMOTE = StreamState.HALF_CLOSED_REMOTE
 _CLOSED = StreamState.CLOSED
 _OPEN_CONNECTION = ConnectionState.OPEN
-_DRAINING = ConnectionState.DRAINING
 _CLOSED_CONNECTION = ConnectionState.CLOSED
 
 
@@ -191,10 +190,9 @@ class H2ServerSession(H2Session[Stream]):
         """Streams the session still tracks (request or response in progress)."""
         return len(self._streams)
 
-    def data_to_send(self) -> bytes:
-        if self.state is _DRAINING and not self._streams and self._block is None:  # all done
+    def _draining(self) -> None:
+        if not self._streams and self._block is None:  # nothing left in flight
             self._end(ErrorCodes.NO_ERROR)
-        return H2Session.data_to_send(self)
 
     def receive_data(self, data: bytes, now: float) -> None:
         """Feed bytes from the peer (``b""``: the peer closed its side)."""
@@ -320,6 +318,7 @@ class H2ServerSession(H2Session[Stream]):
         pos = 0
         max_frame = reader.max_frame
         streams = self._streams
+        closed = _CLOSED_CONNECTION
         while (got := read_frame(data, pos, max_frame)) is not None:
             ftype, flags, sid, payload, pos = got
             # A request's own frames in their usual shape go straight to their handler: they
@@ -343,7 +342,7 @@ class H2ServerSession(H2Session[Stream]):
                 self._on_data(flags, sid, payload)
             else:
                 self._frame(ftype, flags, sid, payload)
-            if self.state is _CLOSED_CONNECTION:
+            if self.state is closed:
                 return
         reader.keep(data, pos)
 

@@ -66,6 +66,7 @@ class ConnectionEvent(enum.Enum):
     __hash__ = object.__hash__
 
 
+_DRAINING = ConnectionState.DRAINING  # looked up once (see connection.py)
 _C, _V = ConnectionState, ConnectionEvent
 #: (state, event) → next state; any other pair is a bug of ours (:class:`LocalProtocolError`).
 CONNECTION_TRANSITIONS: Final[dict[tuple[ConnectionState, ConnectionEvent], ConnectionState]] = {
@@ -149,6 +150,8 @@ class H2Session(Generic[_Stream]):
         }
 
     def data_to_send(self) -> bytes:
+        if self.state is _DRAINING:
+            self._draining()
         out = self._out
         if not out:
             return b""
@@ -179,6 +182,9 @@ class H2Session(Generic[_Stream]):
 
     def _pump_all(self) -> None:  # the same for every stream, oldest first
         raise NotImplementedError
+
+    def _draining(self) -> None:
+        """Called as output is taken while DRAINING (the server ends once nothing is left)."""
 
     # -- inbound frames -----------------------------------------------------------------------
 
