@@ -934,9 +934,9 @@ def test_whole_request_in_one_read_equals_the_general_path(
     served: list[tuple[bool, int]] = []  # per whole-request call: (both frames?, streams made)
     whole_request = H2ServerSession._whole_request
 
-    def spy(self: H2ServerSession, sid: int, block: bytes, data: bytes, now: float) -> bool:
+    def spy(self: H2ServerSession, sid: int, block: bytes, data: bytes) -> bool:
         before = made[0]
-        result = whole_request(self, sid, block, data, now)
+        result = whole_request(self, sid, block, data)
         served.append((result, made[0] - before))
         return result
 

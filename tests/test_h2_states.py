@@ -15,7 +15,7 @@ from nvpair_wm.errors import LocalProtocolError
 from nvpair_wm.http.core import Limits
 from nvpair_wm.proto.h2 import H2ServerSession
 from nvpair_wm.proto.h2.client import StreamEvent, StreamState, _Stream
-from nvpair_wm.proto.h2.states import (
+from nvpair_wm.proto.h2.session import (
     CONNECTION_TRANSITIONS,
     ConnectionEvent,
     ConnectionState,

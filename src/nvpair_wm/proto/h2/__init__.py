@@ -3,11 +3,11 @@ reference the tests check them against).
 
 Shared by both sessions: ``frames`` (the frame layer: reading, the rules per frame type,
 padding, header blocks, outbound frames), ``settings`` (the peer's, checked; the server's own),
-``hpack`` (the decoder and a stateless encoder), ``states`` (the connection's states, and the
-step through a transition table). The server's: ``budgets`` (flood budgets per
-time window), ``windows`` (receive flow control), ``streams`` (per-request state and its
-transition table, inbound field rules, requests and responses as fields), ``connection``
-(:class:`H2ServerSession`, which ties them). The client's: ``client``
+``hpack`` (the decoder and a stateless encoder), ``session`` (the frame handling both sides
+share, the connection's states, the step through a transition table). The server's:
+``budgets`` (flood budgets per time window), ``windows`` (receive flow control), ``streams``
+(per-request state and its transition table, inbound field rules, requests and responses as
+fields), ``connection`` (:class:`H2ServerSession`, which ties them). The client's: ``client``
 (:class:`~nvpair_wm.proto.h2.client.H2ClientSession` and its streams' transition table).
 """
 

@@ -3,7 +3,8 @@
 The broadcaster's requests are all one shape (``POST`` of a JSON batch to a pinned peer), so
 the client is written for that shape: per request one dict insert, one header block built from
 cached bytes, the DATA frames the windows allow; per response one HPACK decode and one
-``Response``. Frames come from the frame layer shared with the server (``frames``).
+``Response``. What it shares with the server (frame dispatch, header blocks, SETTINGS, PING,
+WINDOW_UPDATE, the connection's state) is :class:`~nvpair_wm.proto.h2.session.H2Session`.
 
 The driver calls :meth:`H2ClientSession.start_request` / :meth:`~H2ClientSession.ping`,
 writes :meth:`~H2ClientSession.data_to_send`, feeds what the peer sends to
@@ -28,7 +29,7 @@ acts on the :mod:`~nvpair_wm.proto.exchanges` events these return. No socket, cl
   (:class:`~nvpair_wm.errors.StreamRefused`) and the stream is cancelled.
 * GOAWAY: streams above its last stream id fail with :class:`~nvpair_wm.errors.StreamRefused`
   (never processed: safe to retry); the others complete normally; no new stream is opened
-  (the connection is DRAINING, :class:`~nvpair_wm.proto.h2.states.ConnectionState`).
+  (the connection is DRAINING, :class:`~nvpair_wm.proto.h2.session.ConnectionState`).
 * RST_STREAM from the server fails that request (:class:`~nvpair_wm.errors.StreamRefused`).
 * Errors of the server are :class:`~nvpair_wm.errors.H2ConnectionError`: GOAWAY with the code,
   and the session ends (every request in progress fails with
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable
 from typing import Final
 
 from h2.errors import ErrorCodes
@@ -66,41 +66,34 @@ from nvpair_wm.proto.exchanges import (
 )
 from nvpair_wm.proto.h2.frames import (
     ACK,
-    CONTINUATION,
     DATA,
-    END_HEADERS,
     END_STREAM,
-    FRAME_RULES,
     H2_PREFACE,
     MAX_WINDOW,
     PADDED,
     PING,
     SETTINGS,
-    FrameReader,
-    HeaderBlock,
-    check_frame,
     frame,
     frame_header,
     goaway_frame,
     header_block_frames,
-    header_fragment,
     read_frame,
     rst_stream_frame,
     unpad,
     window_update_frame,
 )
-from nvpair_wm.proto.h2.hpack import Decoder, encode_field
+from nvpair_wm.proto.h2.hpack import encode_field
+from nvpair_wm.proto.h2.session import (
+    ConnectionEvent,
+    ConnectionState,
+    H2Session,
+    step,
+)
 from nvpair_wm.proto.h2.settings import (
     DEFAULT_WINDOW,
     ENABLE_PUSH,
     INITIAL_WINDOW_SIZE,
     PeerSettings,
-)
-from nvpair_wm.proto.h2.states import (
-    CONNECTION_TRANSITIONS,
-    ConnectionEvent,
-    ConnectionState,
-    step,
 )
 from nvpair_wm.proto.h2.streams import response_status, trailers_problem
 from nvpair_wm.versions import REQUEST_FIELDS
@@ -111,7 +104,6 @@ log = logging.getLogger(__name__)
 
 _MAX_FRAME: Final = 16384  # the frame size we accept: the default, we never advertise more
 _MAX_STREAM_ID: Final = 2**31 - 1
-_SETTINGS_ACK: Final = frame(SETTINGS, ACK, 0)
 _TABLE_SIZE_ZERO: Final = b"\x20"  # HPACK dynamic table size update to 0 (RFC 7541 §6.3)
 # content-length (static table index 28) as a literal without indexing (RFC 7541 §6.2.2):
 # 0000 1111 then 28 - 15 = 13; the value follows, its length on a 7-bit prefix, not Huffman.
@@ -212,73 +204,60 @@ class _Stream:
         return self.state
 
 
-class H2ClientSession:
+class H2ClientSession(H2Session[_Stream]):
     """One HTTP/2 connection, client side (the connection preface is queued at once)."""
 
     protocol = "h2"
 
     __slots__ = (
         "_authority",
-        "_block",
         "_blocks",
-        "_decoder",
+        "_events",
         "_first_block",
         "_goaway_last",
         "_goaway_sent",
-        "_handlers",
-        "_max_block",
         "_max_response",
         "_next_sid",
-        "_out",
-        "_peer",
         "_ping_count",
         "_pings",
-        "_reader",
         "_recv_available",
         "_recv_initial",
         "_recv_owed",
-        "_send_window",
         "_sending",
-        "_settings_seen",
-        "_streams",
         "ended",
-        "state",
     )
 
     def __init__(self, authority: bytes, max_response_bytes: int) -> None:
-        self._authority = authority
-        self._max_response = max_response_bytes
         window = min(MAX_WINDOW, max(DEFAULT_WINDOW, max_response_bytes))
-        self._recv_initial = window  # our stream window, and the connection's
-        self._recv_available = window  # what the server may still send on the connection
-        self._recv_owed = 0  # DATA bytes whose connection window is not yet reopened
-        self._max_block = max(_HEADER_BLOCK_MIN, max_response_bytes)
-        self._decoder = Decoder(self._max_block)
         settings = (ENABLE_PUSH, 0), (INITIAL_WINDOW_SIZE, window)
         payload = b"".join(k.to_bytes(2, "big") + v.to_bytes(4, "big") for k, v in settings)
         preface = H2_PREFACE + frame(SETTINGS, 0, 0, payload)
         if window > DEFAULT_WINDOW:
             preface += window_update_frame(0, window - DEFAULT_WINDOW)
-        self._out: list[bytes] = [preface]
-        self._peer = PeerSettings(server=True)  # the server's windows, frame size, streams
-        self._settings_seen = False
-        self._send_window = DEFAULT_WINDOW  # the connection's, for our request bodies
+        max_block = max(_HEADER_BLOCK_MIN, max_response_bytes)
+        super().__init__(
+            [preface],
+            PeerSettings(server=True),
+            0.0,
+            max_frame=_MAX_FRAME,
+            max_header_list=max_block,
+            max_block=max_block,
+            max_continuations=None,
+        )
+        self._authority = authority
+        self._max_response = max_response_bytes
+        self._recv_initial = window  # our stream window, and the connection's
+        self._recv_available = window  # what the server may still send on the connection
+        self._recv_owed = 0  # DATA bytes whose connection window is not yet reopened
+        self._events: list[ClientEvent] = []  # what the frames being read made happen
         self._blocks: dict[str, bytes] = {}  # path → the request's fixed header fields
         self._first_block = True
         self._next_sid = 1
-        self._streams: dict[int, _Stream] = {}
         self._sending: dict[int, _Stream] = {}  # streams whose body waits for window, oldest 1st
         self._pings: dict[int, tuple[float, float]] = {}  # id → (deadline, timeout)
         self._ping_count = 0
         self._goaway_last: int | None = None
         self._goaway_sent = False
-        self._reader = FrameReader(_MAX_FRAME)
-        self._block: HeaderBlock | None = None  # a header block awaiting CONTINUATION frames
-        #: Frame type → its handler (see FRAME_RULES), once the rules of _frame held.
-        self._handlers: dict[int, Callable[[int, int, bytes, list[ClientEvent]], None]] = {
-            ftype: getattr(self, rule.handler) for ftype, rule in FRAME_RULES.items()
-        }
-        self.state = ConnectionState.OPEN
         self.ended: str | None = None  # why the session is over, once it is (CLOSED)
 
     # -- what the driver looks at -------------------------------------------------------------
@@ -311,14 +290,6 @@ class H2ClientSession:
             if best is None or deadline < best:
                 best = deadline
         return best
-
-    def data_to_send(self) -> bytes:
-        out = self._out
-        if not out:
-            return b""
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        return data
 
     # -- requests and PINGs -------------------------------------------------------------------
 
@@ -419,54 +390,42 @@ class H2ClientSession:
             return []
         if not data:
             return self.end("closed by the peer", graceful=False)
-        events: list[ClientEvent] = []
+        self._now = now
+        events = self._events = []
         try:
-            self._receive(data, events)
+            self._receive(data)
         except H2ConnectionError as exc:  # the server's error (ours would propagate: a bug)
             self._say_goaway(exc.code)
             events += self.end(f"protocol error: {exc.reason}", graceful=True)
         return events
 
-    def _receive(self, data: bytes, events: list[ClientEvent]) -> None:
+    def _receive(self, data: bytes) -> None:
         reader = self._reader
         data = reader.feed(data)
         pos = 0
         while (got := read_frame(data, pos, _MAX_FRAME)) is not None:
             ftype, flags, sid, payload, pos = got
-            self._frame(ftype, flags, sid, payload, events)
+            if not self._settings_seen:
+                if ftype != SETTINGS or flags & ACK:
+                    raise _error("the server's preface is not a SETTINGS frame")
+                self._settings_seen = True
+            self._dispatch(ftype, flags, sid, payload)
         reader.keep(data, pos)
 
-    def _frame(
-        self, ftype: int, flags: int, sid: int, payload: bytes, events: list[ClientEvent]
-    ) -> None:
-        """One frame: the protocol's rules that hold for every frame, the rules of its type
-        (:data:`FRAME_RULES`), then its handler."""
-        if self._block is not None and ftype != CONTINUATION:
-            raise _error("frame inside a header block")
-        if not self._settings_seen and ftype != SETTINGS:
-            raise _error("the server's preface is not a SETTINGS frame")
-        rule = FRAME_RULES.get(ftype)
-        if rule is None:
-            return  # unknown frame types are ignored (RFC 9113 §4.1)
-        if not check_frame(rule, sid, len(payload)):  # a stream error, treated as the connection's
-            raise _error(f"{rule.name} not {rule.length} octets", ErrorCodes.FRAME_SIZE_ERROR)
-        self._handlers[ftype](flags, sid, payload, events)
+    def _stream_error(self, sid: int, code: int, why: str = "") -> None:
+        """A stream error of the server's: treated as the connection's (§5.4.2 allows it)."""
+        raise _error(why, code)
 
-    def _on_ping(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
+    def _on_ping(self, flags: int, sid: int, payload: bytes) -> None:
         if not flags & ACK:
             self._out.append(frame(PING, ACK, 0, payload))
             return
         pid = int.from_bytes(payload, "big")
         if self._pings.pop(pid, None) is not None:
-            events.append(PingAnswered(pid))
+            self._events.append(PingAnswered(pid))
 
-    def _on_priority(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
+    def _on_priority(self, flags: int, sid: int, payload: bytes) -> None:
         pass  # priorities mean nothing to us; the frame's rules were checked
-
-    def _on_push_promise(
-        self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]
-    ) -> None:
-        raise _error("PUSH_PROMISE, which we disabled")
 
     def _known(self, sid: int, what: str) -> _Stream | None:
         """The stream ``sid`` if it is in progress; None for one that was (frames in flight
@@ -476,65 +435,18 @@ class H2ClientSession:
             raise _error(f"{what} on idle stream {sid}")
         return st
 
-    def _on_settings(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
-        if flags & ACK:
-            if payload:
-                raise _error("SETTINGS ACK with a payload", ErrorCodes.FRAME_SIZE_ERROR)
-            if not self._settings_seen:
-                raise _error("the server's preface is not a SETTINGS frame")
-            return
-        self._settings_seen = True
-        delta = self._peer.apply(payload)  # checks the values, §6.5.2
-        if delta:
-            for st in self._streams.values():  # §6.9.2: open streams' windows follow
-                st.send_window += delta
-                if st.send_window > MAX_WINDOW:
-                    raise _error("SETTINGS overflow a stream window", ErrorCodes.FLOW_CONTROL_ERROR)
-        self._out.append(_SETTINGS_ACK)
-        if self._sending:
-            self._pump_all()
-        events.append(SessionChanged())
+    def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
+        H2Session._on_settings(self, flags, sid, payload)
+        if not flags & ACK:
+            self._events.append(SessionChanged())
 
-    def _on_window_update(
-        self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]
-    ) -> None:
-        increment = int.from_bytes(payload, "big") & 0x7FFF_FFFF
-        if not increment:
+    def _on_window_update(self, flags: int, sid: int, payload: bytes) -> None:
+        if not int.from_bytes(payload, "big") & 0x7FFF_FFFF:  # on any stream, closed ones too
             raise _error(f"WINDOW_UPDATE of 0 on stream {sid}")
-        if not sid:
-            self._send_window += increment
-            if self._send_window > MAX_WINDOW:
-                raise _error("connection window over 2^31-1", ErrorCodes.FLOW_CONTROL_ERROR)
-        else:
-            st = self._known(sid, "WINDOW_UPDATE")
-            if st is None:
-                return
-            st.send_window += increment
-            if st.send_window > MAX_WINDOW:
-                raise _error(f"stream {sid} window over 2^31-1", ErrorCodes.FLOW_CONTROL_ERROR)
-        if self._sending:
-            self._pump_all()
+        H2Session._on_window_update(self, flags, sid, payload)
 
-    def _on_headers(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
-        fragment, dependency = header_fragment(flags, payload)
-        if flags & END_HEADERS:
-            self._on_block(sid, bool(flags & END_STREAM), fragment, events)
-            return
-        self._block = HeaderBlock(sid, flags, len(payload), fragment, dependency)
-
-    def _on_continuation(
-        self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]
-    ) -> None:
-        block = self._block
-        if block is None or sid != block.sid:
-            raise _error("CONTINUATION out of a header block")
-        whole = block.continue_with(flags, payload, self._max_block, None)
-        if whole is not None:
-            self._block = None
-            self._on_block(sid, block.end_stream, whole, events)
-
-    def _on_block(
-        self, sid: int, end_stream: bool, block: bytes, events: list[ClientEvent]
+    def _on_header_block(
+        self, sid: int, end_stream: bool, block: bytes, dependency: int | None
     ) -> None:
         # Decoded whatever becomes of the stream: the dynamic table must follow every block.
         fields = self._decoder.decode(block)
@@ -563,9 +475,9 @@ class H2ClientSession:
                         raise _error(f"response content-length {value!r}")
                     st.length = int(value)
         if end_stream:
-            self._complete(st, events)
+            self._complete(st)
 
-    def _on_data(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
+    def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
         flow = len(payload)
         if flow:
             self._recv_available -= flow
@@ -593,16 +505,16 @@ class H2ClientSession:
             st.received += len(data)
             if st.received > self._max_response:
                 self._drop(st, ErrorCodes.CANCEL)
-                events.append(RequestFailed(sid, StreamRefused("response body too large")))
+                self._events.append(RequestFailed(sid, StreamRefused("response body too large")))
                 return
             st.chunks.append(data)
         if flags & END_STREAM:
-            self._complete(st, events)
+            self._complete(st)
         elif st.recv_window <= self._recv_initial // 2:
             self._out.append(window_update_frame(sid, self._recv_initial - st.recv_window))
             st.recv_window = self._recv_initial
 
-    def _complete(self, st: _Stream, events: list[ClientEvent]) -> None:
+    def _complete(self, st: _Stream) -> None:
         """The response ended the stream: hand it over."""
         sid = st.sid
         if st.length >= 0 and st.length != st.received:
@@ -616,7 +528,7 @@ class H2ClientSession:
         st.step(_RECV_END_STREAM)
         chunks = st.chunks
         body = b"" if not chunks else chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        events.append(ResponseReceived(sid, Response(st.status, st.headers, body)))
+        self._events.append(ResponseReceived(sid, Response(st.status, st.headers, body)))
 
     def _drop(self, st: _Stream, code: int) -> None:
         """Give up a stream ourselves: RST_STREAM, and it is forgotten."""
@@ -624,21 +536,20 @@ class H2ClientSession:
         self._sending.pop(st.sid, None)
         self._out.append(rst_stream_frame(st.sid, code))
 
-    def _on_rst_stream(
-        self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]
-    ) -> None:
+    def _on_rst_stream(self, flags: int, sid: int, payload: bytes) -> None:
         st = self._known(sid, "RST_STREAM")
         if st is None:
             return
         del self._streams[sid]
         self._sending.pop(sid, None)
         code = _code_name(int.from_bytes(payload, "big"))
-        events.append(RequestFailed(sid, StreamRefused(f"stream reset by the peer: {code}")))
+        self._events.append(RequestFailed(sid, StreamRefused(f"stream reset by the peer: {code}")))
 
-    def _on_goaway(self, flags: int, sid: int, payload: bytes, events: list[ClientEvent]) -> None:
+    def _on_goaway(self, flags: int, sid: int, payload: bytes) -> None:
         last = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
         code = int.from_bytes(payload[4:8], "big")
-        self.state = step(CONNECTION_TRANSITIONS, self.state, ConnectionEvent.GOAWAY, "connection")
+        self._move(ConnectionEvent.GOAWAY)
+        events = self._events
         if self._goaway_last is None or last < self._goaway_last:
             self._goaway_last = last
         for refused in [s for s in self._streams if s > last]:
@@ -672,7 +583,7 @@ class H2ClientSession:
         """End the session (``graceful``: GOAWAY NO_ERROR queued); what is in progress fails."""
         if self.state is _CLOSED_CONNECTION:
             return []
-        self.state = step(CONNECTION_TRANSITIONS, self.state, ConnectionEvent.END, "connection")
+        self._move(ConnectionEvent.END)
         self.ended = reason
         events: list[ClientEvent] = []
         for sid in self._streams:

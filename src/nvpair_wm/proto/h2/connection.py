@@ -1,9 +1,10 @@
 """The HTTP/2 server session (sans-IO): bytes and ``now`` in; bytes and a deadline out.
 
 The session is our own HTTP/2 implementation, server side, for what this server serves
-(``POST /v1/workloads/events``); h2 is the reference it is tested against. Frames come from the
-shared frame layer (``frames``: reader, rules per type, header blocks) and go to one handler per
-type; the other pieces are listed in :mod:`nvpair_wm.proto.h2`.
+(``POST /v1/workloads/events``); h2 is the reference it is tested against. What it shares with
+the client (frame dispatch, header blocks, SETTINGS, PING, WINDOW_UPDATE, the connection's
+state) is :class:`~nvpair_wm.proto.h2.session.H2Session`; the other pieces are listed in
+:mod:`nvpair_wm.proto.h2`.
 
 * Stream states (§5.1): a stream is tracked from its HEADERS until both directions are done
   (:class:`~nvpair_wm.proto.h2.streams.StreamState`, moved by the transition table in
@@ -23,7 +24,7 @@ type; the other pieces are listed in :mod:`nvpair_wm.proto.h2`.
   window, idle); flow control both ways (responses go out as the peer's windows allow).
 * Graceful shutdown (:meth:`H2ServerSession.shutdown`): GOAWAY NO_ERROR with the last stream id,
   in-flight streams finish, newer ones are refused, then a final GOAWAY (the connection's
-  :class:`~nvpair_wm.proto.h2.states.ConnectionState`: OPEN, DRAINING, CLOSED).
+  :class:`~nvpair_wm.proto.h2.session.ConnectionState`: OPEN, DRAINING, CLOSED).
 
 An early answer (from ``handler.head``, or 413) is sent at once; the rest of the request body is
 read and dropped while the whole body stays within ``max_body`` +
@@ -39,7 +40,6 @@ and closes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from h2.errors import ErrorCodes
 
@@ -56,40 +56,26 @@ from nvpair_wm.http.core import (
 from nvpair_wm.proto.h2.budgets import FloodBudgets
 from nvpair_wm.proto.h2.frames import (
     ACK,
-    CONTINUATION,
     DATA,
     END_HEADERS,
     END_STREAM,
-    FRAME_RULES,
     H2_PREFACE,
     HEADERS,
-    MAX_WINDOW,
     PADDED,
-    PING,
     PRIORITY_FLAG,
     SETTINGS,
     WINDOW_UPDATE,
-    FrameReader,
-    HeaderBlock,
-    check_frame,
-    frame,
     frame_header,
     goaway_frame,
     header_block_frames,
-    header_fragment,
     read_frame,
     rst_stream_frame,
     unpack_frame_header,
     unpad,
 )
-from nvpair_wm.proto.h2.hpack import Decoder, encode_fields
+from nvpair_wm.proto.h2.hpack import encode_fields
+from nvpair_wm.proto.h2.session import ConnectionEvent, ConnectionState, H2Session
 from nvpair_wm.proto.h2.settings import DEFAULT_WINDOW, PeerSettings, server_settings_frame
-from nvpair_wm.proto.h2.states import (
-    CONNECTION_TRANSITIONS,
-    ConnectionEvent,
-    ConnectionState,
-    step,
-)
 from nvpair_wm.proto.h2.streams import (
     BodyMode,
     Stream,
@@ -113,7 +99,6 @@ DISCARD_PAST_LIMIT_BYTES = 64 * 1024
 
 _CLOSED_MEMORY = 1024  # closed stream ids remembered for the §5.1 rules
 _PARSED_REMEMBERED = 16  # requests parsed from header lists the decoder remembered
-_SETTINGS_ACK = frame(SETTINGS, ACK, 0)
 #: status → (the HEADERS frame header up to its stream id, the block) of a bare response.
 _BARE_HEADERS: dict[int, tuple[bytes, bytes]] = {}
 # The stream events and states the per-request path names, looked up once (an attribute of an
@@ -125,44 +110,32 @@ _HALF_CLOSED_LOCAL = StreamState.HALF_CLOSED_LOCAL
 _HALF_CLOSED_REMOTE = StreamState.HALF_CLOSED_REMOTE
 _CLOSED = StreamState.CLOSED
 _OPEN_CONNECTION = ConnectionState.OPEN
-_DRAINING = ConnectionState.DRAINING
 _CLOSED_CONNECTION = ConnectionState.CLOSED
 
 
-class H2ServerSession:
+class H2ServerSession(H2Session[Stream]):
     """One HTTP/2 connection, server side."""
 
     __slots__ = (
-        "_block",
         "_budgets",
         "_closed",
-        "_decoder",
         "_discard_cap",
         "_drain_deadline",
         "_goaway_last",
         "_handler",
-        "_handlers",
         "_highest",
         "_idle_since",
         "_limits",
         "_max_body",
-        "_now",
-        "_out",
         "_parsed",
         "_parsed_table",
-        "_peer",
         "_preface_left",
-        "_reader",
         "_recv_initial",
-        "_send_window",
         "_settings_acked",
-        "_settings_seen",
         "_started",
-        "_streams",
         "_windows",
         "peer_fingerprint",
         "requests",
-        "state",
     )
 
     def __init__(
@@ -174,40 +147,35 @@ class H2ServerSession:
         *,
         expect_preface: bool = True,
     ) -> None:
+        super().__init__(
+            [server_settings_frame(limits)],
+            PeerSettings(),
+            now,
+            max_frame=limits.h2_max_frame_size,
+            max_header_list=limits.h2_max_decoded_header_list,
+            max_block=limits.h2_max_header_block_bytes,
+            max_continuations=limits.h2_max_continuation_frames,
+        )
         self._handler = handler
         self._limits = limits
         self.peer_fingerprint = peer_fingerprint
         self._max_body = min(handler.max_body, limits.max_body)
         self._discard_cap = self._max_body + DISCARD_PAST_LIMIT_BYTES
-        self._now = now
-        self._reader = FrameReader(limits.h2_max_frame_size)
         self._preface_left = H2_PREFACE if expect_preface else b""
-        self._out: list[bytes] = [server_settings_frame(limits)]
         self._windows = ReceiveWindows(self._out, limits)
         self._windows.open_connection_window()
-        self._decoder = Decoder(limits.h2_max_decoded_header_list)
         self._budgets = FloodBudgets(limits)
-        self._peer = PeerSettings()
-        self._send_window = DEFAULT_WINDOW  # connection send window
         # Until the peer acknowledges our SETTINGS it may assume the default window.
         self._recv_initial = max(DEFAULT_WINDOW, limits.h2_initial_window_size)
         self._settings_acked = False
-        self._settings_seen = False  # the client preface ends with its SETTINGS (§3.4)
-        self._streams: dict[int, Stream] = {}
         self._closed: dict[int, StreamEnd] = {}  # stream id → how it closed (bounded, oldest out)
         self._parsed: dict[bytes, Request] = {}  # header block → its Request: see _parse
         self._parsed_table = 0  # the decoder's table_changes when _parsed was filled
         self._highest = 0  # the highest stream id the peer opened
-        self._block: HeaderBlock | None = None  # a header block awaiting CONTINUATION frames
-        #: Frame type → its handler (see FRAME_RULES), once the rules of _frame held.
-        self._handlers: dict[int, Callable[[int, int, bytes, float], None]] = {
-            ftype: getattr(self, rule.handler) for ftype, rule in FRAME_RULES.items()
-        }
         self._started = now
         self._idle_since = now
         self._goaway_last: int | None = None  # the last stream id of our graceful GOAWAY
         self._drain_deadline: float | None = None
-        self.state = ConnectionState.OPEN
         self.requests = 0
 
     # -- the driver's side --------------------------------------------------------------------
@@ -222,15 +190,9 @@ class H2ServerSession:
         """Streams the session still tracks (request or response in progress)."""
         return len(self._streams)
 
-    def data_to_send(self) -> bytes:
-        if self.state is _DRAINING and not self._streams and self._block is None:  # all done
+    def _draining(self) -> None:
+        if not self._streams and self._block is None:  # nothing left in flight
             self._end(ErrorCodes.NO_ERROR)
-        out = self._out
-        if not out:
-            return b""
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        return data
 
     def receive_data(self, data: bytes, now: float) -> None:
         """Feed bytes from the peer (``b""``: the peer closed its side)."""
@@ -242,7 +204,7 @@ class H2ServerSession:
             self._move(ConnectionEvent.END)
             return
         try:
-            self._receive(data, now)
+            self._receive(data)
         except H2ConnectionError as abort:  # the peer's: GOAWAY with its code
             self._abort(abort)
 
@@ -297,8 +259,9 @@ class H2ServerSession:
         log.info("HTTP/2 GOAWAY %s: %s", ErrorCodes(abort.code).name, abort.reason)
         self._end(abort.code, abort.reason.encode())
 
-    def _stream_error(self, sid: int, code: int, now: float) -> None:
+    def _stream_error(self, sid: int, code: int, why: str = "") -> None:
         """RST_STREAM for a stream error the peer caused; such resets share the reset budget."""
+        log.debug("HTTP/2 stream %d: %s %s", sid, ErrorCodes(code).name, why)
         st = self._streams.get(sid)
         if st is not None:
             self._reset(st, code)
@@ -306,7 +269,7 @@ class H2ServerSession:
             self._out.append(rst_stream_frame(sid, code))
             if sid in self._closed:  # a stream once open: what is in flight is dropped now
                 self._remember(sid, StreamEnd.RESET_SENT)
-        self._budgets.reset(now, "too many stream errors")
+        self._budgets.reset(self._now, "too many stream errors")
 
     # -- timers -------------------------------------------------------------------------------
 
@@ -347,7 +310,7 @@ class H2ServerSession:
 
     # -- receiving: frames --------------------------------------------------------------------
 
-    def _receive(self, data: bytes, now: float) -> None:
+    def _receive(self, data: bytes) -> None:
         if self._preface_left:
             data = self._take_preface(data)
         reader = self._reader
@@ -355,12 +318,13 @@ class H2ServerSession:
         pos = 0
         max_frame = reader.max_frame
         streams = self._streams
+        closed = _CLOSED_CONNECTION
         while (got := read_frame(data, pos, max_frame)) is not None:
             ftype, flags, sid, payload, pos = got
             # A request's own frames in their usual shape go straight to their handler: they
             # count in no budget and no rule of _frame can refuse them (see there).
             if self._block is not None or not self._settings_seen or flags & PADDED:
-                self._frame(ftype, flags, sid, payload, now)
+                self._frame(ftype, flags, sid, payload)
             elif (
                 ftype == HEADERS
                 and flags & (END_HEADERS | PRIORITY_FLAG) == END_HEADERS
@@ -371,14 +335,14 @@ class H2ServerSession:
                 if not flags & END_STREAM and not streams:
                     ending = self._ending_data(data, pos, sid)
                 if ending is None:
-                    self._on_header_block(sid, bool(flags & END_STREAM), payload, None, now)
-                elif self._whole_request(sid, payload, ending[0], now):
+                    self._on_header_block(sid, bool(flags & END_STREAM), payload, None)
+                elif self._whole_request(sid, payload, ending[0]):
                     pos = ending[1]  # its DATA frame too (else the loop reads it next)
             elif ftype == DATA and (payload or flags & END_STREAM) and sid in streams:
-                self._on_data(flags, sid, payload, now)
+                self._on_data(flags, sid, payload)
             else:
-                self._frame(ftype, flags, sid, payload, now)
-            if self.state is _CLOSED_CONNECTION:
+                self._frame(ftype, flags, sid, payload)
+            if self.state is closed:
                 return
         reader.keep(data, pos)
 
@@ -409,7 +373,7 @@ class H2ServerSession:
         self._preface_left = expected[take:]
         return data[take:]
 
-    def _frame(self, ftype: int, flags: int, sid: int, payload: bytes, now: float) -> None:
+    def _frame(self, ftype: int, flags: int, sid: int, payload: bytes) -> None:
         """One frame: the protocol's rules that hold for every frame, its flood budget, the
         rules of its type (:data:`FRAME_RULES`), then its handler."""
         if not self._settings_seen:
@@ -432,34 +396,15 @@ class H2ServerSession:
                 ftype,
                 flags,
                 len(payload),
-                now,
+                self._now,
                 tracked=ftype == DATA and sid in self._streams,
                 waiting_for_window=ftype == WINDOW_UPDATE and self._waiting_for_window(sid),
             )
-        if self._block is not None and ftype != CONTINUATION:
-            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "frame inside a header block")
-        rule = FRAME_RULES.get(ftype)
-        if rule is None:
-            return  # unknown frame types are ignored (§4.1); the budgets counted them
-        if not check_frame(rule, sid, len(payload)):
-            self._stream_error(sid, ErrorCodes.FRAME_SIZE_ERROR, now)
-            return
-        self._handlers[ftype](flags, sid, payload, now)
+        self._dispatch(ftype, flags, sid, payload)  # (an unknown type counted in the budgets)
 
-    def _on_ping(self, flags: int, sid: int, payload: bytes, now: float) -> None:
-        if not flags & ACK:
-            self._out.append(frame(PING, ACK, 0, payload))
-
-    def _on_priority(self, flags: int, sid: int, payload: bytes, now: float) -> None:
-        if int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF == sid:
-            self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)  # §5.3.1
-
-    def _on_goaway(self, flags: int, sid: int, payload: bytes, now: float) -> None:
+    def _on_goaway(self, flags: int, sid: int, payload: bytes) -> None:
         log.debug("HTTP/2 peer sent GOAWAY %d", int.from_bytes(payload[4:8], "big"))
         self._move(ConnectionEvent.END)
-
-    def _on_push_promise(self, flags: int, sid: int, payload: bytes, now: float) -> None:
-        raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
 
     def _waiting_for_window(self, stream_id: int) -> bool:
         if stream_id:
@@ -467,7 +412,7 @@ class H2ServerSession:
             return st is not None and st.send_deadline is not None
         return any(st.send_deadline is not None for st in self._streams.values())
 
-    def _not_open(self, sid: int, what: str, now: float) -> None:
+    def _not_open(self, sid: int, what: str) -> None:
         """DATA or trailers for a stream not open: §5.1 by how (and whether) it closed."""
         if sid > self._highest or not sid & 1:  # even: a stream only a server opens
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"{what} on idle stream {sid}")
@@ -475,9 +420,9 @@ class H2ServerSession:
         if how is StreamEnd.ENDED:
             raise H2ConnectionError(ErrorCodes.STREAM_CLOSED, f"{what} on closed stream {sid}")
         if how is not StreamEnd.RESET_SENT:  # after our RST_STREAM, frames in flight are dropped
-            self._stream_error(sid, ErrorCodes.STREAM_CLOSED, now)
+            self._stream_error(sid, ErrorCodes.STREAM_CLOSED)
 
-    def _on_data(self, flags: int, sid: int, payload: bytes, now: float) -> None:
+    def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
         flow = len(payload)
         if sid > self._highest or not sid & 1:
             raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
@@ -490,45 +435,23 @@ class H2ServerSession:
             data = payload[start:end]
         st = self._streams.get(sid)
         if st is None:
-            self._not_open(sid, "DATA", now)
+            self._not_open(sid, "DATA")
             return
         if st.state.request_whole:  # half-closed (remote): §5.1
-            self._stream_error(sid, ErrorCodes.STREAM_CLOSED, now)
+            self._stream_error(sid, ErrorCodes.STREAM_CLOSED)
             return
         st.recv_window -= flow
         if st.recv_window < 0:
-            self._stream_error(sid, ErrorCodes.FLOW_CONTROL_ERROR, now)
+            self._stream_error(sid, ErrorCodes.FLOW_CONTROL_ERROR)
             return
         self._on_body(st, data, flow, bool(flags & END_STREAM))
 
-    def _on_headers(self, flags: int, sid: int, payload: bytes, now: float) -> None:
-        if not sid & 1:
-            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"HEADERS on stream {sid}")
-        fragment, dependency = header_fragment(flags, payload)
-        if flags & END_HEADERS:
-            self._on_header_block(sid, bool(flags & END_STREAM), fragment, dependency, now)
-            return
-        self._block = HeaderBlock(sid, flags, len(payload), fragment, dependency)
-        self._block.started = now
-
-    def _on_continuation(self, flags: int, sid: int, payload: bytes, now: float) -> None:
-        block = self._block
-        if block is None or sid != block.sid:
-            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "CONTINUATION out of a block")
-        limits = self._limits
-        whole = block.continue_with(
-            flags, payload, limits.h2_max_header_block_bytes, limits.h2_max_continuation_frames
-        )
-        if whole is not None:
-            self._block = None
-            self._on_header_block(sid, block.end_stream, whole, block.dependency, now)
-
     def _on_header_block(
-        self, sid: int, end_stream: bool, block: bytes, dependency: int | None, now: float
+        self, sid: int, end_stream: bool, block: bytes, dependency: int | None
     ) -> None:
         # Decoded whatever becomes of the stream: the dynamic table must follow every block.
         fields = self._decoder.decode(block)
-        self._on_fields(sid, end_stream, block, fields, now, self_dependent=dependency == sid)
+        self._on_fields(sid, end_stream, block, fields, self_dependent=dependency == sid)
 
     def _on_fields(
         self,
@@ -536,7 +459,6 @@ class H2ServerSession:
         end_stream: bool,
         block: bytes,
         fields: list[tuple[bytes, bytes]],
-        now: float,
         *,
         self_dependent: bool = False,
     ) -> None:
@@ -544,32 +466,32 @@ class H2ServerSession:
         st = self._streams.get(sid)
         if st is not None:
             if self_dependent:
-                self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)  # §5.3.1
+                self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR)  # §5.3.1
             else:
-                self._on_trailers(st, end_stream, fields, now)
+                self._on_trailers(st, end_stream, fields)
             return
         if sid <= self._highest:
             if sid not in self._closed:  # never opened: a decreasing stream id (§5.1.1)
                 raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"stream id {sid} reused")
-            self._not_open(sid, "HEADERS", now)
+            self._not_open(sid, "HEADERS")
             return
         self._highest = sid
         if self_dependent:
             self._remember(sid, StreamEnd.RESET_SENT)  # opened, then reset
-            self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)
+            self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR)
             return
         if self._goaway_last is not None and sid > self._goaway_last:
             self._refuse(sid)
             return
         if len(self._streams) >= self._limits.h2_max_concurrent_streams:
             self._refuse(sid)
-            self._budgets.refuse(now)
+            self._budgets.refuse(self._now)
             return
         parsed = self._parse(block, fields)
         if isinstance(parsed, str):
             log.debug("HTTP/2 stream %d malformed: %s", sid, parsed)
             self._remember(sid, StreamEnd.RESET_SENT)  # opened, then reset
-            self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)
+            self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR)
             return
         self.requests += 1
         early = None
@@ -577,10 +499,10 @@ class H2ServerSession:
             early = self._head(parsed)
             if early is None and (parsed.content_length or 0) > self._max_body:
                 early = too_large(self._max_body)
-        self._open(sid, parsed, early, end_stream, now)
+        self._open(sid, parsed, early, end_stream)
 
     def _open(
-        self, sid: int, parsed: Request | Response, early: Response | None, end: bool, now: float
+        self, sid: int, parsed: Request | Response, early: Response | None, end: bool
     ) -> None:
         """Open stream ``sid`` for a request, or for the answer its header list already had
         (431, ...); ``early``: the answer it gets before its body; ``end``: it has none."""
@@ -597,9 +519,9 @@ class H2ServerSession:
         if end:
             self._on_end(st)
         else:
-            st.body_deadline = now + self._limits.body_timeout
+            st.body_deadline = self._now + self._limits.body_timeout
 
-    def _whole_request(self, sid: int, block: bytes, body: bytes, now: float) -> bool:
+    def _whole_request(self, sid: int, block: bytes, body: bytes) -> bool:
         """A new stream's whole request in one read, no other stream open: its header block
         (END_HEADERS; no priority, padding or END_STREAM) and the DATA frame that ends it (no
         padding). True if both frames were handled here, False if only the header block was.
@@ -611,7 +533,7 @@ class H2ServerSession:
         """
         fields = self._decoder.decode(block)
         if self.state is not _OPEN_CONNECTION or self._limits.h2_max_concurrent_streams < 1:
-            self._on_fields(sid, False, block, fields, now)
+            self._on_fields(sid, False, block, fields)
             return False
         parsed = self._parse(block, fields)
         flow = len(body)
@@ -624,13 +546,13 @@ class H2ServerSession:
             or flow >= windows.half_stream
             or flow > windows.conn_available
         ):
-            self._on_fields(sid, False, block, fields, now)
+            self._on_fields(sid, False, block, fields)
             return False
         self._highest = sid
         self.requests += 1
         early = self._head(parsed)
         if early is not None:  # the general path from here: the stream is needed
-            self._open(sid, parsed, early, False, now)
+            self._open(sid, parsed, early, False)
             return False
         if flow:
             windows.consume(flow)
@@ -684,11 +606,9 @@ class H2ServerSession:
             self._parsed[block] = parsed
         return parsed
 
-    def _on_trailers(
-        self, st: Stream, end_stream: bool, fields: list[tuple[bytes, bytes]], now: float
-    ) -> None:
+    def _on_trailers(self, st: Stream, end_stream: bool, fields: list[tuple[bytes, bytes]]) -> None:
         if st.state.request_whole:  # half-closed (remote): §5.1
-            self._stream_error(st.sid, ErrorCodes.STREAM_CLOSED, now)
+            self._stream_error(st.sid, ErrorCodes.STREAM_CLOSED)
         elif not end_stream:
             self._malformed(st, "trailers without END_STREAM")
         elif (problem := trailers_problem(fields)) is not None:
@@ -696,56 +616,22 @@ class H2ServerSession:
         else:
             self._on_end(st)
 
-    def _on_window_update(self, flags: int, sid: int, payload: bytes, now: float) -> None:
-        increment = int.from_bytes(payload, "big") & 0x7FFF_FFFF
-        if not sid:
-            if not increment:
-                raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
-            self._send_window += increment
-            if self._send_window > MAX_WINDOW:
-                raise H2ConnectionError(ErrorCodes.FLOW_CONTROL_ERROR, "window over 2^31-1")
-            self._pump_all()
-            return
-        if sid > self._highest or not sid & 1:
-            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"WINDOW_UPDATE on idle {sid}")
-        st = self._streams.get(sid)
-        if st is None:
-            return  # closed: window updates may still be in flight (§6.9)
-        if not increment:
-            self._stream_error(sid, ErrorCodes.PROTOCOL_ERROR, now)
-            return
-        st.send_window += increment
-        if st.send_window > MAX_WINDOW:
-            self._stream_error(sid, ErrorCodes.FLOW_CONTROL_ERROR, now)
-            return
-        self._pump(st)
-
-    def _on_settings(self, flags: int, sid: int, payload: bytes, now: float) -> None:
-        if flags & ACK:
-            if payload:
-                raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, "SETTINGS ACK with payload")
-            if not self._settings_acked:  # our window applies from now on (§6.5.3)
-                self._settings_acked = True
-                ours = self._limits.h2_initial_window_size
-                delta = ours - self._recv_initial
-                self._recv_initial = ours
-                for st in self._streams.values():
-                    st.recv_window += delta
-            return
-        delta = self._peer.apply(payload)
-        self._out.append(_SETTINGS_ACK)
-        if delta:
+    def _acked(self) -> None:
+        if not self._settings_acked:  # our window applies from now on (§6.5.3)
+            self._settings_acked = True
+            ours = self._limits.h2_initial_window_size
+            delta = ours - self._recv_initial
+            self._recv_initial = ours
             for st in self._streams.values():
-                st.send_window += delta
-                if st.send_window > MAX_WINDOW:
-                    raise H2ConnectionError(ErrorCodes.FLOW_CONTROL_ERROR, "window over 2^31-1")
-            if delta > 0:
-                self._pump_all()
+                st.recv_window += delta
 
-    def _on_rst_stream(self, flags: int, sid: int, payload: bytes, now: float) -> None:
-        if sid > self._highest or not sid & 1:
-            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"RST_STREAM on idle {sid}")
-        st = self._streams.get(sid)
+    def _known(self, sid: int, what: str) -> Stream | None:
+        if sid > self._highest or not sid & 1:  # even: a stream only a server opens
+            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"{what} on idle stream {sid}")
+        return self._streams.get(sid)
+
+    def _on_rst_stream(self, flags: int, sid: int, payload: bytes) -> None:
+        st = self._known(sid, "RST_STREAM")
         if st is not None:
             self._drop(st, StreamEnd.RESET_RECEIVED)
 
@@ -943,9 +829,6 @@ class H2ServerSession:
             last = min(last, self._goaway_last)
         self._out.append(goaway_frame(last, code, debug))
         self._move(ConnectionEvent.END)
-
-    def _move(self, event: ConnectionEvent) -> None:
-        self.state = step(CONNECTION_TRANSITIONS, self.state, event, "connection")
 
 
 def _bare_headers(status: int) -> tuple[bytes, bytes]:
