@@ -96,6 +96,7 @@ from nvpair_wm.proto.h2.settings import (
     PeerSettings,
 )
 from nvpair_wm.proto.h2.streams import response_status, trailers_problem
+from nvpair_wm.proto.h2.windows import ConnectionWindow
 from nvpair_wm.versions import REQUEST_FIELDS
 
 __all__ = ["H2ClientSession", "StreamEvent", "StreamState"]
@@ -220,9 +221,8 @@ class H2ClientSession(H2Session[_Stream]):
         "_next_sid",
         "_ping_count",
         "_pings",
-        "_recv_available",
+        "_recv",
         "_recv_initial",
-        "_recv_owed",
         "_sending",
         "ended",
     )
@@ -232,8 +232,6 @@ class H2ClientSession(H2Session[_Stream]):
         settings = (ENABLE_PUSH, 0), (INITIAL_WINDOW_SIZE, window)
         payload = b"".join(k.to_bytes(2, "big") + v.to_bytes(4, "big") for k, v in settings)
         preface = H2_PREFACE + frame(SETTINGS, 0, 0, payload)
-        if window > DEFAULT_WINDOW:
-            preface += window_update_frame(0, window - DEFAULT_WINDOW)
         max_block = max(_HEADER_BLOCK_MIN, max_response_bytes)
         super().__init__(
             [preface],
@@ -247,8 +245,7 @@ class H2ClientSession(H2Session[_Stream]):
         self._authority = authority
         self._max_response = max_response_bytes
         self._recv_initial = window  # our stream window, and the connection's
-        self._recv_available = window  # what the server may still send on the connection
-        self._recv_owed = 0  # DATA bytes whose connection window is not yet reopened
+        self._recv = ConnectionWindow(self._out, window)  # opened to ``window`` at once
         self._events: list[ClientEvent] = []  # what the frames being read made happen
         self._blocks: dict[str, bytes] = {}  # path → the request's fixed header fields
         self._first_block = True
@@ -480,14 +477,7 @@ class H2ClientSession(H2Session[_Stream]):
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
         flow = len(payload)
         if flow:
-            self._recv_available -= flow
-            if self._recv_available < 0:
-                raise _error("connection window exceeded", ErrorCodes.FLOW_CONTROL_ERROR)
-            self._recv_owed += flow
-            if self._recv_owed >= self._recv_initial // 2:
-                self._out.append(window_update_frame(0, self._recv_owed))
-                self._recv_available += self._recv_owed
-                self._recv_owed = 0
+            self._recv.consume(flow)
         st = self._known(sid, "DATA")
         if st is None:
             return
