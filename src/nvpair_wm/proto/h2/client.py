@@ -48,6 +48,7 @@ from typing import Final
 from h2.errors import ErrorCodes
 
 from nvpair_wm.errors import (
+    ClientError,
     ConnectionLost,
     H2ConnectionError,
     LocalProtocolError,
@@ -279,14 +280,9 @@ class H2ClientSession(H2Session[_Stream]):
         return self._peer.initial_window
 
     def next_deadline(self) -> float | None:
-        best: float | None = None
-        for st in self._streams.values():
-            if best is None or st.deadline < best:
-                best = st.deadline
-        for deadline, _ in self._pings.values():
-            if best is None or deadline < best:
-                best = deadline
-        return best
+        deadlines = [st.deadline for st in self._streams.values()]
+        deadlines += [deadline for deadline, _ in self._pings.values()]
+        return min(deadlines, default=None)
 
     # -- requests and PINGs -------------------------------------------------------------------
 
@@ -494,8 +490,8 @@ class H2ClientSession(H2Session[_Stream]):
         if data:
             st.received += len(data)
             if st.received > self._max_response:
-                self._drop(st, ErrorCodes.CANCEL)
-                self._events.append(RequestFailed(sid, StreamRefused("response body too large")))
+                self._out.append(rst_stream_frame(sid, ErrorCodes.CANCEL))
+                self._fail(sid, StreamRefused("response body too large"))
                 return
             st.chunks.append(data)
         if flags & END_STREAM:
@@ -520,37 +516,29 @@ class H2ClientSession(H2Session[_Stream]):
         body = b"" if not chunks else chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._events.append(ResponseReceived(sid, Response(st.status, st.headers, body)))
 
-    def _drop(self, st: _Stream, code: int) -> None:
-        """Give up a stream ourselves: RST_STREAM, and it is forgotten."""
-        del self._streams[st.sid]
-        self._sending.pop(st.sid, None)
-        self._out.append(rst_stream_frame(st.sid, code))
-
-    def _on_rst_stream(self, flags: int, sid: int, payload: bytes) -> None:
-        st = self._known(sid, "RST_STREAM")
-        if st is None:
-            return
+    def _fail(self, sid: int, error: ClientError) -> None:
+        """Stream ``sid`` is over without a response: forgotten, its request failed."""
         del self._streams[sid]
         self._sending.pop(sid, None)
-        code = _code_name(int.from_bytes(payload, "big"))
-        self._events.append(RequestFailed(sid, StreamRefused(f"stream reset by the peer: {code}")))
+        self._events.append(RequestFailed(sid, error))
+
+    def _on_rst_stream(self, flags: int, sid: int, payload: bytes) -> None:
+        if self._known(sid, "RST_STREAM") is not None:
+            code = _code_name(int.from_bytes(payload, "big"))
+            self._fail(sid, StreamRefused(f"stream reset by the peer: {code}"))
 
     def _on_goaway(self, flags: int, sid: int, payload: bytes) -> None:
         last = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
         code = int.from_bytes(payload[4:8], "big")
         self._move(ConnectionEvent.GOAWAY)
-        events = self._events
         if self._goaway_last is None or last < self._goaway_last:
             self._goaway_last = last
         for refused in [s for s in self._streams if s > last]:
-            del self._streams[refused]
-            self._sending.pop(refused, None)
-            why = f"stream {refused} refused by GOAWAY"
-            events.append(RequestFailed(refused, StreamRefused(why)))
+            self._fail(refused, StreamRefused(f"stream {refused} refused by GOAWAY"))
         if code != ErrorCodes.NO_ERROR:
             detail = payload[8:].decode("utf-8", "replace")
             log.info("peer sent GOAWAY %s %s", _code_name(code), detail)
-        events.append(SessionChanged())
+        self._events.append(SessionChanged())
 
     def handle_timeout(self, now: float) -> list[ClientEvent]:
         if self.state is _CLOSED_CONNECTION:
