@@ -1110,6 +1110,10 @@ class Journal:
         # the rewrite; and how many items were folded into it since it was last refolded.
         self._held: Fold | None = None
         self._held_applied = 0
+        # Forwarded records appended ``later`` (:meth:`append_forwarded`): encoded, written by
+        # :meth:`flush` in one write for every request of the loop's batch.
+        self._pending: list[bytes] = []
+        self._pending_count = 0
 
     @property
     def active(self) -> bool:
@@ -1143,6 +1147,7 @@ class Journal:
         longer than they would have; the next compaction folds the old and the new. On failure
         the next attempt waits twice as long (``retry_backoff`` doubling to
         ``retry_backoff_max``); ``now``: monotonic."""
+        self.flush()  # what waits is written now, or held for the rewrite
         if self.failing_since is None:
             return True
         try:
@@ -1213,34 +1218,67 @@ class Journal:
         return self._size
 
     def append(self, items: Iterable[Outbound], at: float) -> None:
-        """Write the records of these outbound items (one broker read's) before returning."""
+        """Write the records of these outbound items (one broker read's) before returning,
+        after what :meth:`append_forwarded` left for :meth:`flush` (the file keeps their order)."""
         if self._fd is not None:
+            self.flush()
             self._write(*encode_outbounds(items, at))
 
-    def append_forwarded(self, items: Sequence[Forwarded], at: float) -> None:
+    def append_forwarded(
+        self, items: Sequence[Forwarded], at: float, *, later: bool = False
+    ) -> None:
         """Write the records of what one peer request made this node forward to its broker,
-        before returning (so before the broker can read it). While the journal is failing (or
-        when this write fails) they are folded in memory instead, for :meth:`recover`: the
-        table does not keep them (only a seq, without the origin of a peer's workload)."""
+        before returning (so before the broker can read it); with ``later``, at the next
+        :meth:`flush` instead, which the caller runs before anything of this reaches the
+        broker (the node's broker channel, before each of its writes: the requests whose
+        frames share a write to the broker share one write here). While the journal is
+        failing (or when the write fails) they are folded in memory instead, for
+        :meth:`recover`: the table does not keep them (only a seq, without the origin of a
+        peer's workload)."""
         if self._fd is not None:
-            self._write(*encode_forwarded(items, at))
+            data, count = encode_forwarded(items, at)
+            if later:
+                self._pending.append(data)
+                self._pending_count += count
+                return
+            self.flush()
+            self._write(data, count)
         if self.failing_since is not None:
-            self._hold(items, at)
+            self._hold(forwarded_record(item, at) for item in items)
 
-    def _hold(self, items: Sequence[Forwarded], at: float) -> None:
-        """Fold forwarded items into :attr:`_held`, bounded by the table's caps: refolded
-        (:meth:`Fold.compacted`) whenever the items folded since the last refold pass the caps,
-        which keeps it at most about twice the caps."""
+    @property
+    def pending(self) -> bool:
+        """Whether records appended ``later`` wait for :meth:`flush`."""
+        return bool(self._pending)
+
+    def flush(self) -> None:
+        """Write what :meth:`append_forwarded` left for later, in one write. If that write
+        fails (or the journal failed since), those records are held for :meth:`recover`."""
+        pending = self._pending
+        if not pending:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        count = self._pending_count
+        self._pending, self._pending_count = [], 0
+        self._write(data, count)
+        if self.failing_since is not None:
+            self._hold(rec for rec in read_log(HEADER + data).records if rec.forwarded)
+
+    def _hold(self, records: Iterable[Record]) -> None:
+        """Fold forwarded records into :attr:`_held`, bounded by the table's caps: refolded
+        (:meth:`Fold.compacted`) whenever the records folded since the last refold pass the
+        caps, which keeps it at most about twice the caps."""
         held = self._held
         if held is None:
             held = self._held = Fold()
         apply = held.apply
-        for item in items:
-            apply(forwarded_record(item, at))
-        self._held_applied += len(items)
+        last: Record | None = None
+        for last in records:
+            apply(last)
+            self._held_applied += 1
         limits = self.table_limits
-        if self._held_applied > limits.max_workloads + limits.max_tombstones:
-            self._held = Fold(held.compacted(at, limits))
+        if last is not None and self._held_applied > limits.max_workloads + limits.max_tombstones:
+            self._held = Fold(held.compacted(last.at, limits))
             self._held_applied = 0
 
     def _write(self, data: bytes, count: int) -> None:
@@ -1261,6 +1299,7 @@ class Journal:
 
     def sync(self) -> None:
         """fsync what was written since the last sync (the group commit)."""
+        self.flush()
         if self._fd is None or not self._dirty:
             return
         self._dirty = False
@@ -1273,6 +1312,7 @@ class Journal:
         """The group commit off the event loop: a duplicate of the descriptor, for
         :func:`fsync_and_close` in a worker thread (a duplicate, so that closing or replacing
         the journal's own meanwhile cannot matter); None when nothing was written since."""
+        self.flush()
         if self._fd is None or not self._dirty:
             return None
         self._dirty = False
@@ -1327,6 +1367,7 @@ class Journal:
         return max(grown, self.limits.compact_min_records)
 
     def begin_compaction(self, wall: float) -> Compaction | None:
+        self.flush()
         if self._fd is None or self._compacting:
             return None
         self._compacting = True
@@ -1422,6 +1463,7 @@ class Journal:
             self.finish_compaction(job)
 
     def close(self) -> None:
+        self.flush()
         if (retired := self.retired_descriptor()) is not None:
             close_quietly(retired)
         if self._fd is not None:

@@ -202,8 +202,13 @@ class BrokerChannel:
         on_outbound: Callable[[list[Outbound]], None],
         on_nodes: Callable[[list[NodeRecord]], None],
         max_frame: int = codec.MAX_FRAME_BYTES,
+        before_write: Callable[[], None] | None = None,
     ) -> None:
         self._reader = reader
+        #: Run before every write to the broker: the node's journal writes what it holds for
+        #: later (records of what the frames tell the broker go to disk before the broker
+        #: can read them).
+        self._before_write = before_write
         self._writer = writer
         self._dispatcher = dispatcher
         self._queue = queue
@@ -345,6 +350,8 @@ class BrokerChannel:
             self._batched = list(frames)
             end.defer(self._write_batched)
             return True
+        if self._before_write is not None:
+            self._before_write()
         self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
         self._dispatcher.wrote_to_broker(len(frames))
         return True
@@ -353,6 +360,8 @@ class BrokerChannel:
         """The end of the loop's batch: its frames in one write."""
         frames, self._batched = self._batched, None
         if frames:
+            if self._before_write is not None:
+                self._before_write()
             # The pipe's transport itself when there is one (StreamWriter.write only calls it).
             target = self._writer if self._transport is None else self._transport
             target.write(frames[0] if len(frames) == 1 else b"".join(frames))
@@ -372,6 +381,8 @@ class BrokerChannel:
             await self._write(frames)
 
     async def _write(self, frames: list[bytes]) -> None:
+        if self._before_write is not None:
+            self._before_write()
         self._writer.write(b"".join(frames))
         self._dispatcher.wrote_to_broker(len(frames))
         self._draining = True

@@ -200,9 +200,12 @@ class Node:
 
     def forwarded(self, items: list[Forwarded]) -> None:
         """What a peer's request tells the broker, journaled before the broker can read it: so
-        that after a restart the node still refuses what is older than what the broker has."""
+        that after a restart the node still refuses what is older than what the broker has.
+        The records wait in the journal for the broker channel's next write, which flushes them
+        first (``before_write``): the requests whose frames share a write to the broker (those
+        of one batch of the event loop) share one write to the journal."""
         if self.journal is not None:
-            self.journal.append_forwarded(items, time.time())
+            self.journal.append_forwarded(items, time.time(), later=True)
 
     def update_nodes(self, nodes: list[NodeRecord]) -> None:
         log.info("nodes:update with %d records", len(nodes), extra={"nodes": len(nodes)})
@@ -263,6 +266,7 @@ class Node:
             on_outbound=self.publish,
             on_nodes=self.update_nodes,
             max_frame=self.config.max_frame,
+            before_write=None if self.journal is None else self.journal.flush,
         )
         try:
             await self.start()
