@@ -48,6 +48,7 @@ from typing import Final
 from h2.errors import ErrorCodes
 
 from nvpair_wm.errors import (
+    ClientError,
     ConnectionLost,
     H2ConnectionError,
     LocalProtocolError,
@@ -96,6 +97,7 @@ from nvpair_wm.proto.h2.settings import (
     PeerSettings,
 )
 from nvpair_wm.proto.h2.streams import response_status, trailers_problem
+from nvpair_wm.proto.h2.windows import ConnectionWindow
 from nvpair_wm.versions import REQUEST_FIELDS
 
 __all__ = ["H2ClientSession", "StreamEvent", "StreamState"]
@@ -220,9 +222,8 @@ class H2ClientSession(H2Session[_Stream]):
         "_next_sid",
         "_ping_count",
         "_pings",
-        "_recv_available",
+        "_recv",
         "_recv_initial",
-        "_recv_owed",
         "_sending",
         "ended",
     )
@@ -232,8 +233,6 @@ class H2ClientSession(H2Session[_Stream]):
         settings = (ENABLE_PUSH, 0), (INITIAL_WINDOW_SIZE, window)
         payload = b"".join(k.to_bytes(2, "big") + v.to_bytes(4, "big") for k, v in settings)
         preface = H2_PREFACE + frame(SETTINGS, 0, 0, payload)
-        if window > DEFAULT_WINDOW:
-            preface += window_update_frame(0, window - DEFAULT_WINDOW)
         max_block = max(_HEADER_BLOCK_MIN, max_response_bytes)
         super().__init__(
             [preface],
@@ -247,8 +246,7 @@ class H2ClientSession(H2Session[_Stream]):
         self._authority = authority
         self._max_response = max_response_bytes
         self._recv_initial = window  # our stream window, and the connection's
-        self._recv_available = window  # what the server may still send on the connection
-        self._recv_owed = 0  # DATA bytes whose connection window is not yet reopened
+        self._recv = ConnectionWindow(self._out, window)  # opened to ``window`` at once
         self._events: list[ClientEvent] = []  # what the frames being read made happen
         self._blocks: dict[str, bytes] = {}  # path → the request's fixed header fields
         self._first_block = True
@@ -282,14 +280,9 @@ class H2ClientSession(H2Session[_Stream]):
         return self._peer.initial_window
 
     def next_deadline(self) -> float | None:
-        best: float | None = None
-        for st in self._streams.values():
-            if best is None or st.deadline < best:
-                best = st.deadline
-        for deadline, _ in self._pings.values():
-            if best is None or deadline < best:
-                best = deadline
-        return best
+        deadlines = [st.deadline for st in self._streams.values()]
+        deadlines += [deadline for deadline, _ in self._pings.values()]
+        return min(deadlines, default=None)
 
     # -- requests and PINGs -------------------------------------------------------------------
 
@@ -480,14 +473,7 @@ class H2ClientSession(H2Session[_Stream]):
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
         flow = len(payload)
         if flow:
-            self._recv_available -= flow
-            if self._recv_available < 0:
-                raise _error("connection window exceeded", ErrorCodes.FLOW_CONTROL_ERROR)
-            self._recv_owed += flow
-            if self._recv_owed >= self._recv_initial // 2:
-                self._out.append(window_update_frame(0, self._recv_owed))
-                self._recv_available += self._recv_owed
-                self._recv_owed = 0
+            self._recv.consume(flow)
         st = self._known(sid, "DATA")
         if st is None:
             return
@@ -504,8 +490,8 @@ class H2ClientSession(H2Session[_Stream]):
         if data:
             st.received += len(data)
             if st.received > self._max_response:
-                self._drop(st, ErrorCodes.CANCEL)
-                self._events.append(RequestFailed(sid, StreamRefused("response body too large")))
+                self._out.append(rst_stream_frame(sid, ErrorCodes.CANCEL))
+                self._fail(sid, StreamRefused("response body too large"))
                 return
             st.chunks.append(data)
         if flags & END_STREAM:
@@ -530,37 +516,29 @@ class H2ClientSession(H2Session[_Stream]):
         body = b"" if not chunks else chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._events.append(ResponseReceived(sid, Response(st.status, st.headers, body)))
 
-    def _drop(self, st: _Stream, code: int) -> None:
-        """Give up a stream ourselves: RST_STREAM, and it is forgotten."""
-        del self._streams[st.sid]
-        self._sending.pop(st.sid, None)
-        self._out.append(rst_stream_frame(st.sid, code))
-
-    def _on_rst_stream(self, flags: int, sid: int, payload: bytes) -> None:
-        st = self._known(sid, "RST_STREAM")
-        if st is None:
-            return
+    def _fail(self, sid: int, error: ClientError) -> None:
+        """Stream ``sid`` is over without a response: forgotten, its request failed."""
         del self._streams[sid]
         self._sending.pop(sid, None)
-        code = _code_name(int.from_bytes(payload, "big"))
-        self._events.append(RequestFailed(sid, StreamRefused(f"stream reset by the peer: {code}")))
+        self._events.append(RequestFailed(sid, error))
+
+    def _on_rst_stream(self, flags: int, sid: int, payload: bytes) -> None:
+        if self._known(sid, "RST_STREAM") is not None:
+            code = _code_name(int.from_bytes(payload, "big"))
+            self._fail(sid, StreamRefused(f"stream reset by the peer: {code}"))
 
     def _on_goaway(self, flags: int, sid: int, payload: bytes) -> None:
         last = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
         code = int.from_bytes(payload[4:8], "big")
         self._move(ConnectionEvent.GOAWAY)
-        events = self._events
         if self._goaway_last is None or last < self._goaway_last:
             self._goaway_last = last
         for refused in [s for s in self._streams if s > last]:
-            del self._streams[refused]
-            self._sending.pop(refused, None)
-            why = f"stream {refused} refused by GOAWAY"
-            events.append(RequestFailed(refused, StreamRefused(why)))
+            self._fail(refused, StreamRefused(f"stream {refused} refused by GOAWAY"))
         if code != ErrorCodes.NO_ERROR:
             detail = payload[8:].decode("utf-8", "replace")
             log.info("peer sent GOAWAY %s %s", _code_name(code), detail)
-        events.append(SessionChanged())
+        self._events.append(SessionChanged())
 
     def handle_timeout(self, now: float) -> list[ClientEvent]:
         if self.state is _CLOSED_CONNECTION:

@@ -163,7 +163,6 @@ class H2ServerSession(H2Session[Stream]):
         self._discard_cap = self._max_body + DISCARD_PAST_LIMIT_BYTES
         self._preface_left = H2_PREFACE if expect_preface else b""
         self._windows = ReceiveWindows(self._out, limits)
-        self._windows.open_connection_window()
         self._budgets = FloodBudgets(limits)
         # Until the peer acknowledges our SETTINGS it may assume the default window.
         self._recv_initial = max(DEFAULT_WINDOW, limits.h2_initial_window_size)

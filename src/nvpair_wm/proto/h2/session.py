@@ -162,9 +162,10 @@ class H2Session(Generic[_Stream]):
     def _move(self, event: ConnectionEvent) -> None:
         self.state = step(CONNECTION_TRANSITIONS, self.state, event, "connection")
 
-    # -- what a session supplies (the server: RST_STREAM for a stream error; the client: the
-    # -- connection's error; _known: the stream in progress, None for one that was, a
-    # -- connection error PROTOCOL_ERROR for one never opened, §5.1)
+    # -- what each session supplies -----------------------------------------------------------
+    # _stream_error: the server resets the stream, the client ends the connection (§5.4.2).
+    # _known: the stream in progress, None for one that was, a connection error PROTOCOL_ERROR
+    # for one never opened (idle, §5.1). _pump, _pump_all: send what waits for the windows.
 
     def _stream_error(self, sid: int, code: int, why: str = "") -> None:
         raise NotImplementedError
@@ -177,10 +178,10 @@ class H2Session(Generic[_Stream]):
     def _known(self, sid: int, what: str) -> _Stream | None:
         raise NotImplementedError
 
-    def _pump(self, st: _Stream) -> None:  # send what of st waits for the send windows
+    def _pump(self, st: _Stream) -> None:
         raise NotImplementedError
 
-    def _pump_all(self) -> None:  # the same for every stream, oldest first
+    def _pump_all(self) -> None:
         raise NotImplementedError
 
     def _draining(self) -> None:

@@ -35,24 +35,15 @@ NO_BODY_STATUSES = frozenset({204, 304})
 # Response fields from the handler are checked here: the encoder writes them as given.
 _FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(rb"[\x00\r\n]")
-# Connection-specific fields are malformed in HTTP/2 (RFC 9113 §8.2.2); framing is ours.
-_DROPPED_RESPONSE_FIELDS = frozenset(
-    {
-        b"connection",
-        b"content-length",
-        b"keep-alive",
-        b"proxy-connection",
-        b"transfer-encoding",
-        b"upgrade",
-        b"te",
-    }
-)
-_STATUS = {s: str(s).encode() for s in range(100, 600)}
-
-# Inbound fields (RFC 9113 §8.2, §8.3): what makes a request malformed (a stream error).
+# Connection-specific fields are malformed in HTTP/2 (RFC 9113 §8.2.2): a request that has one
+# is a stream error; a handler's response loses them, and its framing (content-length) is ours.
 _CONNECTION_SPECIFIC = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
 )
+_DROPPED_RESPONSE_FIELDS = _CONNECTION_SPECIFIC | {b"content-length", b"te"}
+_STATUS = {s: str(s).encode() for s in range(100, 600)}
+
+# Inbound fields (RFC 9113 §8.2, §8.3): what makes a request malformed (a stream error).
 _BAD_NAME = re.compile(rb"[\x00-\x20A-Z\x7f-\xff:]")  # §8.2.1 (":" only for pseudo-headers)
 _BAD_INBOUND_VALUE = re.compile(rb"[\x00\r\n]|^[ \t]|[ \t]$")
 # Small caches of what was found valid: clients repeat names, values and paths (values taken

@@ -1,4 +1,5 @@
-"""Receive flow control of an HTTP/2 server connection (sans-IO).
+"""Receive flow control of an HTTP/2 connection (sans-IO): the connection window of either
+session (:class:`ConnectionWindow`), and the server's stream windows (:class:`ReceiveWindows`).
 
 The connection window is reopened for every DATA byte at once (batched to half a window): held
 back, it would be spent by the peer on younger streams and starve the oldest one. Stream
@@ -21,39 +22,23 @@ from nvpair_wm.proto.h2.frames import window_update_frame
 from nvpair_wm.proto.h2.settings import DEFAULT_WINDOW
 from nvpair_wm.proto.h2.streams import BodyMode, Stream
 
-__all__ = ["ReceiveWindows"]
+__all__ = ["ConnectionWindow", "ReceiveWindows"]
 
 
-class ReceiveWindows:
-    __slots__ = (
-        "_conn_window",
-        "_limits",
-        "_out",
-        "buffered",
-        "conn_available",
-        "conn_half",
-        "conn_owed",
-        "half_stream",
-    )
+class ConnectionWindow:
+    """The connection's receive window, for either session: DATA past it is a
+    FLOW_CONTROL_ERROR; it is reopened (WINDOW_UPDATE on stream 0) once half of it is owed."""
 
-    def __init__(self, out: list[bytes], limits: Limits) -> None:
+    __slots__ = ("_out", "conn_available", "conn_half", "conn_owed")
+
+    def __init__(self, out: list[bytes], size: int) -> None:
         self._out = out  # the session's outbound frames: WINDOW_UPDATEs are queued there
-        self._limits = limits
-        self._conn_window = max(DEFAULT_WINDOW, limits.h2_connection_window)
         self.conn_available = DEFAULT_WINDOW  # what the peer may still send on the connection
         self.conn_owed = 0  # DATA bytes whose connection window is not yet reopened
-        #: The connection window is reopened once this much of it is owed.
-        self.conn_half = self._conn_window // 2
-        #: A stream window is reopened once this much of it is owed.
-        self.half_stream = max(1, limits.h2_initial_window_size // 2)
-        self.buffered = 0  # request-body bytes held across streams
-
-    def open_connection_window(self) -> None:
-        """Raise the connection window from the protocol's 65,535 to the configured size."""
-        extra = self._conn_window - DEFAULT_WINDOW
-        if extra > 0:
-            self._out.append(window_update_frame(0, extra))
-            self.conn_available += extra
+        self.conn_half = size // 2  # the window is reopened once this much of it is owed
+        if size > DEFAULT_WINDOW:  # from the protocol's 65,535 to ``size`` at once
+            out.append(window_update_frame(0, size - DEFAULT_WINDOW))
+            self.conn_available = size
 
     def consume(self, flow: int) -> None:
         """``flow`` DATA bytes arrived on the connection (any stream, padding included)."""
@@ -70,6 +55,19 @@ class ReceiveWindows:
             self._out.append(window_update_frame(0, self.conn_owed))
             self.conn_available += self.conn_owed
             self.conn_owed = 0
+
+
+class ReceiveWindows(ConnectionWindow):
+    """The server's: the connection window, and its streams' (:meth:`settle`)."""
+
+    __slots__ = ("_limits", "buffered", "half_stream")
+
+    def __init__(self, out: list[bytes], limits: Limits) -> None:
+        super().__init__(out, max(DEFAULT_WINDOW, limits.h2_connection_window))
+        self._limits = limits
+        #: A stream window is reopened once this much of it is owed.
+        self.half_stream = max(1, limits.h2_initial_window_size // 2)
+        self.buffered = 0  # request-body bytes held across streams
 
     def settle(self, streams: Iterable[Stream]) -> None:
         """Reopen the stream windows that may be reopened now (see the module docstring)."""
