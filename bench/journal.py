@@ -8,7 +8,7 @@
   64 per write (a busy broker's batched line).
 * ``relayed`` - the peer path: ``Dispatcher.peer`` for one event per request (what a peer
   sends at a low rate), then what the node's journal does with what it forwarded to the broker
-  (``Journal.append_forwarded`` held for later, then ``Journal.flush`` as the broker channel
+  (``Journal.forward_later``, then ``Journal.flush`` as the broker channel
   calls it before its write: one forwarded-batch record and one ``os.write`` per request, the
   worst case: one request per write to the broker, as with one request in flight),
   against the same requests without the journal (what a relayed event cost before issue 24,
@@ -286,15 +286,15 @@ def _relay_cases(
         for body in bodies:
             result = d.peer(body)
             if result.forwarded:  # the node, then its broker channel before writing the lines
-                journal.append_forwarded(result.forwarded, WALL, later=True)
-                journal.flush()
+                journal.forward_later(result.forwarded)
+                journal.flush(WALL)
         journal.close()
 
     return [
         Case("relay_plain", "Dispatcher.peer, no journal", plain, plain_setup, work=forwarded),
         Case(
             "relay_journaled",
-            "Dispatcher.peer + Journal.append_forwarded, flush",
+            "Dispatcher.peer + Journal.forward_later, flush",
             journaled,
             journaled_setup,
             work=forwarded,

@@ -425,8 +425,8 @@ def test_a_forwarded_batch_that_does_not_decode_is_damage(payload: bytes, why: s
 
 
 def test_records_appended_later_wait_for_a_flush_and_keep_their_order(tmp_path: Path) -> None:
-    """``later``: nothing written until a flush, which writes them all as one record stamped
-    with the last append's time; anything written meanwhile (a broker's report, a forwarded
+    """``forward_later``: nothing written until a flush, which writes them all as one record
+    stamped with its time; anything written meanwhile (a broker's report, a forwarded
     record written now) goes after them, and closing the journal flushes too."""
     journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
     assert journal is not None
@@ -435,18 +435,18 @@ def test_records_appended_later_wait_for_a_flush_and_keep_their_order(tmp_path: 
         Forwarded("node-b", "1", "run-b", 2, "running"),
         Forwarded("node-b", "2", "", 0, "removed"),
     ]
-    journal.append_forwarded(both[:1], T0, later=True)
-    journal.append_forwarded(both[1:], T0 + 1, later=True)
+    journal.forward_later(both[:1])
+    journal.forward_later(both[1:])
     assert journal.pending and path.read_bytes() == HEADER and journal.size == len(HEADER)
-    journal.flush()
+    journal.flush(T0 + 1)
     assert not journal.pending
     assert path.read_bytes() == HEADER + encode_forwarded(both, T0 + 1)[0]
     written = decode_log(path.read_bytes())[0]
     assert written == [forwarded_record(item, T0 + 1) for item in both]
     own = outbound_event(lifecycle_frame(info(id="9", seq=1, originatedFrom="node-a")))
-    journal.append_forwarded([Forwarded("node-b", "5", "run-b", 1, "queued")], T0 + 2, later=True)
+    journal.forward_later([Forwarded("node-b", "5", "run-b", 1, "queued")])
     journal.append([own], T0 + 3)  # written now, after what waits
-    journal.append_forwarded([Forwarded("node-b", "6", "run-b", 1, "queued")], T0 + 4, later=True)
+    journal.forward_later([Forwarded("node-b", "6", "run-b", 1, "queued")])
     journal.close()
     written = decode_log(path.read_bytes())[0]
     assert [r.wid for r in written] == ["1", "2", "5", "9", "6"]
@@ -506,8 +506,9 @@ def test_a_rewrite_after_a_failure_holds_what_a_journal_that_never_failed_holds(
     a peer reports further, peers' own workloads and removals) through a real dispatcher, each
     journaled in two journals; one fails half-way and recovers at the end from the table, as
     the node does. Both files reload to the same state, and the same table. ``batched``: the
-    peers' records are appended ``later`` and flushed at the ends of random batches of steps,
-    as the node does at the end of a loop's batch; the failure comes with records pending."""
+    peers' items wait (``forward_later``) and are flushed at the ends of random batches of
+    steps, as the node's broker channel does before its writes; the failure comes with items
+    waiting."""
     rng = random.Random(seed)
     table = WorkloadTable(LIMITS)
     disp = dispatcher(table)
@@ -521,9 +522,10 @@ def test_a_rewrite_after_a_failure_holds_what_a_journal_that_never_failed_holds(
     seqs: dict[tuple[str, str], int] = {}
     steps = 160
     for step in range(steps):
+        at = T0 + step * 0.01
         if batched and rng.random() < 0.4:  # the end of a batch
             for journal in journals:
-                journal.flush()
+                journal.flush(at)
         if step == steps // 2:
             if batched:  # with records of this batch still pending: the flush fails
                 forwarded = disp.peer(
@@ -535,9 +537,8 @@ def test_a_rewrite_after_a_failure_holds_what_a_journal_that_never_failed_holds(
                     )
                 ).forwarded
                 for journal in journals:
-                    journal.append_forwarded(forwarded, T0 + step * 0.01, later=True)
+                    journal.forward_later(forwarded)
             fail(failing)
-        at = T0 + step * 0.01
         origin = rng.choice(("node-a", "node-b", "node-c"))
         wid, run = f"w{rng.randrange(5)}", f"run-{origin}-{rng.randrange(2)}"
         if rng.random() < 0.12:
@@ -559,7 +560,12 @@ def test_a_rewrite_after_a_failure_holds_what_a_journal_that_never_failed_holds(
         else:  # a peer: node-a's workloads too, reported by the node they ran on
             forwarded = disp.peer(peer_body(frame)).forwarded
             for journal in journals:
-                journal.append_forwarded(forwarded, at, later=batched)
+                if batched:
+                    journal.forward_later(forwarded)
+                else:
+                    journal.append_forwarded(forwarded, at)
+    for journal in journals:  # what waits, written (or held) as the last batch ends
+        journal.flush(T0 + steps * 0.01)
     assert not failing.healthy and steady.healthy
     assert failing.recover(table, T0 + 2, 1.0)
     for journal in journals:

@@ -1146,10 +1146,8 @@ class Journal:
         # the rewrite; and how many items were folded into it since it was last refolded.
         self._held: Fold | None = None
         self._held_applied = 0
-        # What :meth:`append_forwarded` was given ``later``, for :meth:`flush` (one record for
-        # all of it, stamped with the time of the last append).
+        # What :meth:`forward_later` was given, for :meth:`flush` (one record for all of it).
         self._pending: list[Forwarded] = []
-        self._pending_at = 0.0
 
     @property
     def active(self) -> bool:
@@ -1183,7 +1181,7 @@ class Journal:
         longer than they would have; the next compaction folds the old and the new. On failure
         the next attempt waits twice as long (``retry_backoff`` doubling to
         ``retry_backoff_max``); ``now``: monotonic."""
-        self.flush()  # what waits is written now, or held for the rewrite
+        self.flush(wall)  # what waits is written now, or held for the rewrite
         if self.failing_since is None:
             return True
         try:
@@ -1257,45 +1255,40 @@ class Journal:
         """Write the records of these outbound items (one broker read's) before returning,
         after what :meth:`append_forwarded` left for :meth:`flush` (the file keeps their order)."""
         if self._fd is not None:
-            self.flush()
+            self.flush(at)
             self._write(*encode_outbounds(items, at))
 
-    def append_forwarded(
-        self, items: Sequence[Forwarded], at: float, *, later: bool = False
-    ) -> None:
-        """Write the records of what one peer request made this node forward to its broker,
-        before returning (so before the broker can read it); with ``later``, at the next
-        :meth:`flush` instead, which the caller runs before anything of this reaches the
-        broker (the node's broker channel, before each of its writes: the requests whose
-        frames share a write to the broker share one write here). While the journal is
-        failing (or when the write fails) they are folded in memory instead, for
+    def append_forwarded(self, items: Sequence[Forwarded], at: float) -> None:
+        """Write the record of what was forwarded to the broker (after what waits for
+        :meth:`flush`), before returning: so before the broker can read it. While the journal
+        is failing (or when this write fails) the items are folded in memory instead, for
         :meth:`recover`: the table does not keep them (only a seq, without the origin of a
         peer's workload)."""
         if self._fd is not None:
-            if later:
-                self._pending += items
-                self._pending_at = at
-                return
-            self.flush()
+            self.flush(at)
             self._write(*encode_forwarded(items, at))
         if self.failing_since is not None:
             self._hold(forwarded_record(item, at) for item in items)
 
+    def forward_later(self, items: Sequence[Forwarded]) -> None:
+        """:meth:`append_forwarded` at the next :meth:`flush`, which the caller runs before
+        anything of this can reach the broker: the node's broker channel flushes before each of
+        its writes, so the peer requests whose lines share a write to the broker (those of one
+        batch of the event loop) share one record and one write here."""
+        self._pending += items
+
     @property
     def pending(self) -> bool:
-        """Whether records appended ``later`` wait for :meth:`flush`."""
+        """Whether forwarded items wait for :meth:`flush`."""
         return bool(self._pending)
 
-    def flush(self) -> None:
-        """Write what :meth:`append_forwarded` left for later, in one write. If that write
-        fails (or the journal failed since), those records are held for :meth:`recover`."""
-        items, at = self._pending, self._pending_at
-        if not items:
-            return
-        self._pending = []
-        self._write(*encode_forwarded(items, at))
-        if self.failing_since is not None:
-            self._hold(forwarded_record(item, at) for item in items)
+    def flush(self, at: float | None = None) -> None:
+        """Write what waits (:meth:`forward_later`) as one record stamped ``at`` (default:
+        now)."""
+        items = self._pending
+        if items:
+            self._pending = []
+            self.append_forwarded(items, time.time() if at is None else at)
 
     def _hold(self, records: Iterable[Record]) -> None:
         """Fold forwarded records into :attr:`_held`, bounded by the table's caps: refolded
@@ -1400,7 +1393,7 @@ class Journal:
         return max(grown, self.limits.compact_min_records)
 
     def begin_compaction(self, wall: float) -> Compaction | None:
-        self.flush()
+        self.flush(wall)
         if self._fd is None or self._compacting:
             return None
         self._compacting = True

@@ -32,7 +32,6 @@ from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.endpoint import EventsEndpoint
 from nvpair_wm.errors import ListenFailed
-from nvpair_wm.events import Forwarded
 from nvpair_wm.http.core import Handler
 from nvpair_wm.io.pin_watch import WatchedIdentity, WatchedPins, open_watch
 from nvpair_wm.io.server import InterNodeServer
@@ -154,7 +153,10 @@ class Node:
             self.queue,
             max_body=config.max_frame,
             versions=self.versions,
-            on_forwarded=self.forwarded if self.journal is not None else None,
+            # What a peer's request tells the broker waits in the journal for the broker
+            # channel's next write, which writes it first (its before_write, in run()): so
+            # that after a restart the node still refuses what is older than the broker has.
+            on_forwarded=None if self.journal is None else self.journal.forward_later,
         )
         handler: Handler = endpoint if self.metrics is None else self.metrics.timed(endpoint)
         hosts = [config.bind] if config.bind else None
@@ -197,15 +199,6 @@ class Node:
         self.broadcaster.publish(outbound)
         if self.journal is not None:  # written before the broker's reply can be
             self.journal.append(outbound, time.time())
-
-    def forwarded(self, items: list[Forwarded]) -> None:
-        """What a peer's request tells the broker, journaled before the broker can read it: so
-        that after a restart the node still refuses what is older than what the broker has.
-        The records wait in the journal for the broker channel's next write, which flushes them
-        first (``before_write``): the requests whose frames share a write to the broker (those
-        of one batch of the event loop) share one write to the journal."""
-        if self.journal is not None:
-            self.journal.append_forwarded(items, time.time(), later=True)
 
     def update_nodes(self, nodes: list[NodeRecord]) -> None:
         log.info("nodes:update with %d records", len(nodes), extra={"nodes": len(nodes)})
