@@ -1259,16 +1259,10 @@ class Journal:
             self._write(*encode_outbounds(items, at))
 
     def append_forwarded(self, items: Sequence[Forwarded], at: float) -> None:
-        """Write the record of what was forwarded to the broker (after what waits for
-        :meth:`flush`), before returning: so before the broker can read it. While the journal
-        is failing (or when this write fails) the items are folded in memory instead, for
-        :meth:`recover`: the table does not keep them (only a seq, without the origin of a
-        peer's workload)."""
-        if self._fd is not None:
-            self.flush(at)
-            self._write(*encode_forwarded(items, at))
-        if self.failing_since is not None:
-            self._hold(forwarded_record(item, at) for item in items)
+        """Write the record of what was forwarded to the broker, with what waited for
+        :meth:`flush` before it, before returning: so before the broker can read it."""
+        self._pending += items
+        self.flush(at)
 
     def forward_later(self, items: Sequence[Forwarded]) -> None:
         """:meth:`append_forwarded` at the next :meth:`flush`, which the caller runs before
@@ -1284,11 +1278,19 @@ class Journal:
 
     def flush(self, at: float | None = None) -> None:
         """Write what waits (:meth:`forward_later`) as one record stamped ``at`` (default:
-        now)."""
+        now). While the journal is failing (or when this write fails) the items are folded in
+        memory instead, for :meth:`recover`: the table does not keep them (only a seq, without
+        the origin of a peer's workload)."""
         items = self._pending
-        if items:
-            self._pending = []
-            self.append_forwarded(items, time.time() if at is None else at)
+        if not items:
+            return
+        self._pending = []
+        if at is None:
+            at = time.time()
+        if self._fd is not None:
+            self._write(*encode_forwarded(items, at))
+        if self.failing_since is not None:
+            self._hold(forwarded_record(item, at) for item in items)
 
     def _hold(self, records: Iterable[Record]) -> None:
         """Fold forwarded records into :attr:`_held`, bounded by the table's caps: refolded
