@@ -280,9 +280,14 @@ class H2ClientSession(H2Session[_Stream]):
         return self._peer.initial_window
 
     def next_deadline(self) -> float | None:
-        deadlines = [st.deadline for st in self._streams.values()]
-        deadlines += [deadline for deadline, _ in self._pings.values()]
-        return min(deadlines, default=None)
+        best: float | None = None
+        for st in self._streams.values():
+            if best is None or st.deadline < best:
+                best = st.deadline
+        for deadline, _ in self._pings.values():
+            if best is None or deadline < best:
+                best = deadline
+        return best
 
     # -- requests and PINGs -------------------------------------------------------------------
 
