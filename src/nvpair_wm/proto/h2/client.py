@@ -84,12 +84,7 @@ from nvpair_wm.proto.h2.frames import (
     window_update_frame,
 )
 from nvpair_wm.proto.h2.hpack import encode_field
-from nvpair_wm.proto.h2.session import (
-    ConnectionEvent,
-    ConnectionState,
-    H2Session,
-    step,
-)
+from nvpair_wm.proto.h2.session import ConnectionEvent, ConnectionState, H2Session, no_transition
 from nvpair_wm.proto.h2.settings import (
     DEFAULT_WINDOW,
     ENABLE_PUSH,
@@ -202,8 +197,11 @@ class _Stream:
 
     def step(self, event: StreamEvent) -> StreamState:
         """Move to the state :data:`_TRANSITIONS` gives for ``event``, and return it."""
-        self.state = step(_TRANSITIONS, self.state, event, "client stream", self.sid)
-        return self.state
+        try:
+            state = self.state = _TRANSITIONS[self.state, event]
+        except KeyError:
+            raise no_transition(self.state, event, "client stream", self.sid) from None
+        return state
 
 
 class H2ClientSession(H2Session[_Stream]):
