@@ -7,8 +7,10 @@
   Alone: ``Journal.append`` on prepared outbound items, one event per write (the worst case) and
   64 per write (a busy broker's batched line).
 * ``relayed`` - the peer path: ``Dispatcher.peer`` for one event per request (what a peer
-  sends at a low rate), then what ``EventsEndpoint`` hands the node's journal
-  (``Journal.append_forwarded``: what was forwarded to the broker, one ``os.write`` per request),
+  sends at a low rate), then what the node's journal does with what it forwarded to the broker
+  (``Journal.append_forwarded`` held for later, then ``Journal.flush`` as the broker channel
+  calls it before its write: one forwarded-batch record and one ``os.write`` per request, the
+  worst case: one request per write to the broker, as with one request in flight),
   against the same requests without the journal (what a relayed event cost before issue 24,
   whose journal kept nothing of it). The difference, per forwarded event, is what keeping the
   broker's view across a restart costs.
@@ -283,15 +285,16 @@ def _relay_cases(
         d, journal = state
         for body in bodies:
             result = d.peer(body)
-            if result.forwarded:  # what EventsEndpoint.complete does before queuing the lines
-                journal.append_forwarded(result.forwarded, WALL)
+            if result.forwarded:  # the node, then its broker channel before writing the lines
+                journal.append_forwarded(result.forwarded, WALL, later=True)
+                journal.flush()
         journal.close()
 
     return [
         Case("relay_plain", "Dispatcher.peer, no journal", plain, plain_setup, work=forwarded),
         Case(
             "relay_journaled",
-            "Dispatcher.peer + Journal.append_forwarded",
+            "Dispatcher.peer + Journal.append_forwarded, flush",
             journaled,
             journaled_setup,
             work=forwarded,

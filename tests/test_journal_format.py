@@ -31,7 +31,7 @@ import pytest
 from nvpair_wm.dedup import Removal, TableLimits, WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, outbound_event
 from nvpair_wm.endpoint import EventsEndpoint
-from nvpair_wm.events import Forwarded, lifecycle_frame
+from nvpair_wm.events import TERMINAL, Forwarded, lifecycle_frame
 from nvpair_wm.journal import (
     FORMAT,
     FORWARDED_LIVE,
@@ -48,6 +48,7 @@ from nvpair_wm.journal import (
     JournalLimits,
     Record,
     decode_log,
+    encode_forwarded,
     encode_log,
     encode_record,
     format_of,
@@ -384,20 +385,64 @@ def test_journal_appends_what_was_forwarded(tmp_path: Path) -> None:
     assert records == [forwarded_record(items[0], T0 + 1)]
 
 
+@pytest.mark.parametrize("state", ["queued", "running", *sorted(TERMINAL), "removed"])
+def test_a_forwarded_batch_reads_back_as_each_items_record(state: str) -> None:
+    """A forwarded-batch record (what the journal writes per write to the broker) against the
+    general path: it reads back as ``forwarded_record(item, at)`` of each item, in order, with
+    keys in and out of ASCII, and counts toward the appended tail."""
+    items = [
+        Forwarded("node-b", "1", "run-b", 2, state),
+        Forwarded("n\u00f6de-\U0001f600", "w\u00e9" * 40, "", 0, state),
+        Forwarded("node-c", "3", "r" * 128, 2**40, state),
+    ]
+    data, count = encode_forwarded(items, T0 + 1.5)
+    assert count == 3
+    log_ = read_log(HEADER + data + encode_record(forwarded_records()[0]))
+    expected = [forwarded_record(item, T0 + 1.5) for item in items]
+    assert (log_.records[:3], log_.damage, log_.tail) == (expected, None, 4)
+    assert encode_forwarded([], T0) == (b"", 0)
+
+
+@pytest.mark.parametrize(
+    ("payload", "why"),
+    [
+        (b"\x08" + struct.pack("<d", T0) + b"\x91\x95\xa1a\xa1b\xa1c\x01\xa3odd", "state"),
+        (b"\x08" + struct.pack("<d", T0) + b"\x91\x93\xa1a\xa1b\xa1c", "shape"),
+        (b"\x08" + struct.pack("<d", T0), "empty"),
+    ],
+)
+def test_a_forwarded_batch_that_does_not_decode_is_damage(payload: bytes, why: str) -> None:
+    """A sound checksum over a batch of an unknown state, the wrong shape or nothing: the
+    reading stops there, with the records before it kept."""
+    before = encode_record(forwarded_records()[0])
+    record = struct.pack("<II", len(payload), zlib.crc32(payload)) + payload
+    log_ = read_log(HEADER + before + record)
+    assert log_.records == forwarded_records()[:1], why
+    assert (
+        log_.damage is not None and log_.damage.reason == "forwarded-batch record does not decode"
+    )
+    assert not log_.damage.torn
+
+
 def test_records_appended_later_wait_for_a_flush_and_keep_their_order(tmp_path: Path) -> None:
-    """``later``: nothing written until a flush, which writes them all at once; anything
-    written meanwhile (a broker's report, a forwarded record written now) goes after them, and
-    closing the journal flushes too."""
+    """``later``: nothing written until a flush, which writes them all as one record stamped
+    with the last append's time; anything written meanwhile (a broker's report, a forwarded
+    record written now) goes after them, and closing the journal flushes too."""
     journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
     assert journal is not None
     path = tmp_path / JOURNAL_FILE
-    journal.append_forwarded([Forwarded("node-b", "1", "run-b", 2, "running")], T0, later=True)
-    journal.append_forwarded([Forwarded("node-b", "2", "run-b", 3, "failed")], T0 + 1, later=True)
+    both = [
+        Forwarded("node-b", "1", "run-b", 2, "running"),
+        Forwarded("node-b", "2", "", 0, "removed"),
+    ]
+    journal.append_forwarded(both[:1], T0, later=True)
+    journal.append_forwarded(both[1:], T0 + 1, later=True)
     assert journal.pending and path.read_bytes() == HEADER and journal.size == len(HEADER)
     journal.flush()
     assert not journal.pending
+    assert path.read_bytes() == HEADER + encode_forwarded(both, T0 + 1)[0]
     written = decode_log(path.read_bytes())[0]
-    assert [(r.wid, r.at) for r in written] == [("1", T0), ("2", T0 + 1)]
+    assert written == [forwarded_record(item, T0 + 1) for item in both]
     own = outbound_event(lifecycle_frame(info(id="9", seq=1, originatedFrom="node-a")))
     journal.append_forwarded([Forwarded("node-b", "5", "run-b", 1, "queued")], T0 + 2, later=True)
     journal.append([own], T0 + 3)  # written now, after what waits

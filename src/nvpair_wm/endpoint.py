@@ -181,17 +181,10 @@ class EventsEndpoint:
             return error_response(404, "not found")
         if req.method != "POST":
             return error_response(405, "method not allowed", [(b"allow", b"POST")])
-        content_type = contract = agent = None
-        for name, value in req.headers:  # one pass; the first of each field decides
-            if name == b"content-type":
-                if content_type is None:
-                    content_type = value
-            elif name == CONTRACT_HEADER:
-                if contract is None:
-                    contract = value
-            elif name == b"user-agent" and agent is None:
-                agent = value
-        self.versions.heard(fp, contract, agent)
+        fields = dict(reversed(req.headers))  # the first of each field decides
+        content_type = fields.get(b"content-type")
+        contract = fields.get(CONTRACT_HEADER)
+        self.versions.heard(fp, contract, fields.get(b"user-agent"))
         if contract is not None and contract != _OURS:
             refused = _refuse_version(contract)
             if refused is not None:

@@ -14,8 +14,10 @@ table keeps only the seq of a peer's workload). A workload reported over several
 by its entry node, started and completed by the node it ran on) reaches a restarted node again
 in every peer's snapshot; with these records back in the table, a snapshot or retry older than
 what the broker already has is stale, and a workload the broker was told is removed stays
-removed (issue 24). They are appended once per peer request that forwarded anything, before its
-lines are queued for the broker (:class:`nvpair_wm.endpoint.EventsEndpoint`).
+removed. They wait in memory until the broker channel's next write, which writes them first,
+one record for all of them (:meth:`Journal.flush`): the peer requests whose lines share a write
+to the broker (those of one batch of the event loop) share one write to the journal, and the
+broker cannot read a line before its record is in the kernel.
 
 Mechanism: **an append-only log of checksummed records, with compaction**, rather than SQLite.
 
@@ -114,10 +116,13 @@ thin file shell.
 File format 2: the 8-byte header ``NVWMJNL\\x02``, then records: ``u32 length, u32 crc32`` of
 the payload, then the payload ``u8 kind`` (1 live event and 2 terminal event the broker
 reported, 3 its removal; 4 live and 5 terminal upsert and 6 removal forwarded to the broker;
-7 checkpoint), then for kinds 1-6 ``f64 unix time, 3 x u32 lengths`` of originatedFrom, id and
-runId (``""``: a removal covering every run), ``i64 seq`` (0 for a removal), those three UTF-8
-strings, and (kinds 1 and 2) the encoded lifecycle frame; for kind 7, a msgpack array of
-records, each an array ``[kind, time, originatedFrom, id, runId, frame, seq]``. Little-endian.
+7 checkpoint; 8 forwarded batch), then for kinds 1-6 ``f64 unix time, 3 x u32 lengths`` of
+originatedFrom, id and runId (``""``: a removal covering every run), ``i64 seq`` (0 for a
+removal), those three UTF-8 strings, and (kinds 1 and 2) the encoded lifecycle frame; for kind
+7, a msgpack array of records, each an array ``[kind, time, originatedFrom, id, runId, frame,
+seq]``; for kind 8, ``f64 unix time`` and a msgpack array of what was forwarded, each an array
+``[originatedFrom, id, runId, seq, state]`` (read as records of kinds 4-6, by the state:
+``"removed"``, a terminal state, or another). Little-endian.
 Format 1 (``NVWMJNL\\x01``): kinds 1-3 without the seq field.
 """
 
@@ -185,6 +190,7 @@ FORWARDED_LIVE: Final = 4  # an upsert this node sent its broker (a peer's event
 FORWARDED_TERMINAL: Final = 5  # ... completed, failed or cancelled
 FORWARDED_REMOVAL: Final = 6  # a removal this node sent its broker (a peer's)
 CHECKPOINT: Final = 7  # many records at once, as a compaction wrote them (format 2)
+FORWARDED_BATCH: Final = 8  # the forwarded records of one write to the broker (format 2)
 _EVENT_KINDS: Final = (LIVE, TERMINAL_EVENT, FORWARDED_LIVE, FORWARDED_TERMINAL)
 _REMOVAL_KINDS: Final = (REMOVAL, FORWARDED_REMOVAL)
 _ENTRY_KINDS: Final = frozenset((*_EVENT_KINDS, *_REMOVAL_KINDS))
@@ -306,11 +312,15 @@ def record_of(out: Outbound, at: float) -> Record:
     return Record(kind, at, origin, wid, run, out.body, int(out.seq))
 
 
+#: A forwarded item's record kind by its state (any other state: FORWARDED_LIVE).
+_KIND_OF_FORWARDED: Final = {"removed": FORWARDED_REMOVAL} | dict.fromkeys(
+    TERMINAL, FORWARDED_TERMINAL
+)
+
+
 def forwarded_record(item: Forwarded, at: float) -> Record:
     """The record of an upsert or removal forwarded to the broker at unix time ``at``."""
-    if item.state == "removed":
-        return Record(FORWARDED_REMOVAL, at, item.origin, item.wid, item.run)
-    kind = FORWARDED_TERMINAL if item.state in TERMINAL else FORWARDED_LIVE
+    kind = _KIND_OF_FORWARDED.get(item.state, FORWARDED_LIVE)
     return Record(kind, at, item.origin, item.wid, item.run, b"", item.seq)
 
 
@@ -355,23 +365,15 @@ def encode_outbound(out: Outbound, at: float) -> bytes:
     return encode_outbounds((out,), at)[0]
 
 
-def encode_forwarded(items: Iterable[Forwarded], at: float) -> tuple[bytes, int]:
-    """The records of what was forwarded to the broker (one peer request's), as one string,
-    and how many there are: ``encode_record(forwarded_record(item, at))`` for each."""
-    parts: list[bytes] = []
-    add = parts.append
-    fields, frame, crc32 = _FIELDS.pack, _FRAME.pack, zlib.crc32
-    terminal = TERMINAL
-    for origin, wid, run, seq, state in items:
-        o, w, r = origin.encode(), wid.encode(), run.encode()
-        if state == "removed":
-            kind = FORWARDED_REMOVAL
-        else:
-            kind = FORWARDED_TERMINAL if state in terminal else FORWARDED_LIVE
-        payload = fields(kind, at, len(o), len(w), len(r), seq) + o + w + r
-        add(frame(len(payload), crc32(payload)))
-        add(payload)
-    return b"".join(parts), len(parts) // 2
+def encode_forwarded(items: Sequence[Forwarded], at: float) -> tuple[bytes, int]:
+    """What was forwarded to the broker (the items of one write to it) as one forwarded-batch
+    record, and how many records it holds (``b""`` and 0 for none): read back, the records
+    ``forwarded_record(item, at)`` of each, in order. One record, encoded by msgspec in one
+    call, however many items: what each peer request costs the journal."""
+    if not items:
+        return b"", 0
+    payload = _BATCH_HEAD.pack(FORWARDED_BATCH, at) + _BATCH_ENCODER.encode(items)
+    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload, len(items)
 
 
 def _parse(payload: bytes, fields: struct.Struct) -> Record | str:
@@ -434,6 +436,11 @@ def read_log(data: bytes, path: Path | None = None) -> Log:
 
 _CHECKPOINT_ENCODER: Final = msgspec.msgpack.Encoder()
 _CHECKPOINT_DECODER: Final = msgspec.msgpack.Decoder(list[Record])
+_BATCH_HEAD: Final = struct.Struct("<Bd")  # kind, unix time
+_BATCH_ENCODER: Final = msgspec.msgpack.Encoder()
+_BATCH_DECODER: Final = msgspec.msgpack.Decoder(list[Forwarded])
+#: A forwarded item's record kind by its state (a state not here is damage).
+_KIND_OF_STATE: Final = dict.fromkeys(("queued", "running"), FORWARDED_LIVE) | _KIND_OF_FORWARDED
 
 
 def _walk(data: bytes) -> Log:
@@ -461,6 +468,13 @@ def _walk(data: bytes) -> Log:
                         if entries is not None:
                             items += entries
                             tail = 0
+                            pos = end
+                            continue
+                    elif kind == FORWARDED_BATCH:
+                        entries = _forwarded_batch(view[start:end])
+                        if entries is not None:
+                            items += entries
+                            tail += len(entries)
                             pos = end
                             continue
                     elif hsize <= length:
@@ -504,6 +518,26 @@ def _checkpoint(payload: memoryview) -> list[Record] | None:
     return entries
 
 
+def _forwarded_batch(payload: memoryview) -> list[Record] | None:
+    """The records of a forwarded-batch record's payload, or None if it does not decode to
+    forwarded items of known states."""
+    if len(payload) <= _BATCH_HEAD.size:
+        return None
+    _, at = _BATCH_HEAD.unpack_from(payload)
+    try:
+        items = _BATCH_DECODER.decode(payload[_BATCH_HEAD.size :])
+    except msgspec.DecodeError:
+        return None
+    kinds, new = _KIND_OF_STATE, tuple.__new__
+    records = []
+    for origin, wid, run, seq, state in items:
+        kind = kinds.get(state)
+        if kind is None:
+            return None
+        records.append(new(Record, (kind, at, origin, wid, run, b"", seq)))
+    return records
+
+
 def _walk_v1(data: bytes) -> Log:
     """A format-1 file (release 0.1.0): records without seq, read one by one (its event
     records' frames decoded for their seq). Slow, and only once: a start rewrites it."""
@@ -544,6 +578,8 @@ def _record_at(data: bytes, pos: int, fields: struct.Struct) -> tuple[Record, in
         return Damage(pos, "checksum mismatch", end == size)
     if payload[:1] == bytes([CHECKPOINT]) and fields is _FIELDS:
         return Damage(pos, "checkpoint record does not decode", False)
+    if payload[:1] == bytes([FORWARDED_BATCH]) and fields is _FIELDS:
+        return Damage(pos, "forwarded-batch record does not decode", False)
     rec = _parse(payload, fields)
     if isinstance(rec, str):
         return Damage(pos, rec, False)
@@ -1110,10 +1146,10 @@ class Journal:
         # the rewrite; and how many items were folded into it since it was last refolded.
         self._held: Fold | None = None
         self._held_applied = 0
-        # Forwarded records appended ``later`` (:meth:`append_forwarded`): encoded, written by
-        # :meth:`flush` in one write for every request of the loop's batch.
-        self._pending: list[bytes] = []
-        self._pending_count = 0
+        # What :meth:`append_forwarded` was given ``later``, for :meth:`flush` (one record for
+        # all of it, stamped with the time of the last append).
+        self._pending: list[Forwarded] = []
+        self._pending_at = 0.0
 
     @property
     def active(self) -> bool:
@@ -1236,13 +1272,12 @@ class Journal:
         :meth:`recover`: the table does not keep them (only a seq, without the origin of a
         peer's workload)."""
         if self._fd is not None:
-            data, count = encode_forwarded(items, at)
             if later:
-                self._pending.append(data)
-                self._pending_count += count
+                self._pending += items
+                self._pending_at = at
                 return
             self.flush()
-            self._write(data, count)
+            self._write(*encode_forwarded(items, at))
         if self.failing_since is not None:
             self._hold(forwarded_record(item, at) for item in items)
 
@@ -1254,15 +1289,13 @@ class Journal:
     def flush(self) -> None:
         """Write what :meth:`append_forwarded` left for later, in one write. If that write
         fails (or the journal failed since), those records are held for :meth:`recover`."""
-        pending = self._pending
-        if not pending:
+        items, at = self._pending, self._pending_at
+        if not items:
             return
-        data = pending[0] if len(pending) == 1 else b"".join(pending)
-        count = self._pending_count
-        self._pending, self._pending_count = [], 0
-        self._write(data, count)
+        self._pending = []
+        self._write(*encode_forwarded(items, at))
         if self.failing_since is not None:
-            self._hold(rec for rec in read_log(HEADER + data).records if rec.forwarded)
+            self._hold(forwarded_record(item, at) for item in items)
 
     def _hold(self, records: Iterable[Record]) -> None:
         """Fold forwarded records into :attr:`_held`, bounded by the table's caps: refolded

@@ -93,6 +93,10 @@ class _State(enum.Enum):
     DISCARD = "the body of a request answered early, read and dropped"
     CLOSED = "nothing: the connection closes once the output is written"
 
+    # Members are singletons: hashed by identity, the transition table's lookups stay in C
+    # (Enum's own __hash__ is Python code, run on every move).
+    __hash__ = object.__hash__
+
 
 _HEAD, _BODY, _DISCARD, _CLOSED = _State.HEAD, _State.BODY, _State.DISCARD, _State.CLOSED
 #: state → the states it may move to (a request with no body goes from HEAD to HEAD).
