@@ -84,12 +84,7 @@ from nvpair_wm.proto.h2.frames import (
     window_update_frame,
 )
 from nvpair_wm.proto.h2.hpack import encode_field
-from nvpair_wm.proto.h2.session import (
-    ConnectionEvent,
-    ConnectionState,
-    H2Session,
-    step,
-)
+from nvpair_wm.proto.h2.session import ConnectionEvent, ConnectionState, H2Session, no_transition
 from nvpair_wm.proto.h2.settings import (
     DEFAULT_WINDOW,
     ENABLE_PUSH,
@@ -202,8 +197,11 @@ class _Stream:
 
     def step(self, event: StreamEvent) -> StreamState:
         """Move to the state :data:`_TRANSITIONS` gives for ``event``, and return it."""
-        self.state = step(_TRANSITIONS, self.state, event, "client stream", self.sid)
-        return self.state
+        try:
+            state = self.state = _TRANSITIONS[self.state, event]
+        except KeyError:
+            raise no_transition(self.state, event, "client stream", self.sid) from None
+        return state
 
 
 class H2ClientSession(H2Session[_Stream]):
@@ -280,9 +278,14 @@ class H2ClientSession(H2Session[_Stream]):
         return self._peer.initial_window
 
     def next_deadline(self) -> float | None:
-        deadlines = [st.deadline for st in self._streams.values()]
-        deadlines += [deadline for deadline, _ in self._pings.values()]
-        return min(deadlines, default=None)
+        best: float | None = None
+        for st in self._streams.values():
+            if best is None or st.deadline < best:
+                best = st.deadline
+        for deadline, _ in self._pings.values():
+            if best is None or deadline < best:
+                best = deadline
+        return best
 
     # -- requests and PINGs -------------------------------------------------------------------
 

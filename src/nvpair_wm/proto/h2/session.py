@@ -42,7 +42,14 @@ from nvpair_wm.proto.h2.frames import (
 from nvpair_wm.proto.h2.hpack import Decoder
 from nvpair_wm.proto.h2.settings import DEFAULT_WINDOW, PeerSettings
 
-__all__ = ["CONNECTION_TRANSITIONS", "ConnectionEvent", "ConnectionState", "H2Session", "step"]
+__all__ = [
+    "CONNECTION_TRANSITIONS",
+    "ConnectionEvent",
+    "ConnectionState",
+    "H2Session",
+    "no_transition",
+    "step",
+]
 
 _SETTINGS_ACK = frame(SETTINGS, ACK, 0)
 
@@ -88,9 +95,14 @@ def step(
     try:
         return table[state, event]
     except KeyError:
-        name = " ".join(map(str, what))
-        why = f"HTTP/2 {name}: {event.name} in state {state.name}"
-        raise LocalProtocolError(why, 500) from None
+        raise no_transition(state, event, *what) from None
+
+
+def no_transition(state: enum.Enum, event: enum.Enum, *what: object) -> LocalProtocolError:
+    """The error for ``event`` in ``state``, which no table moves: a bug of ours. (A stream's
+    step, per request, looks its table up itself and calls this only when that fails.)"""
+    name = " ".join(map(str, what))
+    return LocalProtocolError(f"HTTP/2 {name}: {event.name} in state {state.name}", 500)
 
 
 class _Sending(Protocol):

@@ -13,8 +13,8 @@ from typing import Final
 
 from h2.errors import ErrorCodes
 
-from nvpair_wm.errors import LocalProtocolError
 from nvpair_wm.http.core import Request, Response, error_response, path_of
+from nvpair_wm.proto.h2.session import no_transition
 from nvpair_wm.versions import RESPONSE_FIELDS
 
 __all__ = [
@@ -161,9 +161,7 @@ class Stream:
         try:
             state = self.state = _TRANSITIONS[self.state, event]
         except KeyError:
-            raise LocalProtocolError(
-                f"HTTP/2 stream {self.sid}: {event.name} in state {self.state.name}", 500
-            ) from None
+            raise no_transition(self.state, event, "stream", self.sid) from None
         return state
 
 
