@@ -76,13 +76,14 @@ class LocalResult:
     nodes: list[NodeRecord] | None = None
 
 
-@dataclass(slots=True)
-class PeerResult:
+class PeerResult(msgspec.Struct):
+    """What a peer's request comes to (a struct: made in C, once per request)."""
+
     status: int
     body: bytes | None
     to_broker: list[bytes]
     # What ``to_broker`` tells the broker, one item per upsert or removal (for the journal).
-    forwarded: list[Forwarded] = field(default_factory=list)
+    forwarded: list[Forwarded] = msgspec.field(default_factory=list)
 
 
 def removal_frame(removal: Removal) -> WorkloadsRemove:

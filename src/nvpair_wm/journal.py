@@ -530,11 +530,11 @@ def _forwarded_batch(payload: memoryview) -> list[Record] | None:
         return None
     kinds, new = _KIND_OF_STATE, tuple.__new__
     records = []
-    for origin, wid, run, seq, state in items:
-        kind = kinds.get(state)
+    for item in items:
+        kind = kinds.get(item.state)
         if kind is None:
             return None
-        records.append(new(Record, (kind, at, origin, wid, run, b"", seq)))
+        records.append(new(Record, (kind, at, item.origin, item.wid, item.run, b"", item.seq)))
     return records
 
 
