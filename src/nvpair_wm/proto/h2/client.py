@@ -3,40 +3,31 @@
 The broadcaster's requests are all one shape (``POST`` of a JSON batch to a pinned peer), so
 the client is written for that shape: per request one dict insert, one header block built from
 cached bytes, the DATA frames the windows allow; per response one HPACK decode and one
-``Response``. What it shares with the server (frame dispatch, header blocks, SETTINGS, PING,
-WINDOW_UPDATE, the connection's state) is :class:`~nvpair_wm.proto.h2.session.H2Session`.
-
-The driver calls :meth:`H2ClientSession.start_request` / :meth:`~H2ClientSession.ping`,
-writes :meth:`~H2ClientSession.data_to_send`, feeds what the peer sends to
-:meth:`~H2ClientSession.receive_data` (``b""`` at EOF) and arms one timer at
-:meth:`~H2ClientSession.next_deadline` (calling :meth:`~H2ClientSession.handle_timeout`); it
-acts on the :mod:`~nvpair_wm.proto.exchanges` events these return. No socket, clock or asyncio.
+``Response``. What it shares with the server is
+:class:`~nvpair_wm.proto.h2.session.H2Session`. The driver starts requests and PINGs, feeds
+what the peer sends (``b""`` at EOF), writes :meth:`~H2ClientSession.data_to_send`, arms one
+timer at :meth:`~H2ClientSession.next_deadline`, and acts on the
+:mod:`~nvpair_wm.proto.exchanges` events these return.
 
 * Request headers: the fixed fields are encoded once per connection (per path), never
-  indexed (so there is no encoder state to keep in step with the server's
-  SETTINGS_HEADER_TABLE_SIZE: the first block says our table is 0); ``content-length`` follows
-  as a literal. Response headers go through :class:`~nvpair_wm.proto.h2.hpack.Decoder`, which
-  follows the server's dynamic table, then the field rules of
-  :func:`~nvpair_wm.proto.h2.streams.response_status` (and of trailers): a malformed response
-  is the server's protocol error (RFC 9113 §8.1.1).
-* Request bodies go out as the server's windows (connection and stream, SETTINGS changes
-  included) and its SETTINGS_MAX_FRAME_SIZE allow; the rest waits for a WINDOW_UPDATE or a
-  SETTINGS frame. A response that completes before its body was all sent ends the stream with
-  RST_STREAM NO_ERROR (RFC 9113 §8.1): the rest is not wanted. Where a stream is, request sent
-  or not, response begun or not, is its :class:`StreamState`, moved by a transition table.
+  indexed (no encoder state to keep in step with the server's SETTINGS_HEADER_TABLE_SIZE: the
+  first block says our table is 0); ``content-length`` follows as a literal. Responses follow
+  the field rules of :func:`~nvpair_wm.proto.h2.streams.response_status` (and of trailers): a
+  malformed response is the server's protocol error (RFC 9113 §8.1.1).
+* Request bodies go out as the server's windows and SETTINGS_MAX_FRAME_SIZE allow; the rest
+  waits for a WINDOW_UPDATE or SETTINGS. A response that completes before its body was all
+  sent ends the stream with RST_STREAM NO_ERROR (§8.1): the rest is not wanted.
 * Response bodies: we advertise a stream window of at least ``max_response_bytes`` and reopen
-  windows as DATA arrives; a body over ``max_response_bytes`` fails that request
+  windows as DATA arrives; a bigger body fails that request
   (:class:`~nvpair_wm.errors.StreamRefused`) and the stream is cancelled.
 * GOAWAY: streams above its last stream id fail with :class:`~nvpair_wm.errors.StreamRefused`
-  (never processed: safe to retry); the others complete normally; no new stream is opened
-  (the connection is DRAINING, :class:`~nvpair_wm.proto.h2.session.ConnectionState`).
-* RST_STREAM from the server fails that request (:class:`~nvpair_wm.errors.StreamRefused`).
+  (never processed: safe to retry); the others complete; no new stream opens (DRAINING).
+  RST_STREAM from the server fails that request the same way.
 * Errors of the server are :class:`~nvpair_wm.errors.H2ConnectionError`: GOAWAY with the code,
-  and the session ends (every request in progress fails with
-  :class:`~nvpair_wm.errors.ConnectionLost`). Stream errors of the server are treated as
-  connection errors (RFC 9113 §5.4.2 allows it): a server that breaks the protocol on one
-  stream is not trusted with the others. Our own misuse (a request over the server's stream
-  limit) is :class:`~nvpair_wm.errors.LocalProtocolError`.
+  and every request in progress fails with :class:`~nvpair_wm.errors.ConnectionLost`. Its
+  stream errors are treated as connection errors (§5.4.2 allows it): a server that breaks the
+  protocol on one stream is not trusted with the others. Our own misuse (a request over the
+  server's stream limit) is :class:`~nvpair_wm.errors.LocalProtocolError`.
 """
 
 from __future__ import annotations
@@ -277,14 +268,9 @@ class H2ClientSession(H2Session[_Stream]):
         return self._peer.initial_window
 
     def next_deadline(self) -> float | None:
-        best: float | None = None
-        for st in self._streams.values():
-            if best is None or st.deadline < best:
-                best = st.deadline
-        for deadline, _ in self._pings.values():
-            if best is None or deadline < best:
-                best = deadline
-        return best
+        times = [st.deadline for st in self._streams.values()]
+        times += [deadline for deadline, _ in self._pings.values()]
+        return min(times, default=None)
 
     # -- requests and PINGs -------------------------------------------------------------------
 

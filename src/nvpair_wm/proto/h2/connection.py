@@ -1,35 +1,25 @@
 """The HTTP/2 server session (sans-IO): bytes and ``now`` in; bytes and a deadline out.
 
-The session is our own HTTP/2 implementation, server side, for what this server serves
-(``POST /v1/workloads/events``); h2 is the reference it is tested against. What it shares with
-the client (frame dispatch, header blocks, SETTINGS, PING, WINDOW_UPDATE, the connection's
-state) is :class:`~nvpair_wm.proto.h2.session.H2Session`; the other pieces are listed in
-:mod:`nvpair_wm.proto.h2`.
+What it shares with the client is :class:`~nvpair_wm.proto.h2.session.H2Session`; the other
+pieces are listed in :mod:`nvpair_wm.proto.h2`. Its rules beyond theirs:
 
-* Stream states (§5.1): a stream is tracked from its HEADERS until both directions are done
-  (:class:`~nvpair_wm.proto.h2.streams.StreamState`, moved by the transition table in
-  :mod:`~nvpair_wm.proto.h2.streams`), then remembered for a while as ended,
-  reset by us, or reset by the peer, so that late frames get the error §5.1 asks for: after
-  END_STREAM both ways a connection error STREAM_CLOSED, after the peer's RST_STREAM a stream
-  error STREAM_CLOSED, after our own RST_STREAM nothing (frames in flight are dropped, their
-  flow-controlled bytes still credited). Frames on idle streams, even or decreasing stream ids
-  for new streams, frames inside a header block, PUSH_PROMISE: connection PROTOCOL_ERROR.
-* Every error the peer causes is either a stream error (RST_STREAM; counted in the reset budget,
-  "MadeYouReset") or a connection error (:class:`H2ConnectionError` → GOAWAY with the code).
-* MAX_CONCURRENT_STREAMS: a stream over the limit gets REFUSED_STREAM (too many: GOAWAY).
-* Header lists: the decoder stops past ``h2_max_decoded_header_list`` (GOAWAY
-  ENHANCE_YOUR_CALM); a list over the advertised ``max_header_bytes`` gets 431.
-* content-length checked per stream (a mismatch resets that stream with PROTOCOL_ERROR), the
-  body limit (413), timeouts (preface, header block, body, a response stuck on a closed
-  window, idle); flow control both ways (responses go out as the peer's windows allow).
-* Graceful shutdown (:meth:`H2ServerSession.shutdown`): GOAWAY NO_ERROR with the last stream id,
-  in-flight streams finish, newer ones are refused, then a final GOAWAY (the connection's
-  :class:`~nvpair_wm.proto.h2.session.ConnectionState`: OPEN, DRAINING, CLOSED).
-
-An early answer (from ``handler.head``, or 413) is sent at once; the rest of the request body is
-read and dropped while the whole body stays within ``max_body`` +
-:data:`DISCARD_PAST_LIMIT_BYTES`, and a bigger body is cut short with RST_STREAM NO_ERROR once
-the answer is out (RFC 9113 §8.1).
+* A stream is tracked from its HEADERS until both directions are done
+  (:class:`~nvpair_wm.proto.h2.streams.StreamState`), then remembered by how it closed
+  (:class:`~nvpair_wm.proto.h2.streams.StreamEnd`) so that late frames get the error §5.1
+  asks for. Frames on idle streams, even or decreasing stream ids for new streams,
+  PUSH_PROMISE: connection PROTOCOL_ERROR.
+* Every error the peer causes is a stream error (RST_STREAM, counted in the reset budget:
+  "MadeYouReset") or a connection error (:class:`H2ConnectionError` → GOAWAY with its code).
+* A stream over MAX_CONCURRENT_STREAMS gets REFUSED_STREAM; a header list over the
+  advertised ``max_header_bytes`` gets 431; content-length is checked per stream (a mismatch
+  resets it with PROTOCOL_ERROR); timeouts: preface, header block, body, a response stuck on
+  a closed window, idle. Responses go out as the peer's windows allow.
+* An early answer (from ``handler.head``, or 413) is sent at once; the rest of the body is
+  read and dropped while the whole body stays within ``max_body`` +
+  :data:`DISCARD_PAST_LIMIT_BYTES`, and a bigger one is cut short with RST_STREAM NO_ERROR once
+  the answer is out (§8.1).
+* Graceful shutdown (:meth:`H2ServerSession.shutdown`): GOAWAY NO_ERROR with the last stream
+  id, in-flight streams finish, newer ones are refused, then a final GOAWAY.
 
 The driver feeds :meth:`~H2ServerSession.receive_data` (``b""`` = EOF), writes
 :meth:`~H2ServerSession.data_to_send`, arms one timer at :meth:`~H2ServerSession.next_deadline`
@@ -40,6 +30,7 @@ and closes.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from h2.errors import ErrorCodes
 
@@ -218,28 +209,19 @@ class H2ServerSession(H2Session[Stream]):
     def next_deadline(self) -> float | None:
         limits = self._limits
         block = self._block
-        if (
-            not self._streams
-            and block is None
-            and self._drain_deadline is None
-            and self._settings_seen
-        ):  # an idle connection between requests: only the idle timeout is left
-            return self._idle_since + limits.idle_timeout
-        best: float | None = None
+        idle = not self._streams and block is None
+        if idle and self._drain_deadline is None and self._settings_seen:
+            return self._idle_since + limits.idle_timeout  # between requests: the usual case
+        times = [self._drain_deadline]
         if not self._settings_seen:
-            best = self._started + limits.header_timeout
+            times.append(self._started + limits.header_timeout)
         if block is not None:
-            best = _earlier(best, block.started + limits.header_timeout)
-        if not self._streams and block is None:
-            best = _earlier(best, self._idle_since + limits.idle_timeout)
-        if self._drain_deadline is not None:
-            best = _earlier(best, self._drain_deadline)
+            times.append(block.started + limits.header_timeout)
+        if idle:
+            times.append(self._idle_since + limits.idle_timeout)
         for st in self._streams.values():
-            if st.body_deadline is not None:
-                best = _earlier(best, st.body_deadline)
-            if st.send_deadline is not None:
-                best = _earlier(best, st.send_deadline)
-        return best
+            times += (st.body_deadline, st.send_deadline)
+        return min((t for t in times if t is not None), default=None)
 
     def handle_timeout(self, now: float) -> None:
         if self.state is _CLOSED_CONNECTION:
@@ -400,30 +382,24 @@ class H2ServerSession(H2Session[Stream]):
             return st is not None and st.send_deadline is not None
         return any(st.send_deadline is not None for st in self._streams.values())
 
-    def _not_open(self, sid: int, what: str) -> None:
-        """DATA or trailers for a stream not open: §5.1 by how (and whether) it closed."""
-        if sid > self._highest or not sid & 1:  # even: a stream only a server opens
-            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"{what} on idle stream {sid}")
-        how = self._closed.get(sid)
-        if how is StreamEnd.ENDED:
-            raise H2ConnectionError(ErrorCodes.STREAM_CLOSED, f"{what} on closed stream {sid}")
-        if how is not StreamEnd.RESET_SENT:  # after our RST_STREAM, frames in flight are dropped
+    def _not_open(self, sid: int) -> None:
+        """DATA or trailers for a stream once open, no longer tracked (§5.1): dropped after
+        our RST_STREAM (they were in flight), else a stream error STREAM_CLOSED. (After
+        END_STREAM both ways :meth:`_frame` made them a connection error already.)"""
+        if self._closed.get(sid) is not StreamEnd.RESET_SENT:
             self._stream_error(sid, ErrorCodes.STREAM_CLOSED)
 
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
+        st = self._known(sid, "DATA")
         flow = len(payload)
-        if sid > self._highest or not sid & 1:
-            raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
-        windows = self._windows
-        if flow:
-            windows.consume(flow)
+        if flow:  # credited whatever became of the stream
+            self._windows.consume(flow)
         data = payload
         if flags & PADDED:
             start, end = unpad(payload)
             data = payload[start:end]
-        st = self._streams.get(sid)
         if st is None:
-            self._not_open(sid, "DATA")
+            self._not_open(sid)
             return
         if st.state.request_whole:  # half-closed (remote): §5.1
             self._stream_error(sid, ErrorCodes.STREAM_CLOSED)
@@ -461,7 +437,7 @@ class H2ServerSession(H2Session[Stream]):
         if sid <= self._highest:
             if sid not in self._closed:  # never opened: a decreasing stream id (§5.1.1)
                 raise H2ConnectionError(ErrorCodes.PROTOCOL_ERROR, f"stream id {sid} reused")
-            self._not_open(sid, "HEADERS")
+            self._not_open(sid)
             return
         self._highest = sid
         if self_dependent:
@@ -484,7 +460,7 @@ class H2ServerSession(H2Session[Stream]):
         self.requests += 1
         early = None
         if isinstance(parsed, Request):
-            early = self._head(parsed)
+            early = self._call(self._handler.head, parsed)
             if early is None and (parsed.content_length or 0) > self._max_body:
                 early = too_large(self._max_body)
         self._open(sid, parsed, early, end_stream)
@@ -537,13 +513,13 @@ class H2ServerSession(H2Session[Stream]):
             return False
         self._highest = sid
         self.requests += 1
-        early = self._head(parsed)
+        early = self._call(self._handler.head, parsed)
         if early is not None:  # the general path from here: the stream is needed
             self._open(sid, parsed, early, False)
             return False
         if flow:
             windows.consume(flow)
-        response = self._complete(parsed, body)
+        response = self._call(self._handler.complete, parsed, body)
         if response is None or response.headers or response.body:
             # The stream as the general path has it at _on_end's _respond.
             st = Stream(sid, self._recv_initial - flow, self._peer.initial_window)
@@ -558,19 +534,11 @@ class H2ServerSession(H2Session[Stream]):
         self._idle_since = self._now
         return True
 
-    def _head(self, request: Request) -> Response | None:
-        """The handler's ``head``; a crash in it is OUR bug, answered 500 (never blamed on
-        the peer)."""
+    def _call(self, method: Callable[..., Response | None], *args: object) -> Response | None:
+        """The handler's ``head`` or ``complete``; a crash in it is OUR bug, answered 500
+        (never blamed on the peer)."""
         try:
-            return self._handler.head(request)
-        except Exception:  # any handler bug: logged as ours, answered 500
-            log.exception("HTTP/2 handler failed")
-            return error_response(500, "internal error")
-
-    def _complete(self, request: Request, body: bytes) -> Response | None:
-        """The handler's ``complete``; a crash in it is answered as in :meth:`_head`."""
-        try:
-            return self._handler.complete(request, body)
+            return method(*args)
         except Exception:  # any handler bug: logged as ours, answered 500
             log.exception("HTTP/2 handler failed")
             return error_response(500, "internal error")
@@ -682,7 +650,7 @@ class H2ServerSession(H2Session[Stream]):
             streams = self._streams
             if len(streams) > 1 or st.sid not in streams:  # else nothing to settle
                 self._windows.settle(streams.values())
-            self._respond(st, self._complete(request, body))
+            self._respond(st, self._call(self._handler.complete, request, body))
             return
         if state is _CLOSED:  # the response was out already
             self._drop(st, StreamEnd.ENDED)
@@ -825,7 +793,3 @@ def _bare_headers(status: int) -> tuple[bytes, bytes]:
     head = frame_header(len(block), HEADERS, END_STREAM | END_HEADERS, 0)
     cached = _BARE_HEADERS[status] = (head[:5], block)
     return cached
-
-
-def _earlier(a: float | None, b: float) -> float:
-    return b if a is None or b < a else a

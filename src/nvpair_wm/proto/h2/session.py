@@ -1,18 +1,12 @@
 """What both HTTP/2 sessions, server and client, do alike on top of the frame layer (sans-IO).
 
-:class:`H2Session` holds the queue of outbound frames, the connection's state, the peer's
-settings and the send windows they move, and hands each inbound frame to its type's handler
-once the rules of :data:`~nvpair_wm.proto.h2.frames.FRAME_RULES` held. Its handlers are the
-ones both sides share: HEADERS and CONTINUATION (a header block, whole, goes to
-:meth:`~H2Session._on_header_block`), SETTINGS, PING, PUSH_PROMISE, PRIORITY, WINDOW_UPDATE.
-A session adds what differs: DATA, RST_STREAM, GOAWAY, what a header block means, how a
-stream error is answered (:meth:`~H2Session._stream_error`: RST_STREAM from the server, a
-connection error from the client) and how bodies go out.
-
-The connection's :class:`ConnectionState` (RFC 9113 §6.8) is OPEN until a graceful GOAWAY goes
-out (the server's shutdown) or comes in (to the client): DRAINING, the streams in flight finish
-and no new one opens. It is CLOSED once the session is over (the final GOAWAY, a connection
-error, EOF, a timeout). :func:`step` moves it, and the client's streams, through their tables.
+:class:`H2Session` holds the outbound frames, the connection's state, the peer's settings and
+the send windows they move, and hands each inbound frame to its type's handler once the rules
+of :data:`~nvpair_wm.proto.h2.frames.FRAME_RULES` held. The handlers both sides share are here
+(HEADERS and CONTINUATION up to a whole header block, SETTINGS, PING, PUSH_PROMISE, PRIORITY,
+WINDOW_UPDATE); a session adds DATA, RST_STREAM, GOAWAY, what a header block means, how a
+stream error is answered and how bodies go out. The connection's :class:`ConnectionState`
+(RFC 9113 §6.8) moves through :data:`CONNECTION_TRANSITIONS` (:func:`step`).
 """
 
 from __future__ import annotations

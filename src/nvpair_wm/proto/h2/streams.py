@@ -54,6 +54,7 @@ _good_names: set[bytes] = set()
 _good_values: set[bytes] = set()
 _paths: dict[bytes, str] = {}
 _methods = {b"POST": "POST", b"GET": "GET", b"HEAD": "HEAD", b"PUT": "PUT"}
+_REQUEST_PSEUDO = frozenset({b":method", b":scheme", b":path", b":authority"})
 
 
 class BodyMode(enum.Enum):
@@ -231,8 +232,9 @@ def parse_request(
     content-length or repeated ones that differ (repeats that agree count once).
     """
     size = 0
-    method = scheme = path = authority = length = None
+    length = None
     host = False
+    pseudo: dict[bytes, bytes] = {}
     fields: list[tuple[bytes, bytes]] = []
     for name, value in headers:
         size += len(name) + len(value) + 32
@@ -241,24 +243,11 @@ def parse_request(
         if name[:1] == b":":
             if fields:
                 return f"pseudo-header {name!r} after a regular field"
-            if name == b":method":
-                if method is not None:
-                    return "duplicate :method"
-                method = value
-            elif name == b":path":
-                if path is not None:
-                    return "duplicate :path"
-                path = value
-            elif name == b":scheme":
-                if scheme is not None:
-                    return "duplicate :scheme"
-                scheme = value
-            elif name == b":authority":
-                if authority is not None:
-                    return "duplicate :authority"
-                authority = value
-            else:
+            if name not in _REQUEST_PSEUDO:
                 return f"pseudo-header {name!r} in a request"
+            if name in pseudo:
+                return f"duplicate {name.decode()}"
+            pseudo[name] = value
             continue
         if name not in _good_names and (problem := _name_problem(name)) is not None:
             return problem
@@ -273,10 +262,12 @@ def parse_request(
         elif name == b"host":
             host = True
         fields.append((name, value))
+    method, path = pseudo.get(b":method"), pseudo.get(b":path")
+    authority = pseudo.get(b":authority")
     if method == b"CONNECT":
         if authority is None:
             return "CONNECT without :authority"
-    elif method is None or scheme is None or path is None:
+    elif method is None or b":scheme" not in pseudo or path is None:
         return "a required pseudo-header is missing"
     elif not path:
         return "empty :path"

@@ -42,11 +42,6 @@ class ConnectionWindow:
 
     def consume(self, flow: int) -> None:
         """``flow`` DATA bytes arrived on the connection (any stream, padding included)."""
-        owed = self.conn_owed + flow
-        if owed < self.conn_half and flow <= self.conn_available:
-            self.conn_available -= flow  # the usual frame: within the window, nothing owed yet
-            self.conn_owed = owed
-            return
         self.conn_available -= flow
         if self.conn_available < 0:
             raise H2ConnectionError(ErrorCodes.FLOW_CONTROL_ERROR, "connection window exceeded")
