@@ -451,6 +451,22 @@ def test_rst_stream_and_priority_rules() -> None:
     assert q.goaway() == ErrorCodes.FRAME_SIZE_ERROR
 
 
+def test_frames_before_an_oversized_one_in_the_same_read_are_handled_first() -> None:
+    """A frame header announcing more than our MAX_FRAME_SIZE is a FRAME_SIZE_ERROR known
+    from the header alone (§4.2), whether it comes whole in a read or in pieces; the frames
+    before it in the same read are still handled (the request answered) before the GOAWAY."""
+    oversized = (16 * 1024 + 1).to_bytes(3, "big") + b"\x00\x00\x00\x00\x00\x03"
+    for pieces in ([oversized], [oversized[:4], oversized[4:]]):
+        p = Peer()
+        p.feed(p.headers(1, flags=0x4) + raw(0, 0x1, 1, b"{}") + pieces[0])
+        for piece in pieces[1:]:
+            assert not p.session.closed  # an incomplete header is held, not judged
+            p.feed(piece)
+        assert p.statuses() == [(1, b"202")]
+        assert p.handler.completed == [("/e", b"{}")]
+        assert p.goaway() == ErrorCodes.FRAME_SIZE_ERROR
+
+
 def test_headers_padding_priority_and_continuation() -> None:
     p = Peer()
     block = p.block(REQUEST)

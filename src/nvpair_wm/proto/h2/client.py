@@ -78,7 +78,6 @@ from nvpair_wm.proto.h2.frames import (
     frame_header,
     goaway_frame,
     header_block_frames,
-    read_frame,
     rst_stream_frame,
     unpad,
     window_update_frame,
@@ -397,16 +396,14 @@ class H2ClientSession(H2Session[_Stream]):
 
     def _receive(self, data: bytes) -> None:
         reader = self._reader
-        data = reader.feed(data)
-        pos = 0
-        while (got := read_frame(data, pos, _MAX_FRAME)) is not None:
-            ftype, flags, sid, payload, pos = got
+        for ftype, flags, sid, payload in reader.frames(data):
             if not self._settings_seen:
                 if ftype != SETTINGS or flags & ACK:
                     raise _error("the server's preface is not a SETTINGS frame")
                 self._settings_seen = True
             self._dispatch(ftype, flags, sid, payload)
-        reader.keep(data, pos)
+        if reader.error is not None:
+            raise reader.error
 
     def _stream_error(self, sid: int, code: int, why: str = "") -> None:
         """A stream error of the server's: treated as the connection's (§5.4.2 allows it)."""

@@ -68,9 +68,7 @@ from nvpair_wm.proto.h2.frames import (
     frame_header,
     goaway_frame,
     header_block_frames,
-    read_frame,
     rst_stream_frame,
-    unpack_frame_header,
     unpad,
 )
 from nvpair_wm.proto.h2.hpack import encode_fields
@@ -313,13 +311,13 @@ class H2ServerSession(H2Session[Stream]):
         if self._preface_left:
             data = self._take_preface(data)
         reader = self._reader
-        data = reader.feed(data)
-        pos = 0
-        max_frame = reader.max_frame
+        frames = reader.frames(data)
         streams = self._streams
         closed = _CLOSED_CONNECTION
-        while (got := read_frame(data, pos, max_frame)) is not None:
-            ftype, flags, sid, payload, pos = got
+        i, count = 0, len(frames)
+        while i < count:
+            ftype, flags, sid, payload = frames[i]
+            i += 1
             # A request's own frames in their usual shape go straight to their handler: they
             # count in no budget and no rule of _frame can refuse them (see there).
             if self._block is not None or not self._settings_seen or flags & PADDED:
@@ -330,38 +328,29 @@ class H2ServerSession(H2Session[Stream]):
                 and sid > self._highest
                 and sid & 1
             ):  # a whole header block opening a new stream
-                ending = None
-                if not flags & END_STREAM and not streams:
-                    ending = self._ending_data(data, pos, sid)
-                if ending is None:
-                    self._on_header_block(sid, bool(flags & END_STREAM), payload, None)
-                elif self._whole_request(sid, payload, ending[0]):
-                    pos = ending[1]  # its DATA frame too (else the loop reads it next)
+                if not flags & END_STREAM and not streams and i < count:
+                    # With the DATA frame that ends the stream (no padding) next in this read:
+                    # a whole request, the way Go, curl and our own client send it.
+                    dtype, dflags, dsid, body = frames[i]
+                    if (
+                        dtype == DATA
+                        and dflags & (END_STREAM | PADDED) == END_STREAM
+                        and dsid == sid
+                    ):
+                        if self._whole_request(sid, payload, body):
+                            i += 1  # its DATA frame too (else the loop reads it next)
+                        if self.state is closed:
+                            return
+                        continue
+                self._on_header_block(sid, bool(flags & END_STREAM), payload, None)
             elif ftype == DATA and (payload or flags & END_STREAM) and sid in streams:
                 self._on_data(flags, sid, payload)
             else:
                 self._frame(ftype, flags, sid, payload)
             if self.state is closed:
                 return
-        reader.keep(data, pos)
-
-    def _ending_data(self, data: bytes, pos: int, sid: int) -> tuple[bytes, int] | None:
-        """(payload, end) of the frame at ``pos`` if it is whole and a DATA frame without
-        padding that ends stream ``sid``: a whole request in one read, HEADERS then DATA, the
-        way Go, curl and our own client send it (see :meth:`_whole_request`)."""
-        if len(data) - pos < 9:
-            return None
-        high, low, ftype, flags, dsid = unpack_frame_header(data, pos)
-        end = pos + 9 + ((high << 8) | low)
-        if (
-            ftype != DATA
-            or flags & (END_STREAM | PADDED) != END_STREAM
-            or dsid & 0x7FFF_FFFF != sid
-            or end - pos - 9 > self._reader.max_frame
-            or end > len(data)
-        ):
-            return None
-        return data[pos + 9 : end], end
+        if reader.error is not None:
+            raise reader.error
 
     def _take_preface(self, data: bytes) -> bytes:
         """Match ``data`` against the rest of the client preface; what follows the preface."""
@@ -541,8 +530,7 @@ class H2ServerSession(H2Session[Stream]):
             not isinstance(parsed, Request)
             or parsed.content_length not in (None, flow)
             or flow > self._max_body
-            or flow > self._recv_initial
-            or flow >= windows.half_stream
+            or flow >= windows.half_stream  # (so within the stream's window, acked or not)
             or flow > windows.conn_available
         ):
             self._on_fields(sid, False, block, fields)

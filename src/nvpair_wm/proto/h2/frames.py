@@ -1,9 +1,9 @@
 """The HTTP/2 frame layer shared by the server and client sessions (RFC 9113 §4, §6).
 
-Inbound frames are not objects: :class:`FrameReader` hands over the bytes to read and
-:func:`read_frame` reads one 9-byte header and slices its payload. :data:`FRAME_RULES` holds,
-per frame type, the rules that need no session state (which stream it may be on, its fixed
-length; :func:`check_frame`) and the name of the sessions' handler. Padding (:func:`unpad`),
+Inbound frames are not objects: :class:`FrameReader` hands over a read's whole frames as
+tuples, each payload sliced once. :data:`FRAME_RULES` holds, per frame type, the rules that
+need no session state (which stream it may be on, its fixed length; :func:`check_frame`) and
+the name of the sessions' handler. Padding (:func:`unpad`),
 a HEADERS frame's fragment (:func:`header_fragment`), a block continued in CONTINUATION frames
 (:class:`HeaderBlock`) and split for the peer's frame size (:func:`header_block_frames`) are
 here too. Outbound frames are bytes, one ``struct.pack`` for the header.
@@ -31,9 +31,7 @@ MAX_WINDOW = 2**31 - 1  # flow-control windows and increments (RFC 9113 §6.9.1)
 _STREAM_ID_MASK: Final = 0x7FFF_FFFF  # the reserved bit is ignored on receipt (§4.1)
 
 _HEADER = struct.Struct(">HBBBL")  # 24-bit length as 16 + 8 bits, type, flags, stream id
-#: ``(length >> 8, length & 0xFF, type, flags, stream id with its reserved bit)`` at an offset:
-#: for a look at the next frame before deciding whether to read it.
-unpack_frame_header = _HEADER.unpack_from
+_unpack_header = _HEADER.unpack_from
 
 
 class On(enum.Enum):
@@ -96,48 +94,53 @@ def check_frame(rule: FrameRule, sid: int, length: int) -> bool:
 
 
 class FrameReader:
-    """Holds an incomplete frame until the rest of it arrives: :meth:`feed` gives the bytes to
-    read frames from (the new bytes themselves when nothing is held; a frame in pieces is
-    copied out once, whole), :meth:`keep` holds the incomplete tail."""
+    """Reads whole frames out of what arrives (:meth:`frames`) and holds an incomplete one
+    until the rest of it comes (a frame in pieces is copied out once, whole)."""
 
-    __slots__ = ("_held", "max_frame")
+    __slots__ = ("_held", "error", "max_frame")
 
     def __init__(self, max_frame: int) -> None:
         self.max_frame = max_frame  # the largest payload we accept (our SETTINGS_MAX_FRAME_SIZE)
         self._held = bytearray()
+        #: A header announcing a payload over ``max_frame`` (FRAME_SIZE_ERROR, §4.2, known from
+        #: the header alone): it ends the frames read, and the session raises this once it has
+        #: handled the frames before it.
+        self.error: H2ConnectionError | None = None
 
-    def feed(self, data: bytes) -> bytes:
+    def frames(self, data: bytes) -> list[tuple[int, int, int, bytes]]:
+        """The whole frames of the bytes held and ``data``, in order: ``(type, flags, stream
+        id, payload)`` each, one list for the read (a session handles a read's frames in one
+        loop, and may look at the frame after the one in hand)."""
         held = self._held
-        if not held:
-            return data
-        held += data
-        if len(held) < 9:
-            return b""
-        length = (held[0] << 16) | (held[1] << 8) | held[2]
-        if length <= self.max_frame and len(held) < 9 + length:
-            return b""
-        data = bytes(held)
-        held.clear()
-        return data
-
-    def keep(self, data: bytes, pos: int) -> None:
-        if pos < len(data):
-            self._held += data[pos:]
-
-
-def read_frame(data: bytes, pos: int, max_frame: int) -> tuple[int, int, int, bytes, int] | None:
-    """The frame at ``pos``: ``(type, flags, stream id, payload, end)``, None while incomplete;
-    a payload over ``max_frame`` is a FRAME_SIZE_ERROR (§4.2), known from the header alone."""
-    if len(data) - pos < 9:
-        return None
-    high, low, ftype, flags, sid = unpack_frame_header(data, pos)
-    length = (high << 8) | low
-    if length > max_frame:
-        raise H2ConnectionError(ErrorCodes.FRAME_SIZE_ERROR, f"frame of {length} bytes")
-    end = pos + 9 + length
-    if end > len(data):
-        return None
-    return ftype, flags, sid & _STREAM_ID_MASK, data[pos + 9 : end], end
+        if held:
+            held += data
+            if len(held) < 9:
+                return []
+            length = (held[0] << 16) | (held[1] << 8) | held[2]
+            if length <= self.max_frame and len(held) < 9 + length:
+                return []
+            data = bytes(held)
+            held.clear()
+        out: list[tuple[int, int, int, bytes]] = []
+        pos = 0
+        size = len(data)
+        max_frame = self.max_frame
+        while (start := pos + 9) <= size:
+            high, low, ftype, flags, sid = _unpack_header(data, pos)
+            length = (high << 8) | low
+            if length > max_frame:
+                self.error = H2ConnectionError(
+                    ErrorCodes.FRAME_SIZE_ERROR, f"frame of {length} bytes"
+                )
+                return out
+            end = start + length
+            if end > size:
+                break
+            out.append((ftype, flags, sid & _STREAM_ID_MASK, data[start:end]))
+            pos = end
+        if pos < size:
+            held += data[pos:]
+        return out
 
 
 def unpad(payload: bytes) -> tuple[int, int]:

@@ -46,12 +46,12 @@ class Decoder:
 
     __slots__ = (
         "_blocks",
-        "_changes",
         "_huffman",
         "_size",
         "_table",
         "max_list",
         "max_table_size",
+        "table_changes",
     )
 
     def __init__(self, max_list: int, max_table_size: int = DEFAULT_TABLE_SIZE) -> None:
@@ -62,7 +62,9 @@ class Decoder:
         self._huffman: dict[bytes, bytes] = {}
         #: Blocks that left the table as it was → their fields, while the table stays so.
         self._blocks: dict[bytes, list[tuple[bytes, bytes]]] = {}
-        self._changes = 0  # moves with every change to the dynamic table (or its size)
+        #: Moves with every change to the dynamic table (or its size): a block decodes the
+        #: same while it holds.
+        self.table_changes = 0
 
     def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         """The fields of one complete block; the dynamic table is updated as the block says.
@@ -80,7 +82,7 @@ class Decoder:
             known = blocks.get(block)
             if known is not None:
                 return known
-        changes = self._changes
+        changes = self.table_changes
         out: list[tuple[bytes, bytes]] = []
         pos = 0
         end = len(block)
@@ -120,7 +122,7 @@ class Decoder:
                     ErrorCodes.ENHANCE_YOUR_CALM, f"decoded header list over {limit} bytes"
                 )
             out.append(field)
-        if changes == self._changes and type(block) is bytes:
+        if changes == self.table_changes and type(block) is bytes:
             if len(blocks) >= _BLOCKS_REMEMBERED:
                 blocks.clear()
             blocks[block] = out
@@ -176,7 +178,7 @@ class Decoder:
 
     def _changed(self) -> None:
         """The dynamic table changed: remembered blocks may read otherwise now."""
-        self._changes += 1
+        self.table_changes += 1
         self._blocks.clear()
 
     def _add(self, field: tuple[bytes, bytes]) -> None:
@@ -195,11 +197,6 @@ class Decoder:
         while self._size > room and table:
             name, value = table.pop()
             self._size -= len(name) + len(value) + _ENTRY_OVERHEAD
-
-    @property
-    def table_changes(self) -> int:
-        """A count of the dynamic table's changes: a block decodes the same while it holds."""
-        return self._changes
 
     @property
     def table_size(self) -> int:

@@ -165,9 +165,7 @@ class H2Session(Generic[_Stream]):
         if self.state is _DRAINING:
             self._draining()
         out = self._out
-        if not out:
-            return b""
-        data = out[0] if len(out) == 1 else b"".join(out)
+        data = b"".join(out)  # (one frame is handed back as it is, not copied)
         out.clear()
         return data
 
