@@ -30,7 +30,7 @@ from tests.support.raw_frames import frames_of
 
 def _next(state: StreamState, event: StreamEvent) -> StreamState | None:
     """The state ``event`` moves a client stream in ``state`` to, or None when refused."""
-    st = _Stream(1, 0.0, 1.0, b"", send=0, recv=0)
+    st = _Stream(1, 0.0, 1.0, b"", 0, 0)
     st.state = state
     try:
         return st.step(event)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from dataclasses import dataclass, field
 from typing import Final
 
 from h2.errors import ErrorCodes
@@ -149,41 +150,23 @@ _OPEN_CONNECTION = ConnectionState.OPEN
 _CLOSED_CONNECTION = ConnectionState.CLOSED
 
 
+@dataclass(slots=True, eq=False)
 class _Stream:
     """One request on the wire: its state, deadline, the body still to send, the response."""
 
-    __slots__ = (
-        "chunks",
-        "deadline",
-        "headers",
-        "length",
-        "offset",
-        "received",
-        "recv_window",
-        "send_window",
-        "sid",
-        "state",
-        "status",
-        "timeout",
-        "to_send",
-    )
-
-    def __init__(
-        self, sid: int, deadline: float, timeout: float, to_send: bytes, *, send: int, recv: int
-    ) -> None:
-        self.sid = sid
-        self.state = StreamState.OPEN
-        self.deadline = deadline
-        self.timeout = timeout
-        self.to_send = to_send  # the request body; sent up to ``offset``
-        self.offset = 0
-        self.send_window = send  # what the server lets us send on this stream
-        self.recv_window = recv  # what the server may still send on it
-        self.status = 0  # of the final response, once its HEADERS came
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.length = -1  # the response's content-length, if it has one
-        self.chunks: list[bytes] = []
-        self.received = 0
+    sid: int
+    deadline: float
+    timeout: float
+    to_send: bytes  # the request body; sent up to ``offset``
+    send_window: int  # what the server lets us send on this stream
+    recv_window: int  # what the server may still send on it
+    state: StreamState = StreamState.OPEN
+    offset: int = 0
+    status: int = 0  # of the final response, once its HEADERS came
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    length: int = -1  # the response's content-length, if it has one
+    chunks: list[bytes] = field(default_factory=list)
+    received: int = 0
 
     def step(self, event: StreamEvent) -> StreamState:
         """Move to the state :data:`_TRANSITIONS` gives for ``event``, and return it."""
@@ -301,7 +284,7 @@ class H2ClientSession(H2Session[_Stream]):
             block = _TABLE_SIZE_ZERO + block
         self._out += header_block_frames(sid, block, not body, self._peer.max_frame_size)
         window = self._peer.initial_window
-        st = _Stream(sid, now + timeout, timeout, body, send=window, recv=self._recv_initial)
+        st = _Stream(sid, now + timeout, timeout, body, window, self._recv_initial)
         streams[sid] = st
         if body:
             self._pump(st)

@@ -169,6 +169,7 @@ def header_fragment(flags: int, payload: bytes) -> tuple[bytes, int | None]:
     return fragment, dependency
 
 
+@dataclass(slots=True, eq=False)
 class HeaderBlock:
     """A header block begun by HEADERS without END_HEADERS and continued in CONTINUATION
     frames (§6.10); no other frame may come between them.
@@ -177,39 +178,26 @@ class HeaderBlock:
     past either the connection ends with ENHANCE_YOUR_CALM (CONTINUATION floods).
     """
 
-    __slots__ = (
-        "_continuations",
-        "_fragments",
-        "_frame_bytes",
-        "dependency",
-        "end_stream",
-        "sid",
-        "started",
-    )
-
-    def __init__(
-        self, sid: int, flags: int, payload_size: int, fragment: bytes, dependency: int | None
-    ) -> None:
-        self.sid = sid
-        self.end_stream = bool(flags & END_STREAM)
-        self.dependency = dependency  # from the HEADERS frame's priority fields
-        self._fragments = bytearray(fragment)
-        self._frame_bytes = payload_size  # the HEADERS payload, padding included
-        self._continuations = 0
-        self.started = 0.0  # when the HEADERS frame came (for the session's timer)
+    sid: int
+    end_stream: bool
+    dependency: int | None  # from the HEADERS frame's priority fields
+    started: float  # when the HEADERS frame came (for the session's timer)
+    frame_bytes: int  # the payloads so far, padding included
+    fragments: bytearray
+    continuations: int = 0
 
     def continue_with(
         self, flags: int, payload: bytes, max_bytes: int, max_continuations: int | None
     ) -> bytes | None:
         """Add a CONTINUATION frame's fragment; the whole block once END_HEADERS ends it."""
-        self._frame_bytes += len(payload)
-        self._continuations += 1
-        if self._frame_bytes > max_bytes:
+        self.frame_bytes += len(payload)
+        self.continuations += 1
+        if self.frame_bytes > max_bytes:
             raise H2ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, "header block too large")
-        if max_continuations is not None and self._continuations > max_continuations:
+        if max_continuations is not None and self.continuations > max_continuations:
             raise H2ConnectionError(ErrorCodes.ENHANCE_YOUR_CALM, "too many CONTINUATION frames")
-        self._fragments += payload
-        return bytes(self._fragments) if flags & END_HEADERS else None
+        self.fragments += payload
+        return bytes(self.fragments) if flags & END_HEADERS else None
 
 
 def header_block_frames(sid: int, block: bytes, end_stream: bool, max_frame: int) -> list[bytes]:

@@ -214,8 +214,10 @@ class H2Session(Generic[_Stream]):
         if flags & END_HEADERS:
             self._on_header_block(sid, bool(flags & END_STREAM), fragment, dependency)
             return
-        self._block = HeaderBlock(sid, flags, len(payload), fragment, dependency)
-        self._block.started = self._now
+        end_stream = bool(flags & END_STREAM)
+        self._block = HeaderBlock(
+            sid, end_stream, dependency, self._now, len(payload), bytearray(fragment)
+        )
 
     def _on_continuation(self, flags: int, sid: int, payload: bytes) -> None:
         block = self._block

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
+from dataclasses import dataclass, field
 from typing import Final
 
 from h2.errors import ErrorCodes
@@ -121,41 +122,24 @@ class StreamEnd(enum.Enum):
     RESET_RECEIVED = "by the peer's RST_STREAM: a frame is a stream error STREAM_CLOSED"
 
 
+@dataclass(slots=True, eq=False)
 class Stream:
     """What the session keeps per request stream, until both directions are done."""
 
-    __slots__ = (
-        "body",
-        "body_deadline",
-        "mode",
-        "out",
-        "out_off",
-        "owed",
-        "received",
-        "recv_window",
-        "request",
-        "reset_after_send",
-        "send_deadline",
-        "send_window",
-        "sid",
-        "state",
-    )
-
-    def __init__(self, sid: int, recv_window: int, send_window: int) -> None:
-        self.sid = sid
-        self.request: Request | None = None
-        self.mode = BodyMode.BUFFER
-        self.body = bytearray()
-        self.received = 0  # DATA payload bytes, checked against request.content_length
-        self.owed = 0  # flow-controlled bytes received whose stream window is not yet reopened
-        self.recv_window = recv_window  # what the peer may still send on this stream
-        self.send_window = send_window  # what we may still send (may go negative, §6.9.2)
-        self.state = StreamState.OPEN
-        self.out = b""  # the response body, sent up to out_off (while state.sending)
-        self.out_off = 0
-        self.reset_after_send: ErrorCodes | None = None
-        self.body_deadline: float | None = None
-        self.send_deadline: float | None = None
+    sid: int
+    recv_window: int  # what the peer may still send on this stream
+    send_window: int  # what we may still send (may go negative, §6.9.2)
+    state: StreamState = StreamState.OPEN
+    request: Request | None = None
+    mode: BodyMode = BodyMode.BUFFER
+    body: bytearray = field(default_factory=bytearray)
+    received: int = 0  # DATA payload bytes, checked against request.content_length
+    owed: int = 0  # flow-controlled bytes received whose stream window is not yet reopened
+    out: bytes = b""  # the response body, sent up to out_off (while state.sending)
+    out_off: int = 0
+    reset_after_send: ErrorCodes | None = None
+    body_deadline: float | None = None
+    send_deadline: float | None = None
 
     def step(self, event: StreamEvent) -> StreamState:
         """Move to the state :data:`_TRANSITIONS` gives for ``event``, and return it."""
