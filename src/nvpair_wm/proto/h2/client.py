@@ -186,8 +186,6 @@ class H2ClientSession(H2Session[_Stream]):
         "_authority",
         "_blocks",
         "_events",
-        "_first_block",
-        "_goaway_last",
         "_goaway_sent",
         "_max_response",
         "_next_sid",
@@ -220,12 +218,10 @@ class H2ClientSession(H2Session[_Stream]):
         self._recv = ConnectionWindow(self._out, window)  # opened to ``window`` at once
         self._events: list[ClientEvent] = []  # what the frames being read made happen
         self._blocks: dict[str, bytes] = {}  # path → the request's fixed header fields
-        self._first_block = True
         self._next_sid = 1
         self._sending: dict[int, _Stream] = {}  # streams whose body waits for window, oldest 1st
         self._pings: dict[int, tuple[float, float]] = {}  # id → (deadline, timeout)
         self._ping_count = 0
-        self._goaway_last: int | None = None
         self._goaway_sent = False
         self.ended: str | None = None  # why the session is over, once it is (CLOSED)
 
@@ -279,8 +275,7 @@ class H2ClientSession(H2Session[_Stream]):
             fixed = self._fixed_block(path)
         length = b"%d" % len(body)
         block = fixed + _CONTENT_LENGTH_LITERAL + bytes((len(length),)) + length
-        if self._first_block:
-            self._first_block = False
+        if sid == 1:  # our first header block
             block = _TABLE_SIZE_ZERO + block
         self._out += header_block_frames(sid, block, not body, self._peer.max_frame_size)
         window = self._peer.initial_window
@@ -500,8 +495,6 @@ class H2ClientSession(H2Session[_Stream]):
         last = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
         code = int.from_bytes(payload[4:8], "big")
         self._move(ConnectionEvent.GOAWAY)
-        if self._goaway_last is None or last < self._goaway_last:
-            self._goaway_last = last
         for refused in [s for s in self._streams if s > last]:
             self._fail(refused, StreamRefused(f"stream {refused} refused by GOAWAY"))
         if code != ErrorCodes.NO_ERROR:

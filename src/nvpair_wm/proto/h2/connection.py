@@ -29,6 +29,7 @@ and closes.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 
@@ -88,8 +89,6 @@ DISCARD_PAST_LIMIT_BYTES = 64 * 1024
 
 _CLOSED_MEMORY = 1024  # closed stream ids remembered for the §5.1 rules
 _PARSED_REMEMBERED = 16  # requests parsed from header lists the decoder remembered
-#: status → (the HEADERS frame header up to its stream id, the block) of a bare response.
-_BARE_HEADERS: dict[int, tuple[bytes, bytes]] = {}
 # The stream events and states the per-request path names, looked up once (an attribute of an
 # Enum class is looked up in Python code).
 _RECV_END_STREAM = StreamEvent.RECV_END_STREAM
@@ -117,10 +116,8 @@ class H2ServerSession(H2Session[Stream]):
         "_limits",
         "_max_body",
         "_parsed",
-        "_parsed_table",
         "_preface_left",
         "_recv_initial",
-        "_settings_acked",
         "_started",
         "_windows",
         "peer_fingerprint",
@@ -155,10 +152,8 @@ class H2ServerSession(H2Session[Stream]):
         self._budgets = FloodBudgets(limits)
         # Until the peer acknowledges our SETTINGS it may assume the default window.
         self._recv_initial = max(DEFAULT_WINDOW, limits.h2_initial_window_size)
-        self._settings_acked = False
         self._closed: dict[int, StreamEnd] = {}  # stream id → how it closed (bounded, oldest out)
-        self._parsed: dict[bytes, Request] = {}  # header block → its Request: see _parse
-        self._parsed_table = 0  # the decoder's table_changes when _parsed was filled
+        self._parsed: dict[tuple[int, bytes], Request] = {}  # see _parse
         self._highest = 0  # the highest stream id the peer opened
         self._started = now
         self._idle_since = now
@@ -273,19 +268,16 @@ class H2ServerSession(H2Session[Stream]):
         for st in list(self._streams.values()):
             if st.body_deadline is not None and now >= st.body_deadline:
                 st.body_deadline = None
-                self._body_timed_out(st)
+                if st.state is not StreamState.OPEN:  # answered already
+                    self._end_discard(st)
+                else:
+                    log.debug("HTTP/2 stream %d: request body too slow: 408", st.sid)
+                    self._release_body(st)
+                    st.mode = BodyMode.DISCARD
+                    self._respond(st, request_timeout(), reset_after=ErrorCodes.NO_ERROR)
             if st.send_deadline is not None and now >= st.send_deadline:
                 log.debug("HTTP/2 stream %d: peer's window stayed closed", st.sid)
                 self._reset(st, ErrorCodes.CANCEL)
-
-    def _body_timed_out(self, st: Stream) -> None:
-        if st.state is StreamState.OPEN:  # no answer yet
-            log.debug("HTTP/2 stream %d: request body too slow: 408", st.sid)
-            self._release_body(st)
-            st.mode = BodyMode.DISCARD
-            self._respond(st, request_timeout(), reset_after=ErrorCodes.NO_ERROR)
-        else:
-            self._end_discard(st)
 
     # -- receiving: frames --------------------------------------------------------------------
 
@@ -544,21 +536,19 @@ class H2ServerSession(H2Session[Stream]):
             return error_response(500, "internal error")
 
     def _parse(self, block: bytes, fields: list[tuple[bytes, bytes]]) -> Request | Response | str:
-        """:func:`parse_request` of ``fields``, decoded from ``block``; remembered by block
-        while the decoder's table does not change (the same block then decodes the same
-        fields): a Request is only read, never changed, so streams may share it."""
-        table = self._decoder.table_changes
-        if table != self._parsed_table:
-            self._parsed.clear()
-            self._parsed_table = table
-        known = self._parsed.get(block)
+        """:func:`parse_request` of ``fields``, decoded from ``block``; remembered by the block
+        and the decoder's table_changes (the same block decodes the same fields while the
+        table stays as it was): a Request is only read, never changed, so streams may share it.
+        """
+        key = (self._decoder.table_changes, block)
+        known = self._parsed.get(key)
         if known is not None:
             return known
         parsed = parse_request(fields, self._limits.max_header_bytes, self.peer_fingerprint)
         if isinstance(parsed, Request):
             if len(self._parsed) >= _PARSED_REMEMBERED:
                 self._parsed.clear()
-            self._parsed[block] = parsed
+            self._parsed[key] = parsed
         return parsed
 
     def _on_trailers(self, st: Stream, end_stream: bool, fields: list[tuple[bytes, bytes]]) -> None:
@@ -572,13 +562,12 @@ class H2ServerSession(H2Session[Stream]):
             self._on_end(st)
 
     def _acked(self) -> None:
-        if not self._settings_acked:  # our window applies from now on (§6.5.3)
-            self._settings_acked = True
-            ours = self._limits.h2_initial_window_size
-            delta = ours - self._recv_initial
-            self._recv_initial = ours
-            for st in self._streams.values():
-                st.recv_window += delta
+        """Our window applies from now on (§6.5.3); a later ACK changes nothing."""
+        ours = self._limits.h2_initial_window_size
+        delta = ours - self._recv_initial
+        self._recv_initial = ours
+        for st in self._streams.values():
+            st.recv_window += delta
 
     def _known(self, sid: int, what: str) -> Stream | None:
         if sid > self._highest or not sid & 1:  # even: a stream only a server opens
@@ -695,7 +684,7 @@ class H2ServerSession(H2Session[Stream]):
 
     def _send_bare(self, sid: int, status: int) -> None:
         """HEADERS with END_STREAM for a response without fields or body, from a cache."""
-        prefix, block = _BARE_HEADERS.get(status) or _bare_headers(status)
+        prefix, block = _bare_headers(status)
         self._out.append(prefix + sid.to_bytes(4, "big") + block)
 
     def _answer_early(self, st: Stream, response: Response | None) -> None:
@@ -786,10 +775,9 @@ class H2ServerSession(H2Session[Stream]):
         self._move(ConnectionEvent.END)
 
 
+@functools.lru_cache(maxsize=64)
 def _bare_headers(status: int) -> tuple[bytes, bytes]:
-    """(the HEADERS frame header up to its stream id, the block) of a bare response, cached."""
+    """(the HEADERS frame header up to its stream id, the block) of a bare response."""
     headers, _ = response_fields(Response(status, []), False)
     block = encode_fields(tuple(headers))
-    head = frame_header(len(block), HEADERS, END_STREAM | END_HEADERS, 0)
-    cached = _BARE_HEADERS[status] = (head[:5], block)
-    return cached
+    return frame_header(len(block), HEADERS, END_STREAM | END_HEADERS, 0)[:5], block

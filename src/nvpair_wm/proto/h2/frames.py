@@ -54,11 +54,6 @@ class FrameRule:
     min_length: int = 0
     length_is_stream_error: bool = False
 
-    @property
-    def handler(self) -> str:
-        """The name of the sessions' method for the frame: ``_on_`` and the type in lowercase."""
-        return f"_on_{self.name.lower()}"
-
 
 FRAME_RULES: Final[dict[int, FrameRule]] = {
     DATA: FrameRule("DATA", On.STREAM),  # §6.1

@@ -150,9 +150,9 @@ class H2Session(Generic[_Stream]):
         self._streams: dict[int, _Stream] = {}
         self._block: HeaderBlock | None = None  # a header block awaiting CONTINUATION frames
         self.state = ConnectionState.OPEN
-        #: Frame type → its handler (see FRAME_RULES), once the rules of _dispatch held.
+        #: Frame type → its handler, ``_on_`` and the type's name in lowercase.
         self._handlers: dict[int, Callable[[int, int, bytes], None]] = {
-            ftype: getattr(self, rule.handler) for ftype, rule in FRAME_RULES.items()
+            ftype: getattr(self, f"_on_{rule.name.lower()}") for ftype, rule in FRAME_RULES.items()
         }
 
     def data_to_send(self) -> bytes:
