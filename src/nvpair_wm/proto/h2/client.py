@@ -3,11 +3,8 @@
 The broadcaster's requests are all one shape (``POST`` of a JSON batch to a pinned peer), so
 the client is written for that shape: per request one dict insert, one header block built from
 cached bytes, the DATA frames the windows allow; per response one HPACK decode and one
-``Response``. What it shares with the server is
-:class:`~nvpair_wm.proto.h2.session.H2Session`. The driver starts requests and PINGs, feeds
-what the peer sends (``b""`` at EOF), writes :meth:`~H2ClientSession.data_to_send`, arms one
-timer at :meth:`~H2ClientSession.next_deadline`, and acts on the
-:mod:`~nvpair_wm.proto.exchanges` events these return.
+``Response``. What it shares with the server is :class:`~nvpair_wm.proto.h2.session.H2Session`;
+the driver uses it as a :class:`~nvpair_wm.proto.sessions.ClientSession`.
 
 * Request headers: the fixed fields are encoded once per connection (per path), never
   indexed (no encoder state to keep in step with the server's SETTINGS_HEADER_TABLE_SIZE: the

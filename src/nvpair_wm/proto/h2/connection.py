@@ -21,10 +21,7 @@ pieces are listed in :mod:`nvpair_wm.proto.h2`. Its rules beyond theirs:
 * Graceful shutdown (:meth:`H2ServerSession.shutdown`): GOAWAY NO_ERROR with the last stream
   id, in-flight streams finish, newer ones are refused, then a final GOAWAY.
 
-The driver feeds :meth:`~H2ServerSession.receive_data` (``b""`` = EOF), writes
-:meth:`~H2ServerSession.data_to_send`, arms one timer at :meth:`~H2ServerSession.next_deadline`
-and calls :meth:`~H2ServerSession.handle_timeout`; once :attr:`~H2ServerSession.closed` it flushes
-and closes.
+The driver uses it as a :class:`~nvpair_wm.proto.sessions.ServerSession`.
 """
 
 from __future__ import annotations
@@ -354,14 +351,8 @@ class H2ServerSession(H2Session[Stream]):
             (ftype == HEADERS and sid > self._highest)
             or (ftype == DATA and (payload or flags & END_STREAM) and sid in self._streams)
         ):
-            self._budgets.account(
-                ftype,
-                flags,
-                len(payload),
-                self._now,
-                tracked=ftype == DATA and sid in self._streams,
-                waiting_for_window=ftype == WINDOW_UPDATE and self._waiting_for_window(sid),
-            )
+            waiting = ftype == WINDOW_UPDATE and self._waiting_for_window(sid)
+            self._budgets.account(ftype, self._now, waiting_for_window=waiting)
         self._dispatch(ftype, flags, sid, payload)  # (an unknown type counted in the budgets)
 
     def _on_goaway(self, flags: int, sid: int, payload: bytes) -> None:
@@ -481,12 +472,10 @@ class H2ServerSession(H2Session[Stream]):
         """A new stream's whole request in one read, no other stream open: its header block
         (END_HEADERS; no priority, padding or END_STREAM) and the DATA frame that ends it (no
         padding). True if both frames were handled here, False if only the header block was.
-
         Served without a :class:`Stream` when nothing needs one (a body that matches its
         content-length and fits the limits and windows owing no stream WINDOW_UPDATE, no early
         answer, a bare answer such as 202), with the general path's frames, handler calls and
-        state; every other case goes on on the general path from where they part.
-        """
+        state; every other case goes on on the general path from where they part."""
         fields = self._decoder.decode(block)
         if self.state is not _OPEN_CONNECTION or self._limits.h2_max_concurrent_streams < 1:
             self._on_fields(sid, False, block, fields)
