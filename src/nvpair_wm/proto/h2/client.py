@@ -371,11 +371,9 @@ class H2ClientSession(H2Session[_Stream]):
         raise _error(why, code)
 
     def _on_ping(self, flags: int, sid: int, payload: bytes) -> None:
-        if not flags & ACK:
-            self._out.append(frame(PING, ACK, 0, payload))
-            return
+        H2Session._on_ping(self, flags, sid, payload)  # the server's PING is answered there
         pid = int.from_bytes(payload, "big")
-        if self._pings.pop(pid, None) is not None:
+        if flags & ACK and self._pings.pop(pid, None) is not None:
             self._events.append(PingAnswered(pid))
 
     def _on_priority(self, flags: int, sid: int, payload: bytes) -> None:
@@ -402,7 +400,6 @@ class H2ClientSession(H2Session[_Stream]):
     def _on_header_block(
         self, sid: int, end_stream: bool, block: bytes, dependency: int | None
     ) -> None:
-        # Decoded whatever becomes of the stream: the dynamic table must follow every block.
         fields = self._decoder.decode(block)
         st = self._known(sid, "HEADERS")
         if st is None:

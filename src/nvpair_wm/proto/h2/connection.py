@@ -396,7 +396,6 @@ class H2ServerSession(H2Session[Stream]):
     def _on_header_block(
         self, sid: int, end_stream: bool, block: bytes, dependency: int | None
     ) -> None:
-        # Decoded whatever becomes of the stream: the dynamic table must follow every block.
         fields = self._decoder.decode(block)
         self._on_fields(sid, end_stream, block, fields, self_dependent=dependency == sid)
 
