@@ -300,15 +300,11 @@ class H2ServerSession(H2Session[Stream]):
                 and sid & 1
             ):  # a whole header block opening a new stream
                 if not flags & END_STREAM and not streams and i < count:
-                    # With the DATA frame that ends the stream (no padding) next in this read:
-                    # a whole request, the way Go, curl and our own client send it.
-                    dtype, dflags, dsid, body = frames[i]
-                    if (
-                        dtype == DATA
-                        and dflags & (END_STREAM | PADDED) == END_STREAM
-                        and dsid == sid
-                    ):
-                        if self._whole_request(sid, payload, body):
+                    # With the DATA frame that ends the stream (END_STREAM its only flag) next
+                    # in this read: a whole request, the way Go, curl and our own client send it.
+                    ending = frames[i]
+                    if ending[:3] == (DATA, END_STREAM, sid):
+                        if self._whole_request(sid, payload, ending[3]):
                             i += 1  # its DATA frame too (else the loop reads it next)
                         if self.state is closed:
                             return
@@ -469,8 +465,9 @@ class H2ServerSession(H2Session[Stream]):
 
     def _whole_request(self, sid: int, block: bytes, body: bytes) -> bool:
         """A new stream's whole request in one read, no other stream open: its header block
-        (END_HEADERS; no priority, padding or END_STREAM) and the DATA frame that ends it (no
-        padding). True if both frames were handled here, False if only the header block was.
+        (END_HEADERS; no priority, padding or END_STREAM) and the DATA frame that ends it
+        (END_STREAM only). True if both frames were handled here, False if only the header
+        block was.
         Served without a :class:`Stream` when nothing needs one (a body that matches its
         content-length and fits the limits and windows owing no stream WINDOW_UPDATE, no early
         answer, a bare answer such as 202), with the general path's frames, handler calls and
