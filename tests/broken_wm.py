@@ -10,7 +10,6 @@ vectors that must catch each one.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -260,9 +259,10 @@ def _bare_answers_without_versions() -> None:
         block = hpack.encode_fields(tuple(f for f in fields if f not in RESPONSE_FIELDS))
         flags = frames.END_STREAM | frames.END_HEADERS
         head = frames.frame_header(len(block), frames.HEADERS, flags, 0)
-        return head[:5], block
+        cached = connection._BARE_HEADERS[status] = (head[:5], block)
+        return cached
 
-    connection._bare_headers = functools.lru_cache(maxsize=64)(broken)
+    connection._bare_headers = broken
 
 
 MODES: dict[str, Callable[[], None]] = {

@@ -15,7 +15,6 @@ from nvpair_wm.http.core import Limits
 from nvpair_wm.proto.h2.frames import (
     CONTINUATION,
     DATA,
-    END_STREAM,
     PING,
     PRIORITY,
     RST_STREAM,
@@ -56,30 +55,16 @@ class FloodBudgets:
         self.control = Rate(window, limits.h2_max_control_frames_per_window)
         self.refused = Rate(window, limits.h2_max_refused_per_window)
 
-    def account(
-        self,
-        ftype: int,
-        flags: int,
-        length: int,
-        now: float,
-        *,
-        tracked: bool,
-        waiting_for_window: bool,
-    ) -> None:
-        """Count one inbound frame (from its header); ENHANCE_YOUR_CALM once a budget is spent.
-
-        ``tracked``: the frame's stream is one the session still serves; ``waiting_for_window``:
-        a response waits for window there.
-        """
+    def account(self, ftype: int, now: float, *, waiting_for_window: bool) -> None:
+        """Count one inbound frame that is not a request's own (the session counts no HEADERS
+        opening a stream and no DATA that moves bytes or ends an open stream): so DATA here
+        moves nothing or is for a stream no longer tracked. ``waiting_for_window``: a response
+        waits for window on the frame's stream. ENHANCE_YOUR_CALM once a budget is spent."""
         if ftype == RST_STREAM:
             self.reset(now)
             return
-        if ftype in (SETTINGS, PING, PRIORITY) or ftype > CONTINUATION:
+        if ftype in (SETTINGS, PING, PRIORITY, DATA) or ftype > CONTINUATION:
             control = True
-        elif ftype == DATA:
-            # Empty DATA moves nothing; DATA for a stream no longer tracked (reset, refused,
-            # finished) is dropped or answered with RST_STREAM.
-            control = (length == 0 and not flags & END_STREAM) or not tracked
         elif ftype == WINDOW_UPDATE:
             control = not waiting_for_window
         else:

@@ -3,11 +3,8 @@
 The broadcaster's requests are all one shape (``POST`` of a JSON batch to a pinned peer), so
 the client is written for that shape: per request one dict insert, one header block built from
 cached bytes, the DATA frames the windows allow; per response one HPACK decode and one
-``Response``. What it shares with the server is
-:class:`~nvpair_wm.proto.h2.session.H2Session`. The driver starts requests and PINGs, feeds
-what the peer sends (``b""`` at EOF), writes :meth:`~H2ClientSession.data_to_send`, arms one
-timer at :meth:`~H2ClientSession.next_deadline`, and acts on the
-:mod:`~nvpair_wm.proto.exchanges` events these return.
+``Response``. What it shares with the server is :class:`~nvpair_wm.proto.h2.session.H2Session`;
+the driver uses it as a :class:`~nvpair_wm.proto.sessions.ClientSession`.
 
 * Request headers: the fixed fields are encoded once per connection (per path), never
   indexed (no encoder state to keep in step with the server's SETTINGS_HEADER_TABLE_SIZE: the
@@ -374,11 +371,9 @@ class H2ClientSession(H2Session[_Stream]):
         raise _error(why, code)
 
     def _on_ping(self, flags: int, sid: int, payload: bytes) -> None:
-        if not flags & ACK:
-            self._out.append(frame(PING, ACK, 0, payload))
-            return
+        H2Session._on_ping(self, flags, sid, payload)  # the server's PING is answered there
         pid = int.from_bytes(payload, "big")
-        if self._pings.pop(pid, None) is not None:
+        if flags & ACK and self._pings.pop(pid, None) is not None:
             self._events.append(PingAnswered(pid))
 
     def _on_priority(self, flags: int, sid: int, payload: bytes) -> None:
@@ -405,7 +400,6 @@ class H2ClientSession(H2Session[_Stream]):
     def _on_header_block(
         self, sid: int, end_stream: bool, block: bytes, dependency: int | None
     ) -> None:
-        # Decoded whatever becomes of the stream: the dynamic table must follow every block.
         fields = self._decoder.decode(block)
         st = self._known(sid, "HEADERS")
         if st is None:

@@ -21,17 +21,12 @@ pieces are listed in :mod:`nvpair_wm.proto.h2`. Its rules beyond theirs:
 * Graceful shutdown (:meth:`H2ServerSession.shutdown`): GOAWAY NO_ERROR with the last stream
   id, in-flight streams finish, newer ones are refused, then a final GOAWAY.
 
-The driver feeds :meth:`~H2ServerSession.receive_data` (``b""`` = EOF), writes
-:meth:`~H2ServerSession.data_to_send`, arms one timer at :meth:`~H2ServerSession.next_deadline`
-and calls :meth:`~H2ServerSession.handle_timeout`; once :attr:`~H2ServerSession.closed` it flushes
-and closes.
+The driver uses it as a :class:`~nvpair_wm.proto.sessions.ServerSession`.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable
 
 from h2.errors import ErrorCodes
 
@@ -89,6 +84,7 @@ DISCARD_PAST_LIMIT_BYTES = 64 * 1024
 
 _CLOSED_MEMORY = 1024  # closed stream ids remembered for the §5.1 rules
 _PARSED_REMEMBERED = 16  # requests parsed from header lists the decoder remembered
+_BARE_HEADERS: dict[int, tuple[bytes, bytes]] = {}  # _bare_headers' (cheaper than an lru_cache)
 # The stream events and states the per-request path names, looked up once (an attribute of an
 # Enum class is looked up in Python code).
 _RECV_END_STREAM = StreamEvent.RECV_END_STREAM
@@ -303,14 +299,10 @@ class H2ServerSession(H2Session[Stream]):
                 and sid & 1
             ):  # a whole header block opening a new stream
                 if not flags & END_STREAM and not streams and i < count:
-                    # With the DATA frame that ends the stream (no padding) next in this read:
-                    # a whole request, the way Go, curl and our own client send it.
+                    # With the DATA frame that ends the stream (END_STREAM its only flag) next
+                    # in this read: a whole request, the way Go, curl and our own client send it.
                     dtype, dflags, dsid, body = frames[i]
-                    if (
-                        dtype == DATA
-                        and dflags & (END_STREAM | PADDED) == END_STREAM
-                        and dsid == sid
-                    ):
+                    if dtype == DATA and dflags == END_STREAM and dsid == sid:
                         if self._whole_request(sid, payload, body):
                             i += 1  # its DATA frame too (else the loop reads it next)
                         if self.state is closed:
@@ -354,14 +346,8 @@ class H2ServerSession(H2Session[Stream]):
             (ftype == HEADERS and sid > self._highest)
             or (ftype == DATA and (payload or flags & END_STREAM) and sid in self._streams)
         ):
-            self._budgets.account(
-                ftype,
-                flags,
-                len(payload),
-                self._now,
-                tracked=ftype == DATA and sid in self._streams,
-                waiting_for_window=ftype == WINDOW_UPDATE and self._waiting_for_window(sid),
-            )
+            waiting = ftype == WINDOW_UPDATE and self._waiting_for_window(sid)
+            self._budgets.account(ftype, self._now, waiting_for_window=waiting)
         self._dispatch(ftype, flags, sid, payload)  # (an unknown type counted in the budgets)
 
     def _on_goaway(self, flags: int, sid: int, payload: bytes) -> None:
@@ -405,7 +391,6 @@ class H2ServerSession(H2Session[Stream]):
     def _on_header_block(
         self, sid: int, end_stream: bool, block: bytes, dependency: int | None
     ) -> None:
-        # Decoded whatever becomes of the stream: the dynamic table must follow every block.
         fields = self._decoder.decode(block)
         self._on_fields(sid, end_stream, block, fields, self_dependent=dependency == sid)
 
@@ -452,7 +437,7 @@ class H2ServerSession(H2Session[Stream]):
         self.requests += 1
         early = None
         if isinstance(parsed, Request):
-            early = self._call(self._handler.head, parsed)
+            early = self._head(parsed)
             if early is None and (parsed.content_length or 0) > self._max_body:
                 early = too_large(self._max_body)
         self._open(sid, parsed, early, end_stream)
@@ -479,14 +464,13 @@ class H2ServerSession(H2Session[Stream]):
 
     def _whole_request(self, sid: int, block: bytes, body: bytes) -> bool:
         """A new stream's whole request in one read, no other stream open: its header block
-        (END_HEADERS; no priority, padding or END_STREAM) and the DATA frame that ends it (no
-        padding). True if both frames were handled here, False if only the header block was.
-
+        (END_HEADERS; no priority, padding or END_STREAM) and the DATA frame that ends it
+        (END_STREAM only). True if both frames were handled here, False if only the header
+        block was.
         Served without a :class:`Stream` when nothing needs one (a body that matches its
         content-length and fits the limits and windows owing no stream WINDOW_UPDATE, no early
         answer, a bare answer such as 202), with the general path's frames, handler calls and
-        state; every other case goes on on the general path from where they part.
-        """
+        state; every other case goes on on the general path from where they part."""
         fields = self._decoder.decode(block)
         if self.state is not _OPEN_CONNECTION or self._limits.h2_max_concurrent_streams < 1:
             self._on_fields(sid, False, block, fields)
@@ -505,13 +489,13 @@ class H2ServerSession(H2Session[Stream]):
             return False
         self._highest = sid
         self.requests += 1
-        early = self._call(self._handler.head, parsed)
+        early = self._head(parsed)
         if early is not None:  # the general path from here: the stream is needed
             self._open(sid, parsed, early, False)
             return False
         if flow:
             windows.consume(flow)
-        response = self._call(self._handler.complete, parsed, body)
+        response = self._complete(parsed, body)
         if response is None or response.headers or response.body:
             # The stream as the general path has it at _on_end's _respond.
             st = Stream(sid, self._recv_initial - flow, self._peer.initial_window)
@@ -526,12 +510,20 @@ class H2ServerSession(H2Session[Stream]):
         self._idle_since = self._now
         return True
 
-    def _call(self, method: Callable[..., Response | None], *args: object) -> Response | None:
-        """The handler's ``head`` or ``complete``; a crash in it is OUR bug, answered 500
-        (never blamed on the peer)."""
+    def _head(self, request: Request) -> Response | None:
+        """The handler's ``head``; a crash in it is OUR bug, answered 500 (never blamed on
+        the peer). (One method per handler call: a bound method passed on costs more.)"""
         try:
-            return method(*args)
+            return self._handler.head(request)
         except Exception:  # any handler bug: logged as ours, answered 500
+            log.exception("HTTP/2 handler failed")
+            return error_response(500, "internal error")
+
+    def _complete(self, request: Request, body: bytes) -> Response | None:
+        """The handler's ``complete``, as :meth:`_head`."""
+        try:
+            return self._handler.complete(request, body)
+        except Exception:
             log.exception("HTTP/2 handler failed")
             return error_response(500, "internal error")
 
@@ -639,7 +631,7 @@ class H2ServerSession(H2Session[Stream]):
             streams = self._streams
             if len(streams) > 1 or st.sid not in streams:  # else nothing to settle
                 self._windows.settle(streams.values())
-            self._respond(st, self._call(self._handler.complete, request, body))
+            self._respond(st, self._complete(request, body))
             return
         if state is _CLOSED:  # the response was out already
             self._drop(st, StreamEnd.ENDED)
@@ -684,7 +676,7 @@ class H2ServerSession(H2Session[Stream]):
 
     def _send_bare(self, sid: int, status: int) -> None:
         """HEADERS with END_STREAM for a response without fields or body, from a cache."""
-        prefix, block = _bare_headers(status)
+        prefix, block = _BARE_HEADERS.get(status) or _bare_headers(status)
         self._out.append(prefix + sid.to_bytes(4, "big") + block)
 
     def _answer_early(self, st: Stream, response: Response | None) -> None:
@@ -775,9 +767,10 @@ class H2ServerSession(H2Session[Stream]):
         self._move(ConnectionEvent.END)
 
 
-@functools.lru_cache(maxsize=64)
 def _bare_headers(status: int) -> tuple[bytes, bytes]:
-    """(the HEADERS frame header up to its stream id, the block) of a bare response."""
+    """(the HEADERS frame header up to its stream id, the block) of a bare response, cached."""
     headers, _ = response_fields(Response(status, []), False)
     block = encode_fields(tuple(headers))
-    return frame_header(len(block), HEADERS, END_STREAM | END_HEADERS, 0)[:5], block
+    head = frame_header(len(block), HEADERS, END_STREAM | END_HEADERS, 0)
+    cached = _BARE_HEADERS[status] = (head[:5], block)
+    return cached

@@ -6,11 +6,8 @@ are decoded by the ``hpack`` package's table walker, behind a small cache keyed 
 bytes: clients re-send the same values (Go re-encodes ``content-length`` and friends), so a
 repeated value costs one dict lookup.
 
-The encoder never indexes (literal without indexing, static-table names), so it has no
-dynamic table and no state to keep in step with the peer's SETTINGS_HEADER_TABLE_SIZE; the
-server's blocks of repeated responses (``:status 202`` + ``content-length 0``, ...) come from a
-cache, and the client encodes its request's fixed fields once per connection
-(:func:`encode_field`).
+The encoder never indexes (literals without indexing, static-table names): it has no dynamic
+table, so no state to keep in step with the peer's SETTINGS_HEADER_TABLE_SIZE.
 """
 
 from __future__ import annotations

@@ -177,6 +177,8 @@ class H2Session(Generic[_Stream]):
     def _on_header_block(
         self, sid: int, end_stream: bool, block: bytes, dependency: int | None
     ) -> None:
+        """A whole header block: decoded whatever becomes of its stream (the decoder's dynamic
+        table must follow every block)."""
         raise NotImplementedError
 
     def _known(self, sid: int, what: str) -> _Stream | None:

@@ -3,7 +3,6 @@
 :class:`PeerSettings` serves both sessions: the initial stream send window, the largest frame
 the peer may be sent, its stream limit (the client's concern: the server never pushes). The
 peer's header table size does not matter (our encoder never uses the dynamic table).
-:func:`server_settings_frame` is the server's preface; the client builds its own.
 """
 
 from __future__ import annotations

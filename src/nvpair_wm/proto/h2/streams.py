@@ -84,9 +84,7 @@ class StreamState(enum.Enum):
         self.request_whole = request_whole  # the peer ended the request
         self.sending = sending  # the response started, its body waits for the peer's windows
 
-    # Members are singletons: hashed by identity, the table lookups below stay in C (Enum's
-    # own __hash__ is Python code).
-    __hash__ = object.__hash__
+    __hash__ = object.__hash__  # identity: table lookups stay in C (Enum's is Python code)
 
 
 class StreamEvent(enum.Enum):
