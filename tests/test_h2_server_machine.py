@@ -37,6 +37,7 @@ from tests.support.raw_frames import (
     frames_of,
     raw,
 )
+from tests.support.transitions import StepTrace, reachable
 
 FP = "ab" * 32
 
@@ -644,15 +645,7 @@ def test_stream_transition_table_is_rfc_9113_server_side() -> None:
     """§5.1 from the server's side: the peer's END_STREAM once, our response started at most
     once and ended once, in either order; CLOSED only when both ends are done."""
     S, E = StreamState, StreamEvent
-    reached, todo = {S.OPEN}, [S.OPEN]
-    while todo:
-        state = todo.pop()
-        for event in E:
-            after = _next(state, event)
-            if after is not None and after not in reached:
-                reached.add(after)
-                todo.append(after)
-    assert reached == set(S)  # every state is reachable from a new stream
+    assert reachable(S.OPEN, E, _next) == set(S)  # every state is reachable from a new stream
     for state in S:
         assert (_next(state, E.RECV_END_STREAM) is None) == state.request_whole
         responded = state.sending or state in (S.HALF_CLOSED_LOCAL, S.CLOSED)
@@ -670,22 +663,6 @@ def test_stream_transition_table_is_rfc_9113_server_side() -> None:
     assert [e for e in E if _next(S.CLOSED, e) is not None] == []
 
 
-class _Trace:
-    """Every transition the session's streams take: (stream id, from, event, to)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.steps: list[tuple[int, StreamState, StreamEvent, StreamState]] = []
-        step = Stream.step
-
-        def traced(st: Stream, event: StreamEvent) -> StreamState:
-            before = st.state
-            after = step(st, event)
-            self.steps.append((st.sid, before, event, after))
-            return after
-
-        monkeypatch.setattr(Stream, "step", traced)
-
-
 def test_stream_states_of_a_response_waiting_for_the_window(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -693,7 +670,7 @@ def test_stream_states_of_a_response_waiting_for_the_window(
         def complete(self, req: Request, body: bytes) -> Response:
             return Response(200, [], b"z" * 10)
 
-    trace = _Trace(monkeypatch)
+    trace = StepTrace(monkeypatch, Stream)
     S, E = StreamState, StreamEvent
     p = Peer()
     p.session = H2ServerSession(Big(), Limits(), FP, 0.0)
@@ -711,7 +688,7 @@ def test_stream_states_of_a_response_waiting_for_the_window(
 def test_stream_states_of_an_early_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """413 before the body (its content-length is over the limit): our response first, the
     body read and dropped, then the peer's END_STREAM closes the stream."""
-    trace = _Trace(monkeypatch)
+    trace = StepTrace(monkeypatch, Stream)
     S, E = StreamState, StreamEvent
     p = Peer()
     over = str(p.handler.max_body + 1)

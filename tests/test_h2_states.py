@@ -5,8 +5,6 @@ and the states the sessions walk through on the wire. (The server's stream table
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pytest
 from h2.errors import ErrorCodes
 from hyperframe.frame import GoAwayFrame, RstStreamFrame
@@ -24,6 +22,7 @@ from nvpair_wm.proto.h2.session import (
 from tests.support.client_sessions import PATH, connected, responses
 from tests.support.handlers import Recorder
 from tests.support.raw_frames import frames_of
+from tests.support.transitions import StepTrace, reachable
 
 # -- the client's streams ------------------------------------------------------------------------
 
@@ -43,15 +42,7 @@ def test_client_stream_transition_table_is_rfc_9113_client_side() -> None:
     """§5.1 from the client's side: our END_STREAM once, the final response's HEADERS once,
     its END_STREAM once and only after them; CLOSED is where the response ended."""
     S, E = StreamState, StreamEvent
-    reached, todo = {S.OPEN}, [S.OPEN]
-    while todo:
-        state = todo.pop()
-        for event in E:
-            after = _next(state, event)
-            if after is not None and after not in reached:
-                reached.add(after)
-                todo.append(after)
-    assert reached == set(S)  # every state is reachable from a new stream
+    assert reachable(S.OPEN, E, _next) == set(S)  # every state is reachable from a new stream
     for state in S:
         assert (_next(state, E.SEND_END_STREAM) is None) == (not state.body_to_send)
         assert (_next(state, E.RECV_RESPONSE) is None) == state.response_begun
@@ -66,26 +57,10 @@ def test_client_stream_transition_table_is_rfc_9113_client_side() -> None:
     assert [e for e in E if _next(S.CLOSED, e) is not None] == []
 
 
-class _ClientTrace:
-    """Every transition the client's streams take: (stream id, from, event, to)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.steps: list[tuple[int, StreamState, StreamEvent, StreamState]] = []
-        original = _Stream.step
-
-        def traced(st: _Stream, event: StreamEvent) -> StreamState:
-            before = st.state
-            after = original(st, event)
-            self.steps.append((st.sid, before, event, after))
-            return after
-
-        monkeypatch.setattr(_Stream, "step", traced)
-
-
 def test_client_stream_states_of_a_request_then_its_response(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    trace = _ClientTrace(monkeypatch)
+    trace = StepTrace(monkeypatch, _Stream)
     S, E = StreamState, StreamEvent
     client, server = connected()
     sid = client.start_request(PATH, b"[]", 0.0, 10.0)
@@ -102,7 +77,7 @@ def test_client_stream_states_of_a_request_then_its_response(
 def test_client_stream_states_of_an_early_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """A body held back by a zero window, answered before it went out: the stream closes from
     OPEN_RECEIVING and the rest of the body is cancelled with RST_STREAM NO_ERROR (§8.1)."""
-    trace = _ClientTrace(monkeypatch)
+    trace = StepTrace(monkeypatch, _Stream)
     S, E = StreamState, StreamEvent
     client, server = connected(INITIAL_WINDOW_SIZE=0)
     sid = client.start_request(PATH, b"x" * 100, 0.0, 10.0)
@@ -121,25 +96,11 @@ def test_client_stream_states_of_an_early_answer(monkeypatch: pytest.MonkeyPatch
 # -- the connections -----------------------------------------------------------------------------
 
 
-def _reached(
-    table: Mapping[tuple[ConnectionState, ConnectionEvent], ConnectionState],
-) -> set[ConnectionState]:
-    reached, todo = {ConnectionState.OPEN}, [ConnectionState.OPEN]
-    while todo:
-        state = todo.pop()
-        for event in ConnectionEvent:
-            after = table.get((state, event))
-            if after is not None and after not in reached:
-                reached.add(after)
-                todo.append(after)
-    return reached
-
-
 def test_connection_transition_table() -> None:
     """OPEN, DRAINING after a graceful GOAWAY (another may follow, §6.8), CLOSED at the end from
     either; CLOSED is final and nothing returns to OPEN."""
     C, V = ConnectionState, ConnectionEvent
-    assert _reached(CONNECTION_TRANSITIONS) == set(C)
+    assert reachable(C.OPEN, V, lambda s, e: CONNECTION_TRANSITIONS.get((s, e))) == set(C)
     for state in (C.OPEN, C.DRAINING):
         assert CONNECTION_TRANSITIONS[state, V.END] is C.CLOSED
         assert CONNECTION_TRANSITIONS[state, V.GOAWAY] is C.DRAINING
