@@ -149,7 +149,7 @@ import msgspec
 from nvpair_wm import __version__, codec
 from nvpair_wm.dedup import MAX_TOMB_RUNS, TableLimits, WorkloadTable
 from nvpair_wm.errors import WmError
-from nvpair_wm.events import FRAME_OF, LIFECYCLE_TYPES, TERMINAL, Forwarded, Outbound
+from nvpair_wm.events import FRAME_OF, LIFECYCLE_TYPES, STATE_OF, TERMINAL, Forwarded, Outbound
 
 log = logging.getLogger(__name__)
 
@@ -312,15 +312,18 @@ def record_of(out: Outbound, at: float) -> Record:
     return Record(kind, at, origin, wid, run, out.body, int(out.seq))
 
 
-#: A forwarded item's record kind by its state (any other state: FORWARDED_LIVE).
-_KIND_OF_FORWARDED: Final = {"removed": FORWARDED_REMOVAL} | dict.fromkeys(
-    TERMINAL, FORWARDED_TERMINAL
-)
+#: A forwarded item's record kind by its state: every state a lifecycle method gives, and
+#: ``"removed"``. One map for writing and reading: a state not in it is a bug when written and
+#: damage when read.
+_KIND_OF_STATE: Final = {
+    state: FORWARDED_TERMINAL if state in TERMINAL else FORWARDED_LIVE
+    for state in STATE_OF.values()
+} | {"removed": FORWARDED_REMOVAL}
 
 
 def forwarded_record(item: Forwarded, at: float) -> Record:
     """The record of an upsert or removal forwarded to the broker at unix time ``at``."""
-    kind = _KIND_OF_FORWARDED.get(item.state, FORWARDED_LIVE)
+    kind = _KIND_OF_STATE[item.state]
     return Record(kind, at, item.origin, item.wid, item.run, b"", item.seq)
 
 
@@ -439,8 +442,6 @@ _CHECKPOINT_DECODER: Final = msgspec.msgpack.Decoder(list[Record])
 _BATCH_HEAD: Final = struct.Struct("<Bd")  # kind, unix time
 _BATCH_ENCODER: Final = msgspec.msgpack.Encoder()
 _BATCH_DECODER: Final = msgspec.msgpack.Decoder(list[Forwarded])
-#: A forwarded item's record kind by its state (a state not here is damage).
-_KIND_OF_STATE: Final = dict.fromkeys(("queued", "running"), FORWARDED_LIVE) | _KIND_OF_FORWARDED
 
 
 def _walk(data: bytes) -> Log:
