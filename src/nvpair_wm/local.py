@@ -350,22 +350,24 @@ class BrokerChannel:
             self._batched = list(frames)
             end.defer(self._write_batched)
             return True
-        if self._before_write is not None:
-            self._before_write()
-        self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
-        self._dispatcher.wrote_to_broker(len(frames))
+        self._emit(self._writer.write, frames)
         return True
 
     def _write_batched(self) -> None:
         """The end of the loop's batch: its frames in one write."""
         frames, self._batched = self._batched, None
         if frames:
-            if self._before_write is not None:
-                self._before_write()
             # The pipe's transport itself when there is one (StreamWriter.write only calls it).
             target = self._writer if self._transport is None else self._transport
-            target.write(frames[0] if len(frames) == 1 else b"".join(frames))
-            self._dispatcher.wrote_to_broker(len(frames))
+            self._emit(target.write, frames)
+
+    def _emit(self, write: Callable[[bytes], object], frames: list[bytes]) -> None:
+        """Every write to the broker, whichever path it takes: what the journal holds for
+        these frames first (``before_write``), then the frames in one write, counted."""
+        if self._before_write is not None:
+            self._before_write()
+        write(frames[0] if len(frames) == 1 else b"".join(frames))
+        self._dispatcher.wrote_to_broker(len(frames))
 
     async def write_forever(self) -> None:
         """Write queued frames to the broker in order, one syscall per burst."""
@@ -381,10 +383,7 @@ class BrokerChannel:
             await self._write(frames)
 
     async def _write(self, frames: list[bytes]) -> None:
-        if self._before_write is not None:
-            self._before_write()
-        self._writer.write(b"".join(frames))
-        self._dispatcher.wrote_to_broker(len(frames))
+        self._emit(self._writer.write, frames)
         self._draining = True
         try:
             await self._writer.drain()
