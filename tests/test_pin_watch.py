@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 from nvpair_wm.clusterdir import cert_fingerprint, init_cluster, make_self_signed
+from nvpair_wm.endpoint import EVENTS_PATH
 from nvpair_wm.io.pin_watch import PerTick, WatchedIdentity, WatchedPins, open_watch
-from nvpair_wm.pins import Identity, NodeIdentity, PinSet
+from nvpair_wm.pins import CERT_FILE, KEY_FILE, Identity, NodeIdentity, PinSet
+from tests.support.curl import base_args, parse
+from tests.support.frames import event
+from tests.support.polling import eventually_async
+from tests.support.wm_process import WAIT, WmProcess
 
 
 class CountingPins(PinSet):
@@ -195,3 +203,77 @@ def test_one_look_at_both_sources_through_their_shared_descriptor(tmp_path: Path
     target.write_bytes(pem)  # outside trusted/: no event; read per look, so seen all the same
     assert b not in fresh.both()[1]
     assert pins.scans == scans + 1
+
+
+def test_a_watch_the_loop_polls_is_checked_without_asking_the_descriptor(tmp_path: Path) -> None:
+    """Polled by the loop (:meth:`Watch.poll_with`, as the node does), a change is seen once the
+    loop drained its event, not before; after ``stop_polling`` every check asks again."""
+    dirs = init_cluster(tmp_path / "c", ["a", "b", "c"])
+    trusted = dirs["a"] / "trusted"
+    b = cert_fingerprint((dirs["b"] / "node.crt").read_bytes())
+    c = cert_fingerprint((dirs["c"] / "node.crt").read_bytes())
+    watch = open_watch()
+    assert watch is not None, "inotify_init1 failed on Linux"
+    watched = WatchedPins(PinSet(trusted), watch)
+
+    async def main() -> None:
+        watch.poll_with(asyncio.get_running_loop())
+        assert watched.is_pinned(b)
+        (trusted / "b.crt").unlink()
+        # Queued, not drained yet: this check is a comparison and still holds the old answer.
+        assert watched.is_pinned(b)
+        await eventually_async(lambda: not watched.is_pinned(b), "the loop drains the event")
+        assert watched.is_pinned(c)
+        watch.stop_polling()
+        (trusted / "c.crt").unlink()
+        assert not watched.is_pinned(c)  # not polled: the check asks the descriptor at once
+
+    asyncio.run(main())
+
+
+_FIONREAD = re.compile(r"ioctl\(\d+, FIONREAD")
+
+
+def test_a_daemon_checks_pins_per_request_without_a_syscall_and_refuses_a_removed_one(
+    tmp_path: Path,
+) -> None:
+    """A real daemon under ``strace``: after the first, forty requests in turn on one connection
+    (each its own read, its own pin check) ask the inotify descriptor no ``FIONREAD`` (the event
+    loop polls it), and the request after the caller's pin is removed is refused all the same."""
+    strace = shutil.which("strace")
+    assert strace, "strace is missing: apt-get install -y strace"
+    assert shutil.which("curl"), "curl is missing: apt-get install -y curl"
+    cluster = init_cluster(tmp_path / "cluster", ["node-1", "node-2"])
+    node, member = cluster["node-1"], cluster["node-2"]
+    trace = tmp_path / "trace"
+    prefix = [strace, "-f", "-o", str(trace), "-e", "trace=ioctl"]
+    body = tmp_path / "body"
+    body.write_bytes(event("workload:submitted"))
+    args = ["--cluster-dir", str(node), "--port", "0", "--bind", "127.0.0.1"]
+    requests = 40
+
+    def post(count: int) -> list[int]:
+        curl = base_args("--http2", WAIT, member / CERT_FILE, member / KEY_FILE)
+        curl += ["--data-binary", f"@{body}", "-H", "Content-Type: application/json"]
+        url = f"https://127.0.0.1:{port}{EVENTS_PATH}"
+        done = subprocess.run(
+            [*curl, *[url] * count], capture_output=True, timeout=WAIT * 3, check=False
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        results = parse(done.stdout)
+        assert all(r.http_version == "2" for r in results)
+        assert sum(r.new_connections for r in results) == 1  # one connection, in turn
+        return [r.status for r in results]
+
+    with WmProcess(*args, prefix=prefix) as wm:
+        assert wm.recv()["method"] == "ready"
+        port = wm.status()["port"]
+        assert post(1) == [202]  # the first look reads trusted/ (and asks the descriptor)
+        before = len(_FIONREAD.findall(trace.read_text()))
+        assert post(requests) == [202] * requests
+        asked = len(_FIONREAD.findall(trace.read_text())) - before
+        (node / "trusted" / "node-2.crt").unlink()
+        assert post(1) == [403]
+        wm.close_stdin()
+        assert wm.wait() == 0
+    assert asked == 0, f"{asked} FIONREAD for {requests} requests"

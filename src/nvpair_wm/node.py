@@ -127,7 +127,7 @@ class Node:
         )
         # trusted/ and the identity files are read again only when inotify saw them change (per
         # use without inotify): one descriptor for both.
-        watch = open_watch() if cluster else None
+        watch = self._watch = open_watch() if cluster else None
         pins = WatchedPins(self.pins, watch) if isinstance(self.pins, PinSet) else self.pins
         identity = (
             WatchedIdentity(self.identity, watch)
@@ -308,6 +308,8 @@ class Node:
         """Start the inter-node parts: the port is bound whether or not there is an identity.
         Raises :class:`ListenFailed` naming the flag whose address cannot be listened on."""
         await self._start_metrics()
+        if self._watch is not None:  # the loop drains its events: a pin check is no syscall
+            self._watch.poll_with(asyncio.get_running_loop())
         try:
             await self.server.start()
         except OSError as exc:
@@ -366,6 +368,8 @@ class Node:
         """Stop the inter-node parts, letting in-flight work finish within ``grace``."""
         metrics = [self.metrics.close()] if self.metrics else []
         await asyncio.gather(self.server.close(grace), self.broadcaster.close(grace), *metrics)
+        if self._watch is not None:
+            self._watch.stop_polling()
 
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("%s received; shutting down", sig.name)

@@ -4,10 +4,13 @@
 the largest single cost of a request), and ``Identity.current()`` stats ``node.crt``
 and ``node.key`` on every call (the broadcaster re-checks it before every batch). Here the kernel
 says when to look again: inotify watches on the files and directories involved queue an event
-synchronously inside the unlink/rename/write/chmod that changes them, so a check of the inotify
-descriptor before each use (one ``FIONREAD`` syscall, 0 when nothing changed) sees every change
-that happened before the request arrived: removing a pin still refuses the very next request,
-and a rotated identity is used by the very next handshake or batch.
+synchronously inside the unlink/rename/write/chmod that changes them. The node's event loop
+polls the inotify descriptor with its sockets (:meth:`Watch.poll_with`): an event is drained by
+the loop's callback, which moves the watch's generation, so a check before each use is one
+comparison, and a change is seen by every request and handshake the loop reads after the
+iteration that saw the event (the request after a removed pin is refused, a rotated identity is
+used by the next handshake or batch). Before the loop polls it (and in code that runs without
+one) a check asks the descriptor itself, one ``FIONREAD`` syscall (0 when nothing changed).
 
 One descriptor (:class:`Watch`) can serve both: any event moves its generation, and each
 watched source re-reads when the generation moved since it last looked (a change to one makes
@@ -17,8 +20,8 @@ Falls back to reading on every call where that guarantee does not hold: no inoti
 out of watches), a watched path missing or unwatchable, or a symlink among the files (its target
 can change unseen).
 
-:class:`PerTick` is the broadcaster's look at both before each batch: one ``FIONREAD`` through
-the shared descriptor, or one read per event-loop tick of sources that are not watched.
+:class:`PerTick` is the broadcaster's look at both before each batch: one check of the shared
+descriptor, or one read per event-loop tick of sources that are not watched.
 """
 
 from __future__ import annotations
@@ -104,15 +107,33 @@ class Watch:
         self.queued = bytearray(4)  # FIONREAD's answer (an int)
         #: What :meth:`generation` last returned.
         self.generation_seen = 0
+        #: The loop that polls the descriptor and drains its events (:meth:`poll_with`).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def watch(self, path: Path, mask: int) -> bool:
         return bool(self._add(self.fd, os.fsencode(path), mask | _IN_MASK_ADD) >= 0)
 
+    def poll_with(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Have ``loop`` poll the descriptor with its sockets and drain each event as it comes
+        (moving the generation): :meth:`unchanged_since` is then a comparison, with no syscall.
+        An event queued while the loop runs its callbacks is drained in the next iteration."""
+        loop.add_reader(self.fd, self._drain)
+        self._loop = loop
+
+    def stop_polling(self) -> None:
+        """Undo :meth:`poll_with` (the loop is about to close): checks ask the descriptor."""
+        loop, self._loop = self._loop, None
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(self.fd)
+
     def unchanged_since(self, generation: int) -> bool:
-        """Nothing queued, and nothing drained since :meth:`generation` returned
-        ``generation``: one ``FIONREAD``."""
-        fcntl.ioctl(self.fd, termios.FIONREAD, self.queued)
-        return self.queued == _NOTHING_QUEUED and self.generation_seen == generation
+        """Nothing changed since :meth:`generation` returned ``generation``: nothing drained
+        since, and (unless the loop polls the descriptor) nothing queued, one ``FIONREAD``."""
+        if self._loop is None:
+            fcntl.ioctl(self.fd, termios.FIONREAD, self.queued)
+            if self.queued != _NOTHING_QUEUED:
+                return False
+        return self.generation_seen == generation
 
     def generation(self) -> int:
         """A number that moves when an event was queued since the last call (they are drained).
@@ -121,17 +142,20 @@ class Watch:
         syscall and no exception, where a read would raise ``BlockingIOError``.
         """
         fcntl.ioctl(self.fd, termios.FIONREAD, self.queued)
-        if self.queued == _NOTHING_QUEUED:
-            return self.generation_seen
+        if self.queued != _NOTHING_QUEUED:
+            self._drain()
+        return self.generation_seen
+
+    def _drain(self) -> None:
+        """Read every queued event; the generation moves if there was any."""
         while True:
             try:
                 data = os.read(self.fd, 65536)
             except BlockingIOError:
-                break
+                return
             if not data:
-                break
+                return
             self.generation_seen += 1
-        return self.generation_seen
 
 
 def open_watch() -> Watch | None:
@@ -187,7 +211,7 @@ class WatchedPins:
         cached = self._cached
         ino = self._inotify
         if cached is not None and ino is not None and ino.unchanged_since(self._seen):
-            return fingerprint in cached  # the usual case (every request): one FIONREAD
+            return fingerprint in cached  # the usual case (every request)
         return fingerprint in self.current()
 
     def _cacheable(self) -> bool:
@@ -213,6 +237,9 @@ class WatchedIdentity:
         ino = self._inotify
         if ino is None:
             return self._identity.current()
+        cached = self._cached
+        if cached is not None and ino.unchanged_since(self._seen):
+            return cached[0]  # the usual case (every handshake)
         generation = ino.generation()
         if generation != self._seen:
             self._seen = generation
@@ -257,8 +284,8 @@ class WatchedIdentity:
 
 def shared_watch(identity: object, pins: object) -> Watch | None:
     """The one descriptor both sources watch through, or None (not both watched, or not by
-    the same descriptor): then a reader of both cannot tell with one ``FIONREAD`` that
-    neither changed."""
+    the same descriptor): then a reader of both cannot tell with one check that neither
+    changed."""
     if (
         isinstance(identity, WatchedIdentity)
         and isinstance(pins, WatchedPins)
@@ -276,8 +303,9 @@ class PerTick:
     """The identity and the pin set, read again only when they may have changed.
 
     With the node's inotify-watched sources sharing one descriptor (:func:`shared_watch`), a
-    look is one ``FIONREAD`` for both (:meth:`both`): the answer read last stands while nothing
-    was queued since, so a removed pin or a rotated identity is seen by the very next look.
+    look is one check of it for both (:meth:`both`): the answer read last stands while the
+    watch saw no change since, so a removed pin or a rotated identity is seen by the next look
+    after the watch saw it (:class:`Watch`).
     With other sources (a few ``stat`` calls and a ``scandir`` per read) they are read at most
     once per event-loop tick, since reading them before every batch would be most of a
     broadcast's cost at a low event rate; the next tick reads again, so a change is seen by the
