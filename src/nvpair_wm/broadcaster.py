@@ -17,9 +17,9 @@ slot while the outbox has a batch: at once when frames are published to an idle 
 from the broker, one request), at the end of the event-loop tick in which a response came back
 if frames are waiting (a busy link accumulates meanwhile), and when the task wakes. Before each
 connection attempt and each batch it re-checks that the peer is still a peer (pinned, not us)
-and that we still have an identity (with the node's inotify-watched files one ``FIONREAD`` for
-both, and one for all the links a publish starts batches on; else read at most once per
-event-loop tick); the set of links is reconciled on every
+and that we still have an identity (with the node's inotify-watched files one check for both,
+and one for all the links a publish starts batches on; else read at most once per event-loop
+tick); the set of links is reconciled on every
 ``nodes:update``, and every ``reconcile_interval`` for changes to ``trusted/`` and to our own
 certificate. A node without an identity has no links and sends
 nothing; once its files appear, links start at the next reconcile. A rotated identity closes
@@ -627,8 +627,8 @@ class Broadcaster:
             self._observer.enqueued(items, len(links))
         if not links:
             return
-        # One look at our identity and the pins for every link (one FIONREAD with the watched
-        # sources, not one per link): no turn of the event loop comes between the links.
+        # One look at our identity and the pins for every link (not one per link): no turn of
+        # the event loop comes between the links.
         both = self._fresh.both()
         for link in links.values():
             link.publish(items, both)
