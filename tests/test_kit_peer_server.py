@@ -5,6 +5,7 @@ sent by the kit's own client (``nvpair_wm.conformance.peer``)."""
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -142,3 +143,19 @@ def test_down_refuses_connections_and_up_listens_on_the_same_port(
     server.up()
     assert server.port == port
     assert _send(server, cluster, json.dumps(EVENT).encode()).status == 202
+
+
+def test_a_connection_accepted_just_before_down_is_cut(server: PeerServer) -> None:
+    """``down`` between an accept and its thread registering the connection (the window a busy
+    machine widens): the thread cuts it, so a peer that is down takes nothing, even over a
+    connection it accepted a moment before."""
+    listener = server._listener
+    assert listener is not None
+    ours, theirs = socket.socketpair()
+    with theirs:
+        server.down()
+        server._serve(ours, listener)  # the accept thread's late half
+        assert ours.fileno() == -1  # closed
+        theirs.settimeout(5)
+        assert theirs.recv(1) == b""  # the client sees the connection end
+    assert not server._conns

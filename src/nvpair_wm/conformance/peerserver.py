@@ -139,8 +139,10 @@ class PeerServer:
         threading.Thread(target=self._accept, args=(sock,), daemon=True).start()
 
     def down(self) -> None:
-        """Stop listening and cut every connection, as a crashed peer does."""
-        sock, self._listener = self._listener, None
+        """Stop listening and cut every connection, as a crashed peer does: also one accepted
+        just before, whose thread has not registered it yet (:meth:`_serve` closes it)."""
+        with self._lock:
+            sock, self._listener = self._listener, None
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -198,12 +200,15 @@ class PeerServer:
                 raw, _ = listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
+            threading.Thread(target=self._serve, args=(raw, listener), daemon=True).start()
 
-    def _serve(self, raw: socket.socket) -> None:
+    def _serve(self, raw: socket.socket, listener: socket.socket) -> None:
         raw.settimeout(30.0)
         fd = raw.fileno()
         with self._lock:
+            if self._listener is not listener:  # down since it was accepted: cut, as if down
+                raw.close()
+                return
             self._conns.add(fd)
         tls: ssl.SSLSocket | None = None
         try:
