@@ -2,13 +2,15 @@
 
 Order of the checks, all before the body is read (``head``):
 
-1. **403** the caller's certificate is not pinned (re-read per request, so removing a member
-   from ``trusted/`` refuses its very next request, also on an open connection). This comes
+1. **403** the caller's certificate is not pinned (checked per request, so removing a member
+   from ``trusted/`` refuses its next request read after the event loop saw the change, also on
+   an open connection). This comes
    first so an unpinned caller learns nothing about paths or methods. Requests handled in one
    batch of the server's ready connections (:mod:`nvpair_wm.io.batch`: one ``epoll_wait``'s
    worth, or the HTTP/2 streams of one read) share the batch's first answer per caller, as the
    issue's "cached per event-loop tick" allows: they were all on their way when the batch
-   began, and the next batch asks again. That saves the pin check's syscall per request.
+   began, and the next batch asks again. That saves a look per request where a look costs
+   (without inotify, a ``stat`` of ``trusted/``; with it, the check is a comparison).
 2. **404** any other path; **405** any other method (with ``Allow: POST``).
 3. **409** an ``nvpair-contract-version`` of another major version (:mod:`nvpair_wm.versions`),
    with a body naming both versions; **400** a value that is not ``MAJOR.MINOR.PATCH``. No header
