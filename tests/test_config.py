@@ -29,6 +29,7 @@ from nvpair_wm.journal import JournalLimits
 from nvpair_wm.local import BrokerLimits, DialSchedule
 from nvpair_wm.outbox import BroadcastLimits
 from nvpair_wm.pins import PinLimits
+from tests.support.tools import tool
 from tests.support.wm_process import WAIT, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -363,8 +364,7 @@ def test_unreadable_trusted_dir_is_exit_2_naming_the_flag(shared_dir: Path) -> N
     may sit in a directory other users cannot enter), but bound by trusted/'s mode 000."""
     prefix: list[str] = []
     if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        assert setpriv, "setpriv is missing: apt-get install -y util-linux"
+        setpriv = tool("setpriv", "util-linux")
         prefix = [setpriv, "--bounding-set=-all", "--inh-caps=-all"]
     trusted = shared_dir / "trusted"
     trusted.mkdir()

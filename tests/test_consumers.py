@@ -23,16 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.tools import tool
+
 ROOT = Path(__file__).resolve().parents[1]
 GO_DIR = ROOT / "consumers" / "go"
 TS_DIR = ROOT / "consumers" / "ts"
-
-
-def _need(tool: str, install: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        pytest.fail(f"{tool} is not installed; install it with: {install}")
-    return path
 
 
 def _go_env() -> dict[str, str]:
@@ -58,15 +53,15 @@ def _run(
 
 
 def test_go_consumer_is_gofmt_clean_and_vetted() -> None:
-    go = _need("go", "apt-get install -y golang-go")
-    gofmt = _need("gofmt", "apt-get install -y golang-go")
+    go = tool("go", "golang-go")
+    gofmt = tool("gofmt", "golang-go")
     unformatted = _run([gofmt, "-l", "."], GO_DIR).strip()
     assert not unformatted, f"not gofmt-formatted: {unformatted}"
     _run([go, "vet", "./..."], GO_DIR, _go_env())
 
 
 def test_go_consumer_round_trips_every_valid_vector() -> None:
-    go = _need("go", "apt-get install -y golang-go")
+    go = tool("go", "golang-go")
     out = _run([go, "test", "-count=1", "-v", "./..."], GO_DIR, _go_env())
     assert "--- PASS: TestEveryValidShapeVectorRoundTrips" in out, out
     for fault in (
@@ -96,7 +91,7 @@ TSC_FLAGS = [
 
 
 def _node() -> str:
-    exe = _need("node", "apt-get install -y nodejs npm")
+    exe = tool("node", "nodejs npm")
     if not (TS_DIR / "node_modules" / "typescript" / "package.json").is_file():
         pytest.fail("the Node packages are not installed: npm ci --prefix consumers/ts")
     return exe

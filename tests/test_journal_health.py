@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -25,6 +24,7 @@ from nvpair_wm.dirlock import LOCK_FILE
 from nvpair_wm.endpoint import EVENTS_PATH
 from nvpair_wm.pins import CERT_FILE, KEY_FILE
 from tests.support.probes import get
+from tests.support.tools import tool
 from tests.support.wm_process import WAIT, WmProcess
 
 W = {
@@ -65,9 +65,8 @@ def journal(wm: WmProcess) -> Any:
 
 
 def test_a_full_disk_is_shown_retried_and_repaired_by_a_rewrite(tmp_path: Path) -> None:
-    strace = shutil.which("strace")
-    assert strace, "strace is missing: apt-get install -y strace"
-    assert shutil.which("curl"), "curl is missing: apt-get install -y curl"
+    strace = tool("strace")
+    tool("curl")
     node = init_cluster(tmp_path / "cluster", ["node-1"])["node-1"]
     config = tmp_path / "wm.toml"
     config.write_text("[journal]\nretry_backoff = 0.5\nretry_backoff_max = 2.0\n")
@@ -156,9 +155,8 @@ def test_what_was_forwarded_while_the_disk_was_full_is_rewritten_too(tmp_path: P
     seq 1, w2 at all) are stale and removed, not news for a broker that already has newer;
     only w1 at the seq the broker has goes to it once more. The fault fails B's 3rd and 4th
     journal writes: the append of w1's seq 3, then the first rewrite attempt."""
-    strace = shutil.which("strace")
-    assert strace, "strace is missing: apt-get install -y strace"
-    assert shutil.which("curl"), "curl is missing: apt-get install -y curl"
+    strace = tool("strace")
+    tool("curl")
     nodes = init_cluster(tmp_path / "cluster", ["node-a", "node-b"])
     a, b = nodes["node-a"], nodes["node-b"]
     config = tmp_path / "wm.toml"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import socket
 import ssl
 from pathlib import Path
@@ -25,6 +24,7 @@ import h2.events
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.endpoint import EVENTS_PATH
 from nvpair_wm.pins import CERT_FILE, KEY_FILE
+from tests.support.tools import tool
 from tests.support.wm_process import WAIT, WmProcess
 
 REQUESTS = 16
@@ -88,8 +88,7 @@ def post_in_one_write(port: int, member: Path, bodies: list[bytes]) -> list[int]
 def test_forwarded_records_reach_the_journal_before_the_broker_one_write_per_read(
     tmp_path: Path,
 ) -> None:
-    strace = shutil.which("strace")
-    assert strace, "strace is missing: apt-get install -y strace"
+    strace = tool("strace")
     cluster = init_cluster(tmp_path / "cluster", ["node-1", "node-2"])
     node, member = cluster["node-1"], cluster["node-2"]
     trace = tmp_path / "trace"

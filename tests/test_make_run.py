@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.support.source_tree import copy_tree
+from tests.support.tools import tool
 
 TIMEOUT = 300.0  # a cold pip cache downloads the runtime dependencies
 
 
 def make_run(tree: Path, frame: dict[str, object]) -> subprocess.CompletedProcess[str]:
-    make = shutil.which("make")
-    assert make, "make is missing: apt-get install -y make"
+    make = tool("make")
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     for name in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL"):
         env.pop(name, None)  # as typed in a shell, not as a sub-make

@@ -7,7 +7,6 @@ About 3 s: two nodes start, a few events cross, a handful of scrapes.
 from __future__ import annotations
 
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -22,14 +21,14 @@ from nvpair_wm.metrics import DEFAULT_HOST, parse_address
 from nvpair_wm.versions import CONTRACT_VERSION
 from tests.support.cluster import POLL_EVERY, Node, event, is_upsert, workload
 from tests.support.polling import eventually
+from tests.support.tools import tool
 from tests.support.wm_process import WAIT, run_cli
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 def curl() -> str:
-    path = shutil.which("curl")
-    assert path, "curl is missing: apt-get install -y curl"
+    path = tool("curl")
     return path
 
 

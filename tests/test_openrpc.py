@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,8 @@ from jsonschema import Draft7Validator
 from nvpair_wm_schema import contract
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7, DRAFT202012
+
+from tests.support.tools import tool
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = json.loads((ROOT / "generated" / "openrpc.json").read_text())
@@ -152,9 +153,7 @@ def test_a_frame_validates_against_its_method_params() -> None:
 
 
 def test_vendored_meta_schema_is_the_npm_packages() -> None:
-    node = shutil.which("node")
-    if node is None:
-        pytest.fail("node is not installed: apt-get install -y nodejs npm")
+    node = tool("node", "nodejs npm")
     modules = ROOT / "consumers" / "ts" / "node_modules"
     if not (modules / "@open-rpc" / "meta-schema" / "package.json").is_file():
         pytest.fail("the Node packages are not installed: npm ci --prefix consumers/ts")

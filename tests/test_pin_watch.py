@@ -16,6 +16,7 @@ from nvpair_wm.pins import CERT_FILE, KEY_FILE, Identity, NodeIdentity, PinSet
 from tests.support.curl import base_args, parse
 from tests.support.frames import event
 from tests.support.polling import eventually_async
+from tests.support.tools import tool
 from tests.support.wm_process import WAIT, WmProcess
 
 
@@ -240,9 +241,8 @@ def test_a_daemon_checks_pins_per_request_without_a_syscall_and_refuses_a_remove
     """A real daemon under ``strace``: after the first, forty requests in turn on one connection
     (each its own read, its own pin check) ask the inotify descriptor no ``FIONREAD`` (the event
     loop polls it), and the request after the caller's pin is removed is refused all the same."""
-    strace = shutil.which("strace")
-    assert strace, "strace is missing: apt-get install -y strace"
-    assert shutil.which("curl"), "curl is missing: apt-get install -y curl"
+    strace = tool("strace")
+    tool("curl")
     cluster = init_cluster(tmp_path / "cluster", ["node-1", "node-2"])
     node, member = cluster["node-1"], cluster["node-2"]
     trace = tmp_path / "trace"

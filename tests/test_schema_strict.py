@@ -25,15 +25,15 @@ import pytest
 from nvpair_wm_schema.broker_frame_schema import BrokerFrame
 from nvpair_wm_schema.inbound_frame_schema import InboundFrame
 
+from tests.support.tools import tool
+
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_DIR = ROOT / "schema"
 TS_DIR = ROOT / "consumers" / "ts"
 
 
 def node() -> str:
-    exe = shutil.which("node")
-    if exe is None:
-        pytest.fail("node is not installed: apt-get install -y nodejs npm")
+    exe = tool("node", "nodejs npm")
     if not (TS_DIR / "node_modules" / "ajv" / "package.json").is_file():
         pytest.fail("the Node packages are not installed: npm ci --prefix consumers/ts")
     return exe

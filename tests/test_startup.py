@@ -4,7 +4,6 @@ start-up ends the process cleanly. Every case runs the real ``nvpair-wm`` proces
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +15,7 @@ import pytest
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.dirlock import LOCK_FILE
 from tests.support.polling import eventually
+from tests.support.tools import tool
 from tests.support.wm_process import WAIT, WmProcess, ipc_broker, run_cli
 
 
@@ -132,8 +132,7 @@ def test_a_signal_during_start_up_exits_0_with_one_line(
 ) -> None:
     """The start-up is held where it is slowest (the journal's open, before the event loop
     runs) by strace delaying that one openat; the signal comes while it is held."""
-    strace = shutil.which("strace")
-    assert strace, "strace is missing: apt-get install -y strace"
+    strace = tool("strace")
     node = init_cluster(tmp_path / "cluster", ["node-1"])["node-1"]
     journal = node / "journal.log"
     argv = [

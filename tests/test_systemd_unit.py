@@ -20,6 +20,7 @@ import pytest
 
 from nvpair_wm.clusterdir import init_cluster
 from tests.support.source_tree import ROOT
+from tests.support.tools import tool
 from tests.support.wm_process import WAIT
 
 UNIT = ROOT / "packaging" / "nvpair-wm.service"
@@ -89,7 +90,7 @@ def test_the_sandbox_and_the_restart_policy() -> None:
 
 
 def test_the_command_lines_run_as_written(tmp_path: Path) -> None:
-    assert shutil.which("curl"), "curl is missing: apt-get install -y curl"
+    tool("curl")
     node = init_cluster(tmp_path / "cluster", ["node-1", "node-2"])["node-1"]
     config = tmp_path / "nvpair-wm.toml"
     config.write_text('port = 0\nbind = "127.0.0.1"\n')

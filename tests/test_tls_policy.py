@@ -10,7 +10,6 @@ offering one suite at a time. Default: TLS 1.3, and TLS 1.2 with ECDHE and AEAD 
 from __future__ import annotations
 
 import re
-import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from OpenSSL import SSL
 from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.pins import Identity
 from nvpair_wm.tls_contexts import TLSPolicy, client_context
+from tests.support.tools import tool
 from tests.support.wm_process import WAIT, WmProcess
 
 AEAD_12 = [
@@ -42,8 +42,7 @@ TLS13 = ["TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1
 
 
 def openssl() -> str:
-    path = shutil.which("openssl")
-    assert path, "openssl is missing: apt-get install -y openssl"
+    path = tool("openssl")
     return path
 
 
