@@ -322,9 +322,11 @@ _KIND_OF_STATE: Final = {
 
 
 def forwarded_record(item: Forwarded, at: float) -> Record:
-    """The record of an upsert or removal forwarded to the broker at unix time ``at``."""
+    """The record of an upsert or removal forwarded to the broker at unix time ``at``
+    (``KeyError`` for a state no record kind holds)."""
     kind = _KIND_OF_STATE[item.state]
-    return Record(kind, at, item.origin, item.wid, item.run, b"", item.seq)
+    # What Record(...) does, without its Python frame: a start reads many of these.
+    return tuple.__new__(Record, (kind, at, item.origin, item.wid, item.run, b"", item.seq))
 
 
 def encode_record(rec: Record) -> bytes:
@@ -529,14 +531,10 @@ def _forwarded_batch(payload: memoryview) -> list[Record] | None:
         items = _BATCH_DECODER.decode(payload[_BATCH_HEAD.size :])
     except msgspec.DecodeError:
         return None
-    kinds, new = _KIND_OF_STATE, tuple.__new__
-    records = []
-    for item in items:
-        kind = kinds.get(item.state)
-        if kind is None:
-            return None
-        records.append(new(Record, (kind, at, item.origin, item.wid, item.run, b"", item.seq)))
-    return records
+    try:
+        return [forwarded_record(item, at) for item in items]
+    except KeyError:  # a state no forwarded record kind holds
+        return None
 
 
 def _walk_v1(data: bytes) -> Log:
