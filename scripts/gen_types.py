@@ -406,6 +406,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="fail if generated/ is stale")
     args = parser.parse_args()
+    go = [sys.executable, str(ROOT / "scripts" / "gen_go.py"), *(["--check"] * args.check)]
+    if subprocess.run(go, check=False).returncode:  # consumers/go (scripts/gen_go.py)
+        sys.exit(1)
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp) / PACKAGE
         generate(fresh)

@@ -1,4 +1,5 @@
-"""``nvpair-wm-conformance [--json] [--only GROUP] [--vectors DIR] -- COMMAND [ARGS...]``.
+"""``nvpair-wm-conformance [--json] [--only GROUP] [--vectors DIR] -- COMMAND [ARGS...]``, and
+``nvpair-wm-conformance --codec [--shape-vectors DIR] -- COMMAND [ARGS...]`` (the codec role).
 
 Exit status: 0 when every vector passed, 1 when one failed, 2 for a usage error.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from nvpair_wm.conformance import broker, runner, vectors
+from nvpair_wm.conformance import broker, codec, runner, vectors
 
 PROG = "nvpair-wm-conformance"
 
@@ -26,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Check an nvpair workload manager implementation against the behaviour "
         "vectors: COMMAND is started with --port, --cluster-dir (and --ipc) appended.",
         usage=f"{PROG} [--json] [--only GROUP] [--vectors DIR] [--timeout S] [--list] "
+        f"-- COMMAND [ARGS...]\n       {PROG} --codec [--json] [--shape-vectors DIR] "
         "-- COMMAND [ARGS...]",
     )
     p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
@@ -50,7 +52,50 @@ def _parser() -> argparse.ArgumentParser:
         help="how long to wait for each answer (default: %(default)s)",
     )
     p.add_argument("--list", action="store_true", help="list the groups and exit")
+    p.add_argument(
+        "--codec",
+        action="store_true",
+        help="the codec role: COMMAND speaks the line protocol of schema/conformance/README.md "
+        "and gets every shape vector and every behaviour vector's frames",
+    )
+    p.add_argument(
+        "--shape-vectors",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="with --codec: the shape vectors, beside schema/*.schema.json in DIR/.. "
+        "(default: the parent of --vectors)",
+    )
     return p
+
+
+def _codec(args: argparse.Namespace, command: list[str], parser: argparse.ArgumentParser) -> int:
+    shape_dir = args.shape_vectors or args.vectors.resolve().parent
+    try:
+        cases = codec.all_cases(shape_dir, args.vectors)
+    except (OSError, ValueError) as exc:
+        parser.exit(2, f"{PROG}: cannot load the vectors ({shape_dir}, {args.vectors}): {exc}\n")
+    timeout = max(args.timeout, codec.DEFAULT_TIMEOUT)
+    report = codec.run(command, cases, timeout=timeout)
+    if args.json:
+        doc = {
+            "command": command,
+            "cases": report.cases,
+            "accepted": report.accepted,
+            "refused": report.refused,
+            "roundTripped": report.round_tripped,
+            "disagreements": report.disagreements,
+        }
+        print(json.dumps(doc, indent=2, ensure_ascii=False))
+    else:
+        for problem in report.disagreements:
+            print(f"DISAGREE {problem}")
+        print(
+            f"codec: {report.cases} vectors: {report.accepted} accepted, {report.refused} "
+            f"refused, {report.round_tripped} round-tripped; "
+            f"{len(report.disagreements)} disagreements"
+        )
+    return 0 if report.passed else 1
 
 
 def _selected(groups: list[dict[str, object]], only: list[str] | None) -> list[dict[str, object]]:
@@ -75,6 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         groups = vectors.load(args.vectors)
     except (OSError, ValueError) as exc:
         parser.exit(2, f"{PROG}: cannot load vectors from {args.vectors}: {exc}\n")
+    if args.codec:
+        if not command:
+            parser.exit(2, f"{PROG}: give the codec program after --: -- COMMAND [ARGS...]\n")
+        return _codec(args, command, parser)
     if args.list:
         for g in groups:
             print(f"{g['group']}\t{len(g['cases'])} cases\t{g.get('description', '')}")
