@@ -30,6 +30,7 @@ order msgspec reports them in, so both validators name the same path.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shutil
@@ -571,10 +572,10 @@ def gofmt(source: str, name: str) -> str:
     return proc.stdout
 
 
-def files() -> dict[str, str]:
+def files(schema_dir: Path = SCHEMA) -> dict[str, str]:
     """Every file the generator owns in consumers/go: name → content."""
     schemas = {
-        f.name: json.loads(f.read_text("utf-8")) for f in sorted(SCHEMA.glob("*.schema.json"))
+        f.name: json.loads(f.read_text("utf-8")) for f in sorted(schema_dir.glob("*.schema.json"))
     }
     gen = Gen(schemas)
     gen.collect()
@@ -586,27 +587,28 @@ def files() -> dict[str, str]:
     }
 
 
-def stale(target: Path = TARGET) -> list[str]:
-    """The owned files of ``target`` that differ from a fresh generation."""
-    return [
-        name
-        for name, text in files().items()
-        if not (target / name).is_file() or (target / name).read_text("utf-8") != text
-    ]
-
-
-def write(target: Path = TARGET) -> None:
-    target.mkdir(parents=True, exist_ok=True)
-    for name, text in files().items():
-        (target / name).write_text(text, "utf-8")
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="fail if consumers/go is stale")
+    parser.add_argument("--schema", type=Path, default=SCHEMA, help="the schema directory")
+    parser.add_argument("--out", type=Path, default=TARGET, help="the Go module directory")
+    args = parser.parse_args()
+    fresh = files(args.schema)
+    if args.check:
+        stale = [
+            name
+            for name, text in fresh.items()
+            if not (args.out / name).is_file() or (args.out / name).read_text("utf-8") != text
+        ]
+        if stale:
+            sys.exit(f"consumers/go is stale ({', '.join(stale)}): run `make gen`")
+        print("consumers/go is up to date")
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, text in fresh.items():
+        (args.out / name).write_text(text, "utf-8")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--check"]:
-        out = stale()
-        if out:
-            sys.exit(f"consumers/go is stale ({', '.join(out)}): run `make gen`")
-        print("consumers/go is up to date")
-    else:
-        write()
-        print("wrote consumers/go")
+    main()

@@ -211,7 +211,7 @@ func (p *parser) value(depth int) (*Value, error) {
 }
 
 func (p *parser) literal(word string, v *Value) (*Value, error) {
-	if !strings.HasPrefix(string(p.b[p.i:]), word) {
+	if len(p.b)-p.i < len(word) || string(p.b[p.i:p.i+len(word)]) != word {
 		return nil, p.fail("invalid literal")
 	}
 	p.i += len(word)
