@@ -100,6 +100,7 @@ class Gen:
     markers: dict[str, list[str]] = field(default_factory=dict)  # variant -> its unions
     patterns: dict[str, str] = field(default_factory=dict)
     helpers: set[str] = field(default_factory=set)
+    concrete: set[str] = field(default_factory=set)  # named types that can have methods
 
     # -- naming and references --------------------------------------------------------------
 
@@ -285,6 +286,7 @@ class Gen:
             f"\treturn {inner.enc(f'{inner.go}(x)')}\n}}"
         )
         self.registry.append((name, f"decode{name}", False))
+        self.concrete.add(name)
         nilable = inner.go.startswith("[]")
         return GoType(name, f"decode{name}", lambda e: f"{e}.AppendJSON(buf)", nilable=nilable)
 
@@ -396,6 +398,7 @@ class Gen:
             + "\treturn append(buf, '}')\n}"
         )
         self.registry.append((name, f"decode{name}", False))
+        self.concrete.add(name)
         return GoType(name, f"decode{name}", lambda e: f"{e}.AppendJSON(buf)")
 
     def tagged_union(self, name: str, node: dict[str, Any], file: str, doc: list[str]) -> GoType:
@@ -493,6 +496,8 @@ class Gen:
             f'{encs}\treturn append(buf, "null"...)\n}}'
         )
         self.registry.append((name, f"decode{name}", nullable))
+        if not nullable:
+            self.concrete.add(name)
         return GoType(name, f"decode{name}", lambda e: f"{e}.AppendJSON(buf)", nullable)
 
     # -- the files ------------------------------------------------------------------------
@@ -552,6 +557,18 @@ class Gen:
                     f"\t\tvar zero {ret}\n\t\treturn zero, err\n\t}}\n"
                     f'\treturn {dec}(v, "$")\n}}'
                 )
+        for name in sorted(self.concrete):
+            out += [
+                "",
+                "// MarshalJSON encodes x as AppendJSON does, for encoding/json.",
+                f"func (x {name}) MarshalJSON() ([]byte, error) {{\n"
+                "\treturn x.AppendJSON(nil), nil\n}",
+                "",
+                "// UnmarshalJSON decodes b with every check of the contract, for encoding/json.",
+                f"func (x *{name}) UnmarshalJSON(b []byte) error {{\n"
+                f"\tv, err := Decode{name}(b)\n\tif err != nil {{\n\t\treturn err\n\t}}\n"
+                "\t*x = v\n\treturn nil\n}",
+            ]
         return "\n".join(out) + "\n"
 
 

@@ -4317,3 +4317,693 @@ func DecodeWorkloadsUpsert(b []byte) (WorkloadsUpsert, error) {
 	}
 	return decodeWorkloadsUpsert(v, "$")
 }
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x Batch) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *Batch) UnmarshalJSON(b []byte) error {
+	v, err := DecodeBatch(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x BrokerLine) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *BrokerLine) UnmarshalJSON(b []byte) error {
+	v, err := DecodeBrokerLine(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x BrokerResponse) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *BrokerResponse) UnmarshalJSON(b []byte) error {
+	v, err := DecodeBrokerResponse(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x ChannelCounters) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *ChannelCounters) UnmarshalJSON(b []byte) error {
+	v, err := DecodeChannelCounters(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x Count) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *Count) UnmarshalJSON(b []byte) error {
+	v, err := DecodeCount(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x Counters) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *Counters) UnmarshalJSON(b []byte) error {
+	v, err := DecodeCounters(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x EpochMillis) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *EpochMillis) UnmarshalJSON(b []byte) error {
+	v, err := DecodeEpochMillis(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x ErrorCode) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *ErrorCode) UnmarshalJSON(b []byte) error {
+	v, err := DecodeErrorCode(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x ErrorData) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *ErrorData) UnmarshalJSON(b []byte) error {
+	v, err := DecodeErrorData(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x ErrorObject) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *ErrorObject) UnmarshalJSON(b []byte) error {
+	v, err := DecodeErrorObject(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x ErrorResponse) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *ErrorResponse) UnmarshalJSON(b []byte) error {
+	v, err := DecodeErrorResponse(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x EventOutcome) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *EventOutcome) UnmarshalJSON(b []byte) error {
+	v, err := DecodeEventOutcome(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x EventResponse) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *EventResponse) UnmarshalJSON(b []byte) error {
+	v, err := DecodeEventResponse(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x EventResult) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *EventResult) UnmarshalJSON(b []byte) error {
+	v, err := DecodeEventResult(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x EventsBody) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *EventsBody) UnmarshalJSON(b []byte) error {
+	v, err := DecodeEventsBody(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x Fingerprint) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *Fingerprint) UnmarshalJSON(b []byte) error {
+	v, err := DecodeFingerprint(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x FramesByChannel) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *FramesByChannel) UnmarshalJSON(b []byte) error {
+	v, err := DecodeFramesByChannel(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x HttpError) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *HttpError) UnmarshalJSON(b []byte) error {
+	v, err := DecodeHttpError(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x HttpResponseBody) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *HttpResponseBody) UnmarshalJSON(b []byte) error {
+	v, err := DecodeHttpResponseBody(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x JournalStatus) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *JournalStatus) UnmarshalJSON(b []byte) error {
+	v, err := DecodeJournalStatus(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x LifecycleParams) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *LifecycleParams) UnmarshalJSON(b []byte) error {
+	v, err := DecodeLifecycleParams(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x ManagerStatus) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *ManagerStatus) UnmarshalJSON(b []byte) error {
+	v, err := DecodeManagerStatus(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x NodeRecord) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *NodeRecord) UnmarshalJSON(b []byte) error {
+	v, err := DecodeNodeRecord(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x NodesUpdate) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *NodesUpdate) UnmarshalJSON(b []byte) error {
+	v, err := DecodeNodesUpdate(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x NodesUpdateParams) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *NodesUpdateParams) UnmarshalJSON(b []byte) error {
+	v, err := DecodeNodesUpdateParams(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x Notification) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *Notification) UnmarshalJSON(b []byte) error {
+	v, err := DecodeNotification(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x PeerResponse) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *PeerResponse) UnmarshalJSON(b []byte) error {
+	v, err := DecodePeerResponse(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x PeerStatus) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *PeerStatus) UnmarshalJSON(b []byte) error {
+	v, err := DecodePeerStatus(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x Ready) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *Ready) UnmarshalJSON(b []byte) error {
+	v, err := DecodeReady(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x ReadyParams) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *ReadyParams) UnmarshalJSON(b []byte) error {
+	v, err := DecodeReadyParams(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x RemoveParams) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *RemoveParams) UnmarshalJSON(b []byte) error {
+	v, err := DecodeRemoveParams(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x Request) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *Request) UnmarshalJSON(b []byte) error {
+	v, err := DecodeRequest(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x Seq) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *Seq) UnmarshalJSON(b []byte) error {
+	v, err := DecodeSeq(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x StatusResponse) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *StatusResponse) UnmarshalJSON(b []byte) error {
+	v, err := DecodeStatusResponse(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x StatusResult) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *StatusResult) UnmarshalJSON(b []byte) error {
+	v, err := DecodeStatusResult(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x SuccessResponse) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *SuccessResponse) UnmarshalJSON(b []byte) error {
+	v, err := DecodeSuccessResponse(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x UpsertParams) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *UpsertParams) UnmarshalJSON(b []byte) error {
+	v, err := DecodeUpsertParams(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x WorkloadCancelled) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *WorkloadCancelled) UnmarshalJSON(b []byte) error {
+	v, err := DecodeWorkloadCancelled(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x WorkloadCompleted) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *WorkloadCompleted) UnmarshalJSON(b []byte) error {
+	v, err := DecodeWorkloadCompleted(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x WorkloadErrored) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *WorkloadErrored) UnmarshalJSON(b []byte) error {
+	v, err := DecodeWorkloadErrored(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x WorkloadInfo) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *WorkloadInfo) UnmarshalJSON(b []byte) error {
+	v, err := DecodeWorkloadInfo(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x WorkloadStarted) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *WorkloadStarted) UnmarshalJSON(b []byte) error {
+	v, err := DecodeWorkloadStarted(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x WorkloadState) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *WorkloadState) UnmarshalJSON(b []byte) error {
+	v, err := DecodeWorkloadState(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x WorkloadSubmitted) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *WorkloadSubmitted) UnmarshalJSON(b []byte) error {
+	v, err := DecodeWorkloadSubmitted(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x WorkloadsRemove) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *WorkloadsRemove) UnmarshalJSON(b []byte) error {
+	v, err := DecodeWorkloadsRemove(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x WorkloadsUpsert) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *WorkloadsUpsert) UnmarshalJSON(b []byte) error {
+	v, err := DecodeWorkloadsUpsert(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}

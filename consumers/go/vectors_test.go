@@ -199,3 +199,19 @@ func TestFirstViolationIsNamedByItsPath(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+func TestEncodingJSONUsesTheContractsRules(t *testing.T) {
+	var outer struct {
+		Info WorkloadInfo `json:"info"`
+	}
+	if err := json.Unmarshal([]byte(`{"info":`+workload(`,"requesterId":null`)+`}`), &outer); err != nil {
+		t.Fatal(err)
+	}
+	out, err := json.Marshal(outer)
+	if err != nil || !strings.Contains(string(out), `"requesterId":null`) || strings.Contains(string(out), "scheduledOn") {
+		t.Fatalf("%s %v", out, err)
+	}
+	if err := json.Unmarshal([]byte(`{"info":`+workload(`,"scheduledOn":null`)+`}`), &outer); err == nil {
+		t.Fatal("scheduledOn null accepted through encoding/json")
+	}
+}
