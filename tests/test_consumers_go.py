@@ -208,3 +208,39 @@ def test_codec_cases_cover_every_vector_file_and_the_behaviour_frames(
     behaviour = {p.name for p in vectors.DEFAULT_DIR.glob("*.json")} - {vectors.FORMAT_SCHEMA}
     assert shape | behaviour <= files, sorted((shape | behaviour) - files)
     assert {"InboundFrame", "PeerFrame", "BrokerLine", "Batch"} <= {c.type for c in cases}
+
+
+def test_a_generator_that_drops_a_bound_is_caught_by_the_vectors(
+    tmp_path: Path, cases: list[codec.Case]
+) -> None:
+    """Generate from a copy of schema/ whose Seq has no minimum: the Go test over the contract's
+    vectors must then fail on seq 0, so the test does check what the generator emits."""
+    go = tool("go", "golang-go")
+    schema = tmp_path / "schema"
+    schema.mkdir()
+    for f in (ROOT / "schema").glob("*.schema.json"):
+        shutil.copy(f, schema / f.name)
+    path = schema / "workload-info.schema.json"
+    doc = json.loads(path.read_text())
+    del doc["$defs"]["Seq"]["minimum"]
+    path.write_text(json.dumps(doc))
+    module = tmp_path / "go"
+    shutil.copytree(GO_DIR, module)
+    gen = [sys.executable, str(ROOT / "scripts" / "gen_go.py")]
+    run([*gen, "--schema", str(schema), "--out", str(module)], ROOT)
+    expectations = tmp_path / "vectors.jsonl"
+    expectations.write_text(
+        "".join(json.dumps(dataclasses.asdict(c)) + "\n" for c in cases if c.type == "Seq")
+    )
+    env = {**go_env(), "WM_VECTORS": str(expectations)}
+    proc = subprocess.run(
+        [go, "test", "-count=1", "-run", "TestEveryVector", "."],
+        cwd=module,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode != 0, proc.stdout
+    assert "accepted an invalid Seq" in proc.stdout, proc.stdout
