@@ -239,6 +239,17 @@ class Gen:
         fail(hint, f"keywords {sorted(kw)} are not supported by the Go generator")
         raise AssertionError
 
+    def enum_consts(self, name: str, node: dict[str, Any]) -> list[str]:
+        """Named constants for an enum's values (a oneOf of consts: by each branch's title)."""
+        if "oneOf" in node:
+            pairs = [(b.get("title", str(b["const"])), b["const"]) for b in node["oneOf"]]
+        else:
+            pairs = [(str(v), v) for v in node.get("enum", [])]
+        if not pairs:
+            return []
+        lines = [f"\t{name}{go_ident(label)} {name} = {json.dumps(v)}" for label, v in pairs]
+        return ["// The values " + name + " may take.\nconst (\n" + "\n".join(lines) + "\n)"]
+
     def const_branches(self, node: dict[str, Any]) -> list[Any] | None:
         """A ``oneOf`` whose branches each fix one value (ErrorCode): those values."""
         branches = node.get("oneOf")
@@ -276,6 +287,7 @@ class Gen:
             self.registry.append((name, inner.dec, False))
             return inner
         self.decls.append("\n".join([*doc, f"type {name} {inner.go}"]))
+        self.decls += self.enum_consts(name, node)
         self.decls.append(
             f"func decode{name}(v *Value, path string) ({name}, error) {{\n"
             f"\tx, err := {inner.dec}(v, path)\n\treturn {name}(x), err\n}}"
@@ -397,6 +409,11 @@ class Gen:
             + "".join(e + "\n" for e in encode)
             + "\treturn append(buf, '}')\n}"
         )
+        if tagged:
+            self.decls.append(
+                f"// {go_ident(TAG)} is the {TAG} that selects this type in a frame union.\n"
+                f"func ({name}) {go_ident(TAG)}() string {{ return {json.dumps(consts[TAG])} }}"
+            )
         self.registry.append((name, f"decode{name}", False))
         self.concrete.add(name)
         return GoType(name, f"decode{name}", lambda e: f"{e}.AppendJSON(buf)")
@@ -423,7 +440,8 @@ class Gen:
                 [
                     *doc,
                     f"// The variants: {', '.join(v for _, v in variants)}.",
-                    f"type {name} interface {{\n\tEncoder\n\tis{name}()\n}}",
+                    f"type {name} interface {{\n\tEncoder\n\t{go_ident(TAG)}() string\n"
+                    f"\tis{name}()\n}}",
                 ]
             )
         )

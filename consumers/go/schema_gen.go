@@ -114,6 +114,9 @@ func (x Ready) AppendJSON(buf []byte) []byte {
 	return append(buf, '}')
 }
 
+// Method is the method that selects this type in a frame union.
+func (Ready) Method() string { return "ready" }
+
 func decWorkloadInfoId(v *Value, path string) (string, error) {
 	return decString(v, path, 1, 256, nil, nil)
 }
@@ -138,6 +141,15 @@ func decWorkloadState(v *Value, path string) (string, error) {
 // it from the method: submitted→queued, started→running, completed→completed, errored→failed,
 // cancelled→cancelled.
 type WorkloadState string
+
+// The values WorkloadState may take.
+const (
+	WorkloadStateQueued    WorkloadState = "queued"
+	WorkloadStateRunning   WorkloadState = "running"
+	WorkloadStateCompleted WorkloadState = "completed"
+	WorkloadStateFailed    WorkloadState = "failed"
+	WorkloadStateCancelled WorkloadState = "cancelled"
+)
 
 func decodeWorkloadState(v *Value, path string) (WorkloadState, error) {
 	x, err := decWorkloadState(v, path)
@@ -505,6 +517,9 @@ func (x WorkloadsUpsert) AppendJSON(buf []byte) []byte {
 	return append(buf, '}')
 }
 
+// Method is the method that selects this type in a frame union.
+func (WorkloadsUpsert) Method() string { return "workloads:upsert" }
+
 func decRemoveParamsWorkloadId(v *Value, path string) (string, error) {
 	return decString(v, path, 1, 256, nil, nil)
 }
@@ -692,12 +707,16 @@ func (x WorkloadsRemove) AppendJSON(buf []byte) []byte {
 	return append(buf, '}')
 }
 
+// Method is the method that selects this type in a frame union.
+func (WorkloadsRemove) Method() string { return "workloads:remove" }
+
 // BrokerFrame: Every notification a manager writes to its broker, as one union tagged on 'method'.
 // Besides these, the broker receives responses (EventResponse, StatusResponse, ErrorResponse) to
 // the requests it sent.
 // The variants: Ready, WorkloadsUpsert, WorkloadsRemove.
 type BrokerFrame interface {
 	Encoder
+	Method() string
 	isBrokerFrame()
 }
 
@@ -741,6 +760,14 @@ func decEventOutcome(v *Value, path string) (string, error) {
 // applied. stale: older than the newest seen for (runId, id), not forwarded. removed: the workload
 // was removed (tombstoned), the event is not forwarded.
 type EventOutcome string
+
+// The values EventOutcome may take.
+const (
+	EventOutcomeApplied   EventOutcome = "applied"
+	EventOutcomeDuplicate EventOutcome = "duplicate"
+	EventOutcomeStale     EventOutcome = "stale"
+	EventOutcomeRemoved   EventOutcome = "removed"
+)
 
 func decodeEventOutcome(v *Value, path string) (EventOutcome, error) {
 	x, err := decEventOutcome(v, path)
@@ -1777,6 +1804,17 @@ func decErrorCode(v *Value, path string) (int64, error) {
 // does not know as a failure of that request, with no further meaning.
 type ErrorCode int64
 
+// The values ErrorCode may take.
+const (
+	ErrorCodeParseError     ErrorCode = -32700
+	ErrorCodeInvalidRequest ErrorCode = -32600
+	ErrorCodeMethodNotFound ErrorCode = -32601
+	ErrorCodeInvalidParams  ErrorCode = -32602
+	ErrorCodeInternalError  ErrorCode = -32603
+	ErrorCodeFrameTooLarge  ErrorCode = -32000
+	ErrorCodeOverloaded     ErrorCode = -32001
+)
+
 func decodeErrorCode(v *Value, path string) (ErrorCode, error) {
 	x, err := decErrorCode(v, path)
 	return ErrorCode(x), err
@@ -2409,6 +2447,9 @@ func (x WorkloadSubmitted) AppendJSON(buf []byte) []byte {
 	return append(buf, '}')
 }
 
+// Method is the method that selects this type in a frame union.
+func (WorkloadSubmitted) Method() string { return "workload:submitted" }
+
 // WorkloadStarted: Notification (or, with an id, request) that a workload is now running. The
 // manager sets workloadInfo.state to 'running' and relays the rest unchanged.
 type WorkloadStarted struct {
@@ -2474,6 +2515,9 @@ func (x WorkloadStarted) AppendJSON(buf []byte) []byte {
 	}
 	return append(buf, '}')
 }
+
+// Method is the method that selects this type in a frame union.
+func (WorkloadStarted) Method() string { return "workload:started" }
 
 // WorkloadCompleted: Notification (or, with an id, request) that a workload is now completed. The
 // manager sets workloadInfo.state to 'completed' and relays the rest unchanged.
@@ -2541,6 +2585,9 @@ func (x WorkloadCompleted) AppendJSON(buf []byte) []byte {
 	return append(buf, '}')
 }
 
+// Method is the method that selects this type in a frame union.
+func (WorkloadCompleted) Method() string { return "workload:completed" }
+
 // WorkloadErrored: Notification (or, with an id, request) that a workload is now failed. The
 // manager sets workloadInfo.state to 'failed' and relays the rest unchanged.
 type WorkloadErrored struct {
@@ -2607,6 +2654,9 @@ func (x WorkloadErrored) AppendJSON(buf []byte) []byte {
 	return append(buf, '}')
 }
 
+// Method is the method that selects this type in a frame union.
+func (WorkloadErrored) Method() string { return "workload:errored" }
+
 // WorkloadCancelled: Notification (or, with an id, request) that a workload is now cancelled. The
 // manager sets workloadInfo.state to 'cancelled' and relays the rest unchanged.
 type WorkloadCancelled struct {
@@ -2672,6 +2722,9 @@ func (x WorkloadCancelled) AppendJSON(buf []byte) []byte {
 	}
 	return append(buf, '}')
 }
+
+// Method is the method that selects this type in a frame union.
+func (WorkloadCancelled) Method() string { return "workload:cancelled" }
 
 func decNodeRecordNodeId(v *Value, path string) (string, error) {
 	return decString(v, path, 1, 256, nil, nil)
@@ -2877,6 +2930,9 @@ func (x NodesUpdate) AppendJSON(buf []byte) []byte {
 	return append(buf, '}')
 }
 
+// Method is the method that selects this type in a frame union.
+func (NodesUpdate) Method() string { return "nodes:update" }
+
 func decManagerStatusParams(v *Value, path string) (*Value, error) {
 	return v, checkObject(v, path, 0)
 }
@@ -2958,6 +3014,9 @@ func (x ManagerStatus) AppendJSON(buf []byte) []byte {
 	return append(buf, '}')
 }
 
+// Method is the method that selects this type in a frame union.
+func (ManagerStatus) Method() string { return "manager:status" }
+
 // InboundFrame: Every frame a manager accepts, as one union tagged on 'method': decode once, and
 // the frame is validated and typed. The local channel (broker) accepts all of them; the inter-node
 // channel (peers) accepts the lifecycle notifications and workloads:remove, and answers the others
@@ -2965,6 +3024,7 @@ func (x ManagerStatus) AppendJSON(buf []byte) []byte {
 // The variants: WorkloadSubmitted, WorkloadStarted, WorkloadCompleted, WorkloadErrored, WorkloadCancelled, WorkloadsRemove, NodesUpdate, ManagerStatus.
 type InboundFrame interface {
 	Encoder
+	Method() string
 	isInboundFrame()
 }
 
@@ -3334,6 +3394,7 @@ func (x SuccessResponse) AppendJSON(buf []byte) []byte {
 // The variants: WorkloadSubmitted, WorkloadStarted, WorkloadCompleted, WorkloadErrored, WorkloadCancelled, WorkloadsRemove.
 type PeerFrame interface {
 	Encoder
+	Method() string
 	isPeerFrame()
 }
 

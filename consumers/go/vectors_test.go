@@ -170,7 +170,7 @@ func TestUnionPicksTheLastMethod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := f.(WorkloadsRemove); !ok {
+	if _, ok := f.(WorkloadsRemove); !ok || f.Method() != "workloads:remove" {
 		t.Fatalf("decoded as %T, want WorkloadsRemove", f)
 	}
 }
