@@ -165,9 +165,25 @@ def _non_empty_array_of(item: Check) -> Check:
 
 
 def one_line(text: str) -> str:
-    """The text on one line: a raw line break is whitespace outside strings (and makes the text
-    invalid inside one, before and after), so each becomes a space."""
-    return text.replace("\r", " ").replace("\n", " ")
+    """The text on one line, with the same verdict: a raw line break (CR or LF) outside strings
+    is whitespace, so it becomes a space; inside a string it makes the text invalid, and becomes
+    a raw TAB, which does too (JSON strings hold no raw control characters)."""
+    if "\n" not in text and "\r" not in text:
+        return text
+    out, in_string, escaped = [], False, False
+    for ch in text:
+        if ch in "\r\n":
+            out.append("\t" if in_string else " ")
+            escaped = False
+            continue
+        out.append(ch)
+        if escaped:
+            escaped = False
+        elif ch == "\\" and in_string:
+            escaped = True
+        elif ch == '"':
+            in_string = not in_string
+    return "".join(out)
 
 
 def shape_cases(shape_dir: Path, contract: Contract) -> Iterator[Case]:
@@ -208,7 +224,12 @@ def behaviour_cases(behaviour_dir: Path, contract: Contract) -> Iterator[Case]:
                     text = vectors.payload(spec).decode("utf-8")
                 except UnicodeDecodeError:
                     continue  # not text: the line protocol carries text
-                yield from _payload_cases(contract, where, frame_ref, batch, one_line(text))
+                # The local channel reads one frame per line; an HTTP body is one text.
+                lines = text.split("\n") if frame_ref == inbound else [text]
+                texts = [one_line(each.removesuffix("\r")) for each in lines]
+                for each in texts:
+                    if each.strip(" \t"):
+                        yield from _payload_cases(contract, where, frame_ref, batch, each)
             expected = [*case.get("expect", []), *(case.get("broker") or [])]
             for matcher in expected:
                 if isinstance(matcher, dict) and "exact" in matcher:
