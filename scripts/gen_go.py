@@ -642,7 +642,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     for name, text in fresh.items():
         (args.out / name).write_text(text, "utf-8")
-    print(f"wrote {args.out}")
+    shown = args.out.resolve()
+    print(f"wrote {shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown}")
 
 
 if __name__ == "__main__":
