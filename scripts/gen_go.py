@@ -494,10 +494,10 @@ class Gen:
         tries = []
         for i, (label, t) in enumerate(members):
             take = "b" if t.nilable else "&b"
-            keep = "\t\tfirst = err\n" if i == 0 else ""
+            keep = " else {\n\t\tfirst = err\n\t}" if i == 0 else ""
             tries.append(
                 f"\tif b, err := {t.dec}(v, path); err == nil {{\n"
-                f"\t\treturn {name}{{{label}: {take}}}, nil\n\t}} else {{\n{keep}\t}}"
+                f"\t\treturn {name}{{{label}: {take}}}, nil\n\t}}{keep}"
             )
         self.decls.append(
             f"func decode{name}(v *Value, path string) ({name}, error) {{\n"

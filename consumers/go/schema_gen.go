@@ -619,7 +619,6 @@ func decodeRequestId(v *Value, path string) (RequestId, error) {
 	}
 	if b, err := decRequestIdInteger(v, path); err == nil {
 		return RequestId{Integer: &b}, nil
-	} else {
 	}
 	return RequestId{}, first
 }
@@ -2047,11 +2046,9 @@ func decodeBrokerResponse(v *Value, path string) (BrokerResponse, error) {
 	}
 	if b, err := decodeStatusResponse(v, path); err == nil {
 		return BrokerResponse{StatusResponse: &b}, nil
-	} else {
 	}
 	if b, err := decodeErrorResponse(v, path); err == nil {
 		return BrokerResponse{ErrorResponse: &b}, nil
-	} else {
 	}
 	return BrokerResponse{}, first
 }
@@ -2116,11 +2113,9 @@ func decodeBrokerLine(v *Value, path string) (BrokerLine, error) {
 	}
 	if b, err := decodeBrokerResponse(v, path); err == nil {
 		return BrokerLine{BrokerResponse: &b}, nil
-	} else {
 	}
 	if b, err := decBrokerLineItems(v, path); err == nil {
 		return BrokerLine{Items: b}, nil
-	} else {
 	}
 	return BrokerLine{}, first
 }
@@ -2238,7 +2233,6 @@ func decodePeerResponse(v *Value, path string) (PeerResponse, error) {
 	}
 	if b, err := decodeErrorResponse(v, path); err == nil {
 		return PeerResponse{ErrorResponse: &b}, nil
-	} else {
 	}
 	return PeerResponse{}, first
 }
@@ -2299,7 +2293,6 @@ func decodeEventsBody(v *Value, path string) (EventsBody, error) {
 	}
 	if b, err := decEventsBodyItems(v, path); err == nil {
 		return EventsBody{Items: b}, nil
-	} else {
 	}
 	return EventsBody{}, first
 }
@@ -2333,7 +2326,6 @@ func decodeHttpResponseBody(v *Value, path string) (HttpResponseBody, error) {
 	}
 	if b, err := decodeHttpError(v, path); err == nil {
 		return HttpResponseBody{HttpError: &b}, nil
-	} else {
 	}
 	return HttpResponseBody{}, first
 }
