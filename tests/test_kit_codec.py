@@ -4,6 +4,9 @@ put on one line, how values are compared, how an answer is judged."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +81,15 @@ def test_every_case_text_is_one_line_and_json_serialisable() -> None:
     json.dumps([c.encoded for c in cases])
     local = [c for c in cases if "two-frames-one-write" in c.where]
     assert len(local) == 2 and all(c.valid for c in local), local
+
+
+def test_a_codec_program_that_cannot_start_is_a_usage_error(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nvpair_wm.conformance", "--codec", "--", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot start" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

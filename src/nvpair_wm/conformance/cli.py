@@ -76,7 +76,10 @@ def _codec(args: argparse.Namespace, command: list[str], parser: argparse.Argume
     except (OSError, ValueError) as exc:
         parser.exit(2, f"{PROG}: cannot load the vectors ({shape_dir}, {args.vectors}): {exc}\n")
     timeout = max(args.timeout, codec.DEFAULT_TIMEOUT)
-    report = codec.run(command, cases, timeout=timeout)
+    try:
+        report = codec.run(command, cases, timeout=timeout)
+    except OSError as exc:
+        parser.exit(2, f"{PROG}: cannot start {command[0]}: {exc}\n")
     if args.json:
         doc = {
             "command": command,
