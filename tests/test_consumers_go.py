@@ -9,8 +9,8 @@
 - The generator stops on a schema keyword it does not handle, and ``consumers/go`` holds no
   hand-written types.
 
-A missing Go toolchain FAILS with the command that installs it. About 10 s with a warm build
-cache, 40 s cold.
+A missing Go toolchain FAILS with the command that installs it. Under a minute with a warm build
+cache (it compiles the package three times and runs the kit five times).
 """
 
 from __future__ import annotations
