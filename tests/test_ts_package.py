@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -287,3 +288,76 @@ def test_codec_program_answers_every_line(line: bytes, answer: str) -> None:
     first, second, end = proc.stdout.decode("utf-8").split("\n")
     assert first.startswith(answer), first
     assert (second, end) == ('ok\t"applied"', "")
+
+
+# -- the package as another team installs it -------------------------------------------------
+
+TEAM_CODE = """\
+import { decode, encode, type InboundFrame, type WorkloadInfo } from "nvpair-wm-contract";
+
+declare const process: { argv: string[] }; // no @types/node needed
+
+/** absent, null or a value: the three states of requesterId. */
+export function requester(w: WorkloadInfo): string {
+  return w.requesterId === undefined ? "absent" : w.requesterId === null ? "null" : w.requesterId;
+}
+
+const line = process.argv[2] ?? "";
+const r = decode("InboundFrame", line);
+if (r.ok) {
+  const frame: InboundFrame = r.value;
+  const who = frame.method === "workload:submitted" ? requester(frame.params.workloadInfo) : "-";
+  const kind = "id" in frame ? "request" : "notification";
+  console.log(`${kind} ${who} ${encode("InboundFrame", frame)}`);
+} else {
+  console.log(`refused at ${r.path}: ${r.reason}`);
+}
+"""
+
+
+def test_the_packed_package_installs_and_works_by_name(tmp_path: Path) -> None:
+    """`npm pack` and an offline install into another project: imported by its name, the
+    types compile under tsc --strict (node16 resolution: the `exports` map) and the code runs."""
+    npm = tool("npm", "npm")
+    tsc = TS_DIR / "node_modules" / "typescript" / "bin" / "tsc"
+    if not tsc.is_file():
+        pytest.fail("the Node packages are not installed: make ts-deps")
+    package = json.loads((TS_DIR / "package.json").read_text("utf-8"))
+    assert package["version"] == (SCHEMA_DIR / "VERSION").read_text("utf-8").strip()
+    packed = tmp_path / "packed"
+    team = tmp_path / "team"
+    packed.mkdir()
+    team.mkdir()
+    env = {**os.environ, "npm_config_cache": str(tmp_path / "npm-cache")}
+
+    def run(*args: str | Path, cwd: Path) -> str:
+        proc = subprocess.run(
+            [str(a) for a in args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, f"{args}:\n{proc.stdout}\n{proc.stderr}"
+        return proc.stdout
+
+    tarball = run(npm, "pack", "--pack-destination", packed, TS_DIR, cwd=tmp_path).split()[-1]
+    (team / "package.json").write_text('{"name": "team", "private": true, "type": "module"}')
+    run(npm, "install", "--offline", "--no-audit", "--no-fund", packed / tarball, cwd=team)
+    installed = team / "node_modules" / "nvpair-wm-contract"
+    assert (installed / "generated" / "contract.js").is_file()
+    assert not (installed / "node_modules").exists()  # no runtime dependencies
+    (team / "team.ts").write_text(TEAM_CODE)
+    flags = ["--strict", "--exactOptionalPropertyTypes", "--target", "es2022"]
+    run(_node(), tsc, *flags, "--module", "node16", "team.ts", cwd=team)
+    info = '{"id":"1","model":"m","engine":"e","runId":"r","state":"queued","originatedFrom":"n",'
+    info += '"createdAt":1,"startedAt":null,"completedAt":null,"error":null,"seq":1.0'
+    frame = '{"jsonrpc":"2.0","method":"workload:submitted","params":{"workloadInfo":%s%s}}}'
+    out = run(_node(), "team.js", frame % (info, ',"requesterId":null,"x":2'), cwd=team)
+    assert out.startswith("notification null {") and '"x"' not in out and '"seq":1,' in out
+    out = run(_node(), "team.js", frame % (info, ""), cwd=team)
+    assert out.startswith("notification absent {") and "requesterId" not in out
+    out = run(_node(), "team.js", frame % (info.replace('"seq":1.0', '"seq":0'), ""), cwd=team)
+    assert out.strip() == "refused at $.params.workloadInfo.seq: Expected `int` >= 1"
