@@ -361,3 +361,87 @@ def test_the_packed_package_installs_and_works_by_name(tmp_path: Path) -> None:
     assert out.startswith("notification absent {") and "requesterId" not in out
     out = run(_node(), "team.js", frame % (info.replace('"seq":1.0', '"seq":0'), ""), cwd=team)
     assert out.strip() == "refused at $.params.workloadInfo.seq: Expected `int` >= 1"
+
+
+# -- what quicktype makes of the schema (schema/README.md, "Generating code from the schema") --
+
+QUICKTYPE_DIR = TS_DIR / "quicktype"
+
+
+def _quicktype_codec(tmp_path: Path) -> list[str]:
+    """quicktype 26's TypeScript for schema/, compiled by tsc, behind the codec line protocol
+    (quicktype/codec.mjs): the command that runs it."""
+    quicktype = QUICKTYPE_DIR / "node_modules" / "quicktype" / "dist" / "index.js"
+    tsc = TS_DIR / "node_modules" / "typescript" / "bin" / "tsc"
+    if not quicktype.is_file() or not tsc.is_file():
+        pytest.fail("quicktype or TypeScript is not installed: make ts-deps")
+    source = tmp_path / "contract.ts"
+    schemas = sorted(str(p) for p in SCHEMA_DIR.glob("*.schema.json"))
+    for args in (
+        [quicktype, "--src-lang", "schema", "--lang", "ts", "--out", source, *schemas],
+        # Its own type errors do not stop the emit; run where no @types can be picked up.
+        [tsc, "--target", "es2022", "--module", "esnext", source],
+    ):
+        proc = subprocess.run(
+            [_node(), *map(str, args)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert (tmp_path / "contract.js").is_file() or proc.returncode == 0, proc.stderr
+    assert (tmp_path / "contract.js").is_file()
+    return [_node(), str(QUICKTYPE_DIR / "codec.mjs"), str(tmp_path)]
+
+
+def test_quicktype_typescript_breaks_the_contract(tmp_path: Path) -> None:
+    """The measurement schema/README.md quotes: over the shape vectors of the types quicktype
+    writes a converter for, its TypeScript accepts invalid frames (no bounds, lengths, patterns
+    or I-JSON; the frame unions merged into one type), keeps unknown members when it re-encodes,
+    and names no path. Each fault is pinned by a named vector."""
+    command = _quicktype_codec(tmp_path)
+    vectors = [v for v in shape_vectors() if not re.search(r"[\r\n]", v[2])]
+    proc = subprocess.run(
+        command,
+        input=("\n".join(f"{n}\t{t}" for _, n, t, _ in vectors) + "\n").encode("utf-8"),
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    answers = proc.stdout.decode("utf-8").split("\n")[:-1]
+    assert len(answers) == len(vectors)
+    accepted_invalid, kept_unknown, paths = set(), set(), set()
+    converted = 0
+    for (case_id, name, text, valid), answer in zip(vectors, answers, strict=True):
+        if answer.startswith("error\t$\tno quicktype converter"):
+            continue
+        converted += 1
+        if answer.startswith("ok\t") and not valid:
+            accepted_invalid.add(case_id)
+        if answer.startswith("ok\t") and valid:
+            expected = verdict(name, text.encode("utf-8")).encoded
+            assert expected is not None
+            if json.loads(answer[3:]) != json.loads(expected):
+                kept_unknown.add(case_id)
+        if answer.startswith("error\t"):
+            paths.add(answer.split("\t")[1])
+    print(
+        f"quicktype TS: {converted} vectors with a converter, {len(accepted_invalid)} invalid "
+        f"accepted, {len(kept_unknown)} valid re-encoded otherwise"
+    )
+    for fault in (
+        "workload-info: WorkloadInfo: integers and their bounds: seq 0 (below minimum)",
+        "node-record: NodeRecord: fingerprint: uppercase hex",
+        "workload-info: WorkloadInfo: string lengths (code points): id empty (minLength 1)",
+        "workload-info: WorkloadInfo: the text is I-JSON (RFC 7493): lone high surrogate escape "
+        "in requesterId",
+        "inbound-frame: InboundFrame: envelopes: manager:status without id",
+        "inbound-frame: InboundFrame: methods: the params of workloads:remove under "
+        "workload:submitted",
+    ):
+        assert fault in accepted_invalid, sorted(accepted_invalid)
+    assert "workload-info: WorkloadInfo: unknown properties are accepted: a prompt" in kept_unknown
+    assert paths == {"$"}, "quicktype's errors name no path"
+    assert len(accepted_invalid) >= 100
