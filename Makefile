@@ -42,15 +42,15 @@ $(DEV_STAMP): pyproject.toml | $(PY)
 # meta-schema), from its lockfile. Without npm the Node tests fail and say how to install it.
 TS_DIR   := consumers/ts
 TS_STAMP := $(TS_DIR)/node_modules/.package-lock.json
+# quicktype, pinned apart (about 100 packages), for the test that measures what it makes of schema/.
+QT_DIR   := $(TS_DIR)/quicktype
+QT_STAMP := $(QT_DIR)/node_modules/.package-lock.json
 
 ts-deps: $(TS_STAMP) $(QT_STAMP)
 $(TS_STAMP): $(TS_DIR)/package-lock.json
 	@if command -v npm >/dev/null; then npm ci --prefix $(TS_DIR) --no-audit --no-fund; \
 	else echo "npm is missing (apt-get install -y nodejs npm): the Node tests will fail" >&2; fi
 
-# quicktype, pinned apart (about 100 packages), for the test that measures what it makes of schema/.
-QT_DIR   := $(TS_DIR)/quicktype
-QT_STAMP := $(QT_DIR)/node_modules/.package-lock.json
 $(QT_STAMP): $(QT_DIR)/package-lock.json
 	@if command -v npm >/dev/null; then npm ci --prefix $(QT_DIR) --no-audit --no-fund; fi
 
