@@ -14,9 +14,11 @@ line protocol over the same lines.
 from __future__ import annotations
 
 import base64
+import copy
 import importlib.util
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -234,6 +236,69 @@ def _load_gen_ts() -> Any:
     sys.modules["gen_ts"] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+# Values a mutation puts in place of a member (or adds under a new name).
+MUTANTS: list[Any] = [None, True, 0, -1, 1.5, 1.0, 2**53, "", "x", "queued", [], {}, [1], {"a": 1}]
+MUTANTS += ["2.0", "ready", "manager:status", 2**53 - 1, -0.0, 1e300]
+
+
+def _mutated(rnd: random.Random, value: Any) -> str:
+    """``value`` with one to three members deleted, replaced or added, as JSON text; sometimes
+    with a duplicate of a top-level name appended (the last one wins)."""
+    value = copy.deepcopy(value)
+    for _ in range(rnd.randint(1, 3)):
+        spots: list[tuple[Any, Any]] = []
+        stack = [value]
+        while stack:
+            node = stack.pop()
+            keys: list[Any] = list(node) if isinstance(node, dict) else []
+            keys += list(range(len(node))) if isinstance(node, list) else []
+            for k in keys:
+                spots.append((node, k))
+                stack.append(node[k])
+        if not spots:
+            break
+        parent, key = rnd.choice(spots)
+        roll = rnd.random()
+        if roll < 0.3 and isinstance(parent, dict):
+            del parent[key]
+        elif roll < 0.4 and isinstance(parent, dict):
+            parent[f"zz{rnd.randint(0, 9)}"] = copy.deepcopy(rnd.choice(MUTANTS))
+        else:
+            parent[key] = copy.deepcopy(rnd.choice(MUTANTS))
+    text = json.dumps(value)
+    if isinstance(value, dict) and value and rnd.random() < 0.2:
+        again = json.dumps(rnd.choice(list(value)))
+        text = f"{text[:-1]}, {again}: {json.dumps(rnd.choice(MUTANTS))}}}"
+    return text
+
+
+def test_mutated_vectors_agree_with_the_python_validator() -> None:
+    """Beyond the vectors: 3,000 mutations of valid ones (seeded, so a failure reproduces),
+    each refused at the Python validator's path or accepted with the same re-encoding. Members
+    the schema leaves open (Request.params, SuccessResponse.result) are compared as JSON values:
+    there JavaScript writes `1.0` as `1`, where Python keeps the spelling it read."""
+    rnd = random.Random(33)
+    base = [
+        (name, json.loads(text))
+        for _, name, text, valid in shape_vectors()
+        if valid and len(text) < 5000
+    ]
+    cases = [(name, _mutated(rnd, value)) for name, value in rnd.choices(base, k=3000)]
+    answers = _run_package(list(cases))
+    wrong = []
+    for (name, text), answer in zip(cases, answers, strict=True):
+        expected = verdict(name, text.encode("utf-8"))
+        if expected.ok:
+            good = answer[0] == "ok" and json.loads(answer[1]) == json.loads(expected.encoded or "")
+        else:
+            good = answer[:2] == ["error", expected.path]
+        if not good:
+            wrong.append(f"{name} {text}: Python {expected}, TypeScript {answer}")
+    assert not wrong, "\n".join(wrong[:20])
+    refused = sum(a[0] == "error" for a in answers)
+    assert 1000 < refused < 2900, refused  # the mutations reach both verdicts
 
 
 # -- the codec example program ----------------------------------------------------------------

@@ -16,10 +16,15 @@ function answer(line) {
   if (tab < 0) return "error\t$\tno TAB: a line is TYPE<TAB>JSON";
   const type = line.subarray(0, tab).toString("utf8");
   if (!known.has(type)) return `error\t$\t${oneLine(`no type ${type} in the contract`)}`;
-  // The frame's bytes as they came: decode refuses invalid UTF-8, as the contract does.
-  const result = decode(type, line.subarray(tab + 1));
-  if (!result.ok) return `error\t${result.path}\t${oneLine(result.reason)}`;
-  return `ok\t${encode(type, result.value)}`;
+  try {
+    // The frame's bytes as they came: decode refuses invalid UTF-8, as the contract does.
+    const result = decode(type, line.subarray(tab + 1));
+    if (!result.ok) return `error\t${result.path}\t${oneLine(result.reason)}`;
+    return `ok\t${encode(type, result.value)}`;
+  } catch (e) {
+    // A bug, not a verdict: still one answer for this line, and the program goes on.
+    return `error\t$\t${oneLine(`internal error: ${e}`)}`;
+  }
 }
 
 // Lines are split as bytes (a line feed ends one; a CR before it is dropped), so that a frame
