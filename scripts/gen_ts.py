@@ -170,10 +170,15 @@ class Generator:
         sys.exit(f"{here}: a schema this generator does not know: {json.dumps(s)[:200]}")
 
     def union(self, branches: list[dict[str, Any]], here: str, v: str, p: str) -> str:
-        """Told apart by JSON type first (as the Python validator does with ``int | str |
-        None``); among the branches that admit the value's type, the first that accepts it,
-        else the first one's refusal."""
+        """A union of scalars (or of one type and null) is told apart by JSON type, as the
+        Python validator does with ``int | str | None``. A union of objects or arrays told
+        apart by shape (``BrokerLine``, ``EventsBody``) takes the first branch that accepts
+        the value, else the first branch's refusal, as the kit's verdict does."""
         kinds = [self.kinds(b, here) for b in branches]
+        nullable = sum(ks != {"null"} for ks in kinds) == 1
+        if not nullable and any(ks & {"object", "array"} for ks in kinds):
+            names = ", ".join(self.decoder(b, here) for b in branches)
+            return f"firstOf({v}, {p}, [{names}])"
         lines = []
         for kind, test in _KIND_TEST.items():
             admit = [b for b, ks in zip(branches, kinds, strict=True) if kind in ks]

@@ -6,9 +6,8 @@ A type is named by its schema's or ``$defs`` entry's ``title`` (the ``$defs`` ke
 none), as the vectors' groups name it. Most names are generated msgspec types, checked with
 ``nvpair_wm.codec.validate`` and re-encoded with ``codec.encode``. The unions told apart by shape
 (``broker-line`` and ``http-response``, which ``scripts/gen_types.py`` does not generate) are
-checked as the generated unions of primitives are: by JSON type first (an array goes to the
-array branch), then branch by branch: the first branch that accepts wins, else the first
-branch's refusal stands; an array element's refusal is placed at its index.
+checked branch by branch, as the kit's codec role does: the first branch that accepts wins,
+else the first branch's refusal stands.
 """
 
 from __future__ import annotations
@@ -60,22 +59,12 @@ def _first_of(*checks: Check) -> Check:
     return check
 
 
-def _by_shape(objects: Check, arrays: Check) -> Check:
-    """An array to ``arrays``; anything else (text that is not JSON too) to ``objects``."""
-
-    def check(text: bytes) -> Any:
-        try:
-            is_array = isinstance(codec.validate(text, Any), list)  # the strict reading
-        except InvalidFrame:
-            is_array = False
-        return arrays(text) if is_array else objects(text)
-
-    return check
-
-
 def _non_empty_array_of(item: Check) -> Check:
     def check(text: bytes) -> Any:
-        raws = _raw_array.decode(text)
+        try:
+            raws = _raw_array.decode(text)
+        except msgspec.DecodeError as exc:
+            raise InvalidFrame(f"not an array: {exc}", "$") from exc
         if not raws:
             raise InvalidFrame("Expected `array` of length >= 1", "$")
         values = []
@@ -112,12 +101,11 @@ def _types() -> dict[str, Check]:
     event, error = _of_type(jsonrpc.EventResponse), _of_type(jsonrpc.ErrorResponse)
     names["BrokerResponse"] = _first_of(event, _of_type(status.StatusResponse), error)
     names["PeerResponse"] = _first_of(event, error)
-    names["EventsBody"] = _by_shape(
+    names["EventsBody"] = _first_of(
         names["PeerResponse"], _non_empty_array_of(names["PeerResponse"])
     )
-    names["BrokerLine"] = _by_shape(
-        _first_of(names["BrokerFrame"], names["BrokerResponse"]),
-        _non_empty_array_of(names["BrokerResponse"]),
+    names["BrokerLine"] = _first_of(
+        names["BrokerFrame"], names["BrokerResponse"], _non_empty_array_of(names["BrokerResponse"])
     )
     names["HttpResponseBody"] = _first_of(names["EventsBody"], names["HttpError"])
     return names

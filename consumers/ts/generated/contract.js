@@ -6,81 +6,61 @@ import { DecodeError, anyObject, anyValue, array, boolean, firstOf, integer, isO
 export { DecodeError, MAX_DEPTH, parse } from "../lib/runtime.js";
 
 function inline1(v, p) {
-  if (isObject(v)) return firstOf(v, p, [decodeBrokerFrame, decodeBrokerResponse]);
-  if (Array.isArray(v)) return array(v, p, 1, null, decodeBrokerResponse);
-  throw new DecodeError(p, `Expected \`array | object\`, got \`${typeName(v)}\``);
+  return array(v, p, 1, null, decodeBrokerResponse);
 }
 
 function inline2(v, p) {
-  if (isObject(v)) return firstOf(v, p, [decodeEventResponse, decodeStatusResponse, decodeErrorResponse]);
-  throw new DecodeError(p, `Expected \`object\`, got \`${typeName(v)}\``);
+  return array(v, p, 1, null, decodePeerResponse);
 }
 
 function inline3(v, p) {
-  if (isObject(v)) return firstOf(v, p, [decodeEventsBody, decodeHttpError]);
-  if (Array.isArray(v)) return decodeEventsBody(v, p);
-  throw new DecodeError(p, `Expected \`array | object\`, got \`${typeName(v)}\``);
-}
-
-function inline4(v, p) {
-  if (isObject(v)) return firstOf(v, p, [decodeEventResponse, decodeErrorResponse]);
-  throw new DecodeError(p, `Expected \`object\`, got \`${typeName(v)}\``);
-}
-
-function inline5(v, p) {
-  if (isObject(v)) return decodePeerResponse(v, p);
-  if (Array.isArray(v)) return array(v, p, 1, null, decodePeerResponse);
-  throw new DecodeError(p, `Expected \`array | object\`, got \`${typeName(v)}\``);
-}
-
-function inline6(v, p) {
   if (typeof v === "string") return string(v, p, null, 256, null, null);
   if (typeof v === "number") return integer(v, p, -9007199254740991, 9007199254740991);
   if (v === null) return nullValue(v, p);
   throw new DecodeError(p, `Expected \`int | str | null\`, got \`${typeName(v)}\``);
 }
 
-function inline7(v, p) {
+function inline4(v, p) {
   return anyObject(v, p, null);
 }
 
-function inline8(v, p) {
+function inline5(v, p) {
   if (typeof v === "string") return literal(v, p, ["h2", "http/1.1"]);
   if (v === null) return nullValue(v, p);
   throw new DecodeError(p, `Expected \`str | null\`, got \`${typeName(v)}\``);
 }
 
-function inline9(v, p) {
+function inline6(v, p) {
   if (typeof v === "string") return string(v, p, null, null, null, null);
   if (v === null) return nullValue(v, p);
   throw new DecodeError(p, `Expected \`str | null\`, got \`${typeName(v)}\``);
 }
 
-function inline10(v, p) {
+function inline7(v, p) {
   if (typeof v === "number") return decodeEpochMillis(v, p);
   if (v === null) return nullValue(v, p);
   throw new DecodeError(p, `Expected \`int | null\`, got \`${typeName(v)}\``);
 }
 
-function inline11(v, p) {
+function inline8(v, p) {
   if (typeof v === "string") return decodeFingerprint(v, p);
   if (v === null) return nullValue(v, p);
   throw new DecodeError(p, `Expected \`str | null\`, got \`${typeName(v)}\``);
 }
 
-function inline12(v, p) {
+function inline9(v, p) {
   if (typeof v === "number") return integer(v, p, 1, 65535);
   if (v === null) return nullValue(v, p);
   throw new DecodeError(p, `Expected \`int | null\`, got \`${typeName(v)}\``);
 }
 
-function inline13(v, p) {
+function inline10(v, p) {
   if (typeof v === "string") return string(v, p, null, 4096, null, null);
   if (v === null) return nullValue(v, p);
   throw new DecodeError(p, `Expected \`str | null\`, got \`${typeName(v)}\``);
 }
 
-function inline14(v, p) {
+function inline11(v, p) {
   if (typeof v === "string") return string(v, p, null, 256, null, null);
   if (v === null) return nullValue(v, p);
   throw new DecodeError(p, `Expected \`str | null\`, got \`${typeName(v)}\``);
@@ -94,11 +74,11 @@ function decodeBrokerFrame(v, p) {
 }
 
 function decodeBrokerLine(v, p) {
-  return inline1(v, p);
+  return firstOf(v, p, [decodeBrokerFrame, decodeBrokerResponse, inline1]);
 }
 
 function decodeBrokerResponse(v, p) {
-  return inline2(v, p);
+  return firstOf(v, p, [decodeEventResponse, decodeStatusResponse, decodeErrorResponse]);
 }
 
 function decodeHttpError(v, p) {
@@ -124,15 +104,15 @@ function decodeHttpError(v, p) {
 }
 
 function decodeHttpResponseBody(v, p) {
-  return inline3(v, p);
+  return firstOf(v, p, [decodeEventsBody, decodeHttpError]);
 }
 
 function decodePeerResponse(v, p) {
-  return inline4(v, p);
+  return firstOf(v, p, [decodeEventResponse, decodeErrorResponse]);
 }
 
 function decodeEventsBody(v, p) {
-  return inline5(v, p);
+  return firstOf(v, p, [decodePeerResponse, inline2]);
 }
 
 const InboundFrameVariants = { "workload:submitted": decodeWorkloadSubmitted, "workload:started": decodeWorkloadStarted, "workload:completed": decodeWorkloadCompleted, "workload:errored": decodeWorkloadErrored, "workload:cancelled": decodeWorkloadCancelled, "workloads:remove": decodeWorkloadsRemove, "nodes:update": decodeNodesUpdate, "manager:status": decodeManagerStatus };
@@ -147,7 +127,7 @@ function decodeJsonRpcEnvelope(v, p) {
 }
 
 function decodeRequestId(v, p) {
-  return inline6(v, p);
+  return inline3(v, p);
 }
 
 function decodeErrorCode(v, p) {
@@ -332,7 +312,7 @@ function decodeSuccessResponse(v, p) {
 }
 
 function decodeBatch(v, p) {
-  return array(v, p, 1, null, inline7);
+  return array(v, p, 1, null, inline4);
 }
 
 function decodeManagerStatus(v, p) {
@@ -479,7 +459,7 @@ function decodePeerStatus(v, p) {
         f.connected = boolean(o["connected"], `${p}.connected`);
         break;
       case "protocol":
-        f.protocol = inline8(o["protocol"], `${p}.protocol`);
+        f.protocol = inline5(o["protocol"], `${p}.protocol`);
         break;
       case "queueDepth":
         f.queueDepth = decodeCount(o["queueDepth"], `${p}.queueDepth`);
@@ -497,16 +477,16 @@ function decodePeerStatus(v, p) {
         f.dropped = decodeCount(o["dropped"], `${p}.dropped`);
         break;
       case "lastError":
-        f.lastError = inline9(o["lastError"], `${p}.lastError`);
+        f.lastError = inline6(o["lastError"], `${p}.lastError`);
         break;
       case "lastErrorAt":
-        f.lastErrorAt = inline10(o["lastErrorAt"], `${p}.lastErrorAt`);
+        f.lastErrorAt = inline7(o["lastErrorAt"], `${p}.lastErrorAt`);
         break;
       case "contractVersion":
-        f.contractVersion = inline9(o["contractVersion"], `${p}.contractVersion`);
+        f.contractVersion = inline6(o["contractVersion"], `${p}.contractVersion`);
         break;
       case "softwareVersion":
-        f.softwareVersion = inline9(o["softwareVersion"], `${p}.softwareVersion`);
+        f.softwareVersion = inline6(o["softwareVersion"], `${p}.softwareVersion`);
         break;
       default:
         break; // not in the schema: dropped
@@ -525,10 +505,10 @@ function decodeJournalStatus(v, p) {
         f.state = literal(o["state"], `${p}.state`, ["off", "healthy", "failing"]);
         break;
       case "failingSince":
-        f.failingSince = inline10(o["failingSince"], `${p}.failingSince`);
+        f.failingSince = inline7(o["failingSince"], `${p}.failingSince`);
         break;
       case "lastError":
-        f.lastError = inline9(o["lastError"], `${p}.lastError`);
+        f.lastError = inline6(o["lastError"], `${p}.lastError`);
         break;
       default:
         break; // not in the schema: dropped
@@ -550,10 +530,10 @@ function decodeStatusResult(v, p) {
         f.hasIdentity = boolean(o["hasIdentity"], `${p}.hasIdentity`);
         break;
       case "fingerprint":
-        f.fingerprint = inline11(o["fingerprint"], `${p}.fingerprint`);
+        f.fingerprint = inline8(o["fingerprint"], `${p}.fingerprint`);
         break;
       case "port":
-        f.port = inline12(o["port"], `${p}.port`);
+        f.port = inline9(o["port"], `${p}.port`);
         break;
       case "peers":
         f.peers = array(o["peers"], `${p}.peers`, null, null, decodePeerStatus);
@@ -870,13 +850,13 @@ function decodeWorkloadInfo(v, p) {
         f.createdAt = decodeEpochMillis(o["createdAt"], `${p}.createdAt`);
         break;
       case "startedAt":
-        f.startedAt = inline10(o["startedAt"], `${p}.startedAt`);
+        f.startedAt = inline7(o["startedAt"], `${p}.startedAt`);
         break;
       case "completedAt":
-        f.completedAt = inline10(o["completedAt"], `${p}.completedAt`);
+        f.completedAt = inline7(o["completedAt"], `${p}.completedAt`);
         break;
       case "error":
-        f.error = inline13(o["error"], `${p}.error`);
+        f.error = inline10(o["error"], `${p}.error`);
         break;
       case "seq":
         f.seq = decodeSeq(o["seq"], `${p}.seq`);
@@ -885,7 +865,7 @@ function decodeWorkloadInfo(v, p) {
         f.scheduledOn = string(o["scheduledOn"], `${p}.scheduledOn`, 1, 256, null, null);
         break;
       case "requesterId":
-        f.requesterId = inline14(o["requesterId"], `${p}.requesterId`);
+        f.requesterId = inline11(o["requesterId"], `${p}.requesterId`);
         break;
       default:
         break; // not in the schema: dropped
