@@ -42,17 +42,21 @@ $(DEV_STAMP): pyproject.toml | $(PY)
 # meta-schema), from its lockfile. Without npm the Node tests fail and say how to install it.
 TS_DIR   := consumers/ts
 TS_STAMP := $(TS_DIR)/node_modules/.package-lock.json
-# quicktype, pinned apart (about 100 packages), for the test that measures what it makes of schema/.
-QT_DIR   := $(TS_DIR)/quicktype
-QT_STAMP := $(QT_DIR)/node_modules/.package-lock.json
 
-ts-deps: $(TS_STAMP) $(QT_STAMP)
+ts-deps: $(TS_STAMP)
 $(TS_STAMP): $(TS_DIR)/package-lock.json
 	@if command -v npm >/dev/null; then npm ci --prefix $(TS_DIR) --no-audit --no-fund; \
 	else echo "npm is missing (apt-get install -y nodejs npm): the Node tests will fail" >&2; fi
 
+# quicktype for tests/test_quicktype.py (what the mainstream generator makes of schema/), pinned
+# by its own lockfile.
+QT_DIR   := tests/quicktype
+QT_STAMP := $(QT_DIR)/node_modules/.package-lock.json
+
+ts-deps: $(QT_STAMP)
 $(QT_STAMP): $(QT_DIR)/package-lock.json
-	@if command -v npm >/dev/null; then npm ci --prefix $(QT_DIR) --no-audit --no-fund; fi
+	@if command -v npm >/dev/null; then npm ci --prefix $(QT_DIR) --no-audit --no-fund; \
+	else echo "npm is missing (apt-get install -y nodejs npm): the quicktype test will fail" >&2; fi
 
 gen: venv
 	$(PY) scripts/gen_types.py

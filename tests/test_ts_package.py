@@ -443,12 +443,12 @@ def test_the_packed_package_installs_and_works_by_name(tmp_path: Path) -> None:
 
 # -- what quicktype makes of the schema (schema/README.md, "Generating code from the schema") --
 
-QUICKTYPE_DIR = TS_DIR / "quicktype"
+QUICKTYPE_DIR = ROOT / "tests" / "quicktype"  # pinned quicktype (make ts-deps installs it)
 
 
 def _quicktype_codec(tmp_path: Path) -> list[str]:
     """quicktype 26's TypeScript for schema/, compiled by tsc, behind the codec line protocol
-    (quicktype/codec.mjs): the command that runs it."""
+    (tests/quicktype/codec_ts.mjs): the command that runs it."""
     quicktype = QUICKTYPE_DIR / "node_modules" / "quicktype" / "dist" / "index.js"
     tsc = TS_DIR / "node_modules" / "typescript" / "bin" / "tsc"
     if not quicktype.is_file() or not tsc.is_file():
@@ -470,7 +470,7 @@ def _quicktype_codec(tmp_path: Path) -> list[str]:
         )
         assert (tmp_path / "contract.js").is_file() or proc.returncode == 0, proc.stderr
     assert (tmp_path / "contract.js").is_file()
-    return [_node(), str(QUICKTYPE_DIR / "codec.mjs"), str(tmp_path)]
+    return [_node(), str(QUICKTYPE_DIR / "codec_ts.mjs"), str(tmp_path)]
 
 
 def test_quicktype_typescript_breaks_the_contract(tmp_path: Path) -> None:

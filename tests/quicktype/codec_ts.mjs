@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // A codec program built from quicktype's TypeScript output, speaking the kit's codec line
-// protocol like ../codec.mjs: what a team that takes quicktype's converters as they come gets.
-// Usage: node codec.mjs DIR, DIR holding contract.js (quicktype's contract.ts compiled by tsc;
-// tests/test_ts_package.py makes it). A type with no quicktype converter (quicktype writes them
-// for the top-level schemas only) is answered `error`, as that team could not decode it.
+// protocol like consumers/ts/codec.mjs: what a team that takes quicktype's converters as they
+// come gets. Usage: node codec_ts.mjs DIR, DIR holding contract.js (quicktype's contract.ts
+// compiled by tsc; tests/test_ts_package.py makes it). A type with no quicktype converter
+// (quicktype writes them for the top-level schemas only) is answered `error`, as that team could
+// not decode it.
 import { createInterface } from "node:readline";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
