@@ -368,6 +368,24 @@ def test_codec_program_answers_every_line(line: bytes, answer: str) -> None:
     assert (second, end) == ('ok\t"applied"', "")
 
 
+def test_the_hand_written_runtime_type_checks_under_tsc_strict() -> None:
+    """lib/runtime.js carries its types in JSDoc; tsc --checkJs --strict holds it to them."""
+    tsc = TS_DIR / "node_modules" / "typescript" / "bin" / "tsc"
+    if not tsc.is_file():
+        pytest.fail("the Node packages are not installed: make ts-deps")
+    flags = ["--allowJs", "--checkJs", "--strict", "--noEmit", "--target", "es2022"]
+    flags += ["--module", "esnext", "--moduleResolution", "bundler", "--lib", "es2024,dom"]
+    proc = subprocess.run(
+        [_node(), str(tsc), *flags, "lib/runtime.js"],
+        cwd=TS_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 # -- the package as another team installs it -------------------------------------------------
 
 TEAM_CODE = """\

@@ -29,6 +29,7 @@ export class DecodeError extends Error {
 // -- the strict parser ------------------------------------------------------------------------
 
 const WS = new Set([0x20, 0x09, 0x0a, 0x0d]);
+/** @type {Record<string, string>} */
 const ESCAPES = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
 const NUMBER = /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y;
 
@@ -43,6 +44,7 @@ const NUMBER = /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y;
  */
 export function parse(text) {
   let at = 0;
+  /** @param {string} why @returns {never} */
   const fail = (why) => {
     throw new DecodeError("$", `malformed JSON: ${why} (at character ${at})`);
   };
@@ -102,11 +104,13 @@ export function parse(text) {
     }
     return out;
   };
+  /** @param {number} from */
   const hex4 = (from) => {
     const digits = text.slice(from, from + 4);
     if (!/^[0-9A-Fa-f]{4}$/.test(digits)) fail("invalid \\u escape");
     return parseInt(digits, 16);
   };
+  /** @param {number} depth @returns {unknown} */
   const value = (depth) => {
     space();
     const c = text[at];
@@ -122,7 +126,7 @@ export function parse(text) {
     if (text.startsWith("null", at)) return (at += 4), null;
     NUMBER.lastIndex = at;
     const m = NUMBER.exec(text);
-    if (m === null) fail(at >= text.length ? "unexpected end of text" : "invalid character");
+    if (m === null) return fail(at >= text.length ? "unexpected end of text" : "invalid character");
     const n = Number(m[0]);
     if (!Number.isFinite(n)) {
       fail(`number ${m[0].slice(0, 24)} is beyond every finite IEEE 754 double (I-JSON, RFC 7493)`);
@@ -130,6 +134,7 @@ export function parse(text) {
     at += m[0].length;
     return n;
   };
+  /** @param {number} depth @returns {Record<string, unknown>} */
   const object = (depth) => {
     at += 1;
     const out = Object.create(null);
@@ -152,8 +157,10 @@ export function parse(text) {
       fail("expected ',' or '}'");
     }
   };
+  /** @param {number} depth @returns {unknown[]} */
   const array = (depth) => {
     at += 1;
+    /** @type {unknown[]} */
     const out = [];
     space();
     if (text[at] === "]") return (at += 1), out;
@@ -227,6 +234,7 @@ export function isInteger(v) {
 }
 
 /**
+ * @param {string} what
  * @param {unknown} v
  * @param {string} path
  */
@@ -234,7 +242,10 @@ function expected(what, v, path) {
   return new DecodeError(path, `Expected \`${what}\`, got \`${typeName(v)}\``);
 }
 
-/** The number of Unicode code points in a string (what the schema's lengths count). */
+/**
+ * The number of Unicode code points in a string (what the schema's lengths count).
+ * @param {string} s
+ */
 function codePoints(s) {
   let n = s.length;
   for (let i = 0; i < s.length; i += 1) {
