@@ -21,6 +21,7 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -222,7 +223,7 @@ class Generator:
                 members.append(f'{name}: "{name}" in f ? f.{name} : {json.dumps(sub["default"])}')
             else:
                 members.append(f'...("{name}" in f ? {{ {name}: f.{name} }} : {{}})')
-        lines.append(f"  return {{ {', '.join(members)} }};")
+        lines += ["  return {", *(f"    {m}," for m in members), "  };"]
         lines.append("}")
         return "\n".join(lines)
 
@@ -429,10 +430,14 @@ def _num(value: Any) -> str:
 
 
 def _doc(description: str | None, indent: str) -> str:
+    """A JSDoc comment, wrapped at 100 columns."""
     if not description:
         return ""
     text = description.replace("*/", "* /")
-    return f"{indent}/** {text} */\n"
+    if len(indent) + len(text) + 7 <= 100:
+        return f"{indent}/** {text} */\n"
+    body = textwrap.wrap(text, 100 - len(indent) - 3, break_on_hyphens=False)
+    return "".join([f"{indent}/**\n", *(f"{indent} * {line}\n" for line in body), f"{indent} */\n"])
 
 
 def render(schema_dir: Path = SCHEMA) -> dict[str, str]:

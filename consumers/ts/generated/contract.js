@@ -100,7 +100,11 @@ function decodeHttpError(v, p) {
     }
   }
   required(f, ["error"], p);
-  return { error: f.error, ...("serverContractVersion" in f ? { serverContractVersion: f.serverContractVersion } : {}), ...("requestContractVersion" in f ? { requestContractVersion: f.requestContractVersion } : {}) };
+  return {
+    error: f.error,
+    ...("serverContractVersion" in f ? { serverContractVersion: f.serverContractVersion } : {}),
+    ...("requestContractVersion" in f ? { requestContractVersion: f.requestContractVersion } : {}),
+  };
 }
 
 function decodeHttpResponseBody(v, p) {
@@ -153,7 +157,11 @@ function decodeErrorData(v, p) {
     }
   }
   required(f, ["reason"], p);
-  return { reason: f.reason, ...("path" in f ? { path: f.path } : {}), ...("index" in f ? { index: f.index } : {}) };
+  return {
+    reason: f.reason,
+    ...("path" in f ? { path: f.path } : {}),
+    ...("index" in f ? { index: f.index } : {}),
+  };
 }
 
 function decodeErrorObject(v, p) {
@@ -175,7 +183,11 @@ function decodeErrorObject(v, p) {
     }
   }
   required(f, ["code", "message"], p);
-  return { code: f.code, message: f.message, ...("data" in f ? { data: f.data } : {}) };
+  return {
+    code: f.code,
+    message: f.message,
+    ...("data" in f ? { data: f.data } : {}),
+  };
 }
 
 function decodeErrorResponse(v, p) {
@@ -197,7 +209,11 @@ function decodeErrorResponse(v, p) {
     }
   }
   required(f, ["jsonrpc", "id", "error"], p);
-  return { jsonrpc: f.jsonrpc, id: f.id, error: f.error };
+  return {
+    jsonrpc: f.jsonrpc,
+    id: f.id,
+    error: f.error,
+  };
 }
 
 function decodeEventOutcome(v, p) {
@@ -217,7 +233,9 @@ function decodeEventResult(v, p) {
     }
   }
   required(f, ["outcome"], p);
-  return { outcome: f.outcome };
+  return {
+    outcome: f.outcome,
+  };
 }
 
 function decodeEventResponse(v, p) {
@@ -239,7 +257,11 @@ function decodeEventResponse(v, p) {
     }
   }
   required(f, ["jsonrpc", "id", "result"], p);
-  return { jsonrpc: f.jsonrpc, id: f.id, result: f.result };
+  return {
+    jsonrpc: f.jsonrpc,
+    id: f.id,
+    result: f.result,
+  };
 }
 
 function decodeRequest(v, p) {
@@ -264,7 +286,12 @@ function decodeRequest(v, p) {
     }
   }
   required(f, ["jsonrpc", "method", "id"], p);
-  return { jsonrpc: f.jsonrpc, method: f.method, id: f.id, ...("params" in f ? { params: f.params } : {}) };
+  return {
+    jsonrpc: f.jsonrpc,
+    method: f.method,
+    id: f.id,
+    ...("params" in f ? { params: f.params } : {}),
+  };
 }
 
 function decodeNotification(v, p) {
@@ -286,7 +313,11 @@ function decodeNotification(v, p) {
     }
   }
   required(f, ["jsonrpc", "method"], p);
-  return { jsonrpc: f.jsonrpc, method: f.method, ...("params" in f ? { params: f.params } : {}) };
+  return {
+    jsonrpc: f.jsonrpc,
+    method: f.method,
+    ...("params" in f ? { params: f.params } : {}),
+  };
 }
 
 function decodeSuccessResponse(v, p) {
@@ -308,7 +339,11 @@ function decodeSuccessResponse(v, p) {
     }
   }
   required(f, ["jsonrpc", "id", "result"], p);
-  return { jsonrpc: f.jsonrpc, id: f.id, result: f.result };
+  return {
+    jsonrpc: f.jsonrpc,
+    id: f.id,
+    result: f.result,
+  };
 }
 
 function decodeBatch(v, p) {
@@ -335,7 +370,12 @@ function decodeManagerStatus(v, p) {
     }
   }
   required(f, ["jsonrpc", "id"], p);
-  return { method: "manager:status", jsonrpc: f.jsonrpc, id: f.id, ...("params" in f ? { params: f.params } : {}) };
+  return {
+    method: "manager:status",
+    jsonrpc: f.jsonrpc,
+    id: f.id,
+    ...("params" in f ? { params: f.params } : {}),
+  };
 }
 
 function decodeCounters(v, p) {
@@ -381,7 +421,19 @@ function decodeCounters(v, p) {
     }
   }
   required(f, ["framesIn", "framesOut", "invalid", "duplicates", "stale", "suppressed", "evicted", "workloads", "tombstones", "brokerQueue"], p);
-  return { framesIn: f.framesIn, framesOut: f.framesOut, invalid: f.invalid, duplicates: f.duplicates, stale: f.stale, suppressed: f.suppressed, evicted: f.evicted, workloads: f.workloads, tombstones: f.tombstones, brokerQueue: f.brokerQueue, ...("byChannel" in f ? { byChannel: f.byChannel } : {}) };
+  return {
+    framesIn: f.framesIn,
+    framesOut: f.framesOut,
+    invalid: f.invalid,
+    duplicates: f.duplicates,
+    stale: f.stale,
+    suppressed: f.suppressed,
+    evicted: f.evicted,
+    workloads: f.workloads,
+    tombstones: f.tombstones,
+    brokerQueue: f.brokerQueue,
+    ...("byChannel" in f ? { byChannel: f.byChannel } : {}),
+  };
 }
 
 function decodeFramesByChannel(v, p) {
@@ -400,7 +452,10 @@ function decodeFramesByChannel(v, p) {
     }
   }
   required(f, ["broker", "peer"], p);
-  return { broker: f.broker, peer: f.peer };
+  return {
+    broker: f.broker,
+    peer: f.peer,
+  };
 }
 
 function decodeChannelCounters(v, p) {
@@ -434,7 +489,15 @@ function decodeChannelCounters(v, p) {
     }
   }
   required(f, ["framesIn", "framesOut", "applied", "duplicate", "stale", "suppressed", "invalid"], p);
-  return { framesIn: f.framesIn, framesOut: f.framesOut, applied: f.applied, duplicate: f.duplicate, stale: f.stale, suppressed: f.suppressed, invalid: f.invalid };
+  return {
+    framesIn: f.framesIn,
+    framesOut: f.framesOut,
+    applied: f.applied,
+    duplicate: f.duplicate,
+    stale: f.stale,
+    suppressed: f.suppressed,
+    invalid: f.invalid,
+  };
 }
 
 function decodeCount(v, p) {
@@ -493,7 +556,22 @@ function decodePeerStatus(v, p) {
     }
   }
   required(f, ["nodeId", "address", "port", "connected", "protocol", "queueDepth", "sent", "retried", "coalesced", "dropped", "lastError", "lastErrorAt"], p);
-  return { nodeId: f.nodeId, address: f.address, port: f.port, connected: f.connected, protocol: f.protocol, queueDepth: f.queueDepth, sent: f.sent, retried: f.retried, coalesced: f.coalesced, dropped: f.dropped, lastError: f.lastError, lastErrorAt: f.lastErrorAt, ...("contractVersion" in f ? { contractVersion: f.contractVersion } : {}), ...("softwareVersion" in f ? { softwareVersion: f.softwareVersion } : {}) };
+  return {
+    nodeId: f.nodeId,
+    address: f.address,
+    port: f.port,
+    connected: f.connected,
+    protocol: f.protocol,
+    queueDepth: f.queueDepth,
+    sent: f.sent,
+    retried: f.retried,
+    coalesced: f.coalesced,
+    dropped: f.dropped,
+    lastError: f.lastError,
+    lastErrorAt: f.lastErrorAt,
+    ...("contractVersion" in f ? { contractVersion: f.contractVersion } : {}),
+    ...("softwareVersion" in f ? { softwareVersion: f.softwareVersion } : {}),
+  };
 }
 
 function decodeJournalStatus(v, p) {
@@ -515,7 +593,11 @@ function decodeJournalStatus(v, p) {
     }
   }
   required(f, ["state", "failingSince", "lastError"], p);
-  return { state: f.state, failingSince: f.failingSince, lastError: f.lastError };
+  return {
+    state: f.state,
+    failingSince: f.failingSince,
+    lastError: f.lastError,
+  };
 }
 
 function decodeStatusResult(v, p) {
@@ -549,7 +631,15 @@ function decodeStatusResult(v, p) {
     }
   }
   required(f, ["version", "hasIdentity", "fingerprint", "port", "peers", "counters"], p);
-  return { version: f.version, hasIdentity: f.hasIdentity, fingerprint: f.fingerprint, port: f.port, peers: f.peers, counters: f.counters, ...("journal" in f ? { journal: f.journal } : {}) };
+  return {
+    version: f.version,
+    hasIdentity: f.hasIdentity,
+    fingerprint: f.fingerprint,
+    port: f.port,
+    peers: f.peers,
+    counters: f.counters,
+    ...("journal" in f ? { journal: f.journal } : {}),
+  };
 }
 
 function decodeStatusResponse(v, p) {
@@ -571,7 +661,11 @@ function decodeStatusResponse(v, p) {
     }
   }
   required(f, ["jsonrpc", "id", "result"], p);
-  return { jsonrpc: f.jsonrpc, id: f.id, result: f.result };
+  return {
+    jsonrpc: f.jsonrpc,
+    id: f.id,
+    result: f.result,
+  };
 }
 
 function decodeNodeRecord(v, p) {
@@ -596,7 +690,12 @@ function decodeNodeRecord(v, p) {
     }
   }
   required(f, ["nodeId", "address", "fingerprint"], p);
-  return { nodeId: f.nodeId, address: f.address, fingerprint: f.fingerprint, port: "port" in f ? f.port : 14320 };
+  return {
+    nodeId: f.nodeId,
+    address: f.address,
+    fingerprint: f.fingerprint,
+    port: "port" in f ? f.port : 14320,
+  };
 }
 
 function decodeFingerprint(v, p) {
@@ -623,7 +722,12 @@ function decodeNodesUpdate(v, p) {
     }
   }
   required(f, ["jsonrpc", "params"], p);
-  return { method: "nodes:update", jsonrpc: f.jsonrpc, params: f.params, ...("id" in f ? { id: f.id } : {}) };
+  return {
+    method: "nodes:update",
+    jsonrpc: f.jsonrpc,
+    params: f.params,
+    ...("id" in f ? { id: f.id } : {}),
+  };
 }
 
 function decodeNodesUpdateParams(v, p) {
@@ -639,7 +743,9 @@ function decodeNodesUpdateParams(v, p) {
     }
   }
   required(f, ["nodes"], p);
-  return { nodes: f.nodes };
+  return {
+    nodes: f.nodes,
+  };
 }
 
 const PeerFrameVariants = { "workload:submitted": decodeWorkloadSubmitted, "workload:started": decodeWorkloadStarted, "workload:completed": decodeWorkloadCompleted, "workload:errored": decodeWorkloadErrored, "workload:cancelled": decodeWorkloadCancelled, "workloads:remove": decodeWorkloadsRemove };
@@ -666,7 +772,11 @@ function decodeReady(v, p) {
     }
   }
   required(f, ["jsonrpc", "params"], p);
-  return { method: "ready", jsonrpc: f.jsonrpc, params: f.params };
+  return {
+    method: "ready",
+    jsonrpc: f.jsonrpc,
+    params: f.params,
+  };
 }
 
 function decodeReadyParams(v, p) {
@@ -685,7 +795,10 @@ function decodeReadyParams(v, p) {
     }
   }
   required(f, ["version", "contractVersion"], p);
-  return { version: f.version, contractVersion: f.contractVersion };
+  return {
+    version: f.version,
+    contractVersion: f.contractVersion,
+  };
 }
 
 function decodeWorkloadEvents(v, p) {
@@ -705,7 +818,9 @@ function decodeLifecycleParams(v, p) {
     }
   }
   required(f, ["workloadInfo"], p);
-  return { workloadInfo: f.workloadInfo };
+  return {
+    workloadInfo: f.workloadInfo,
+  };
 }
 
 function decodeWorkloadSubmitted(v, p) {
@@ -728,7 +843,12 @@ function decodeWorkloadSubmitted(v, p) {
     }
   }
   required(f, ["jsonrpc", "params"], p);
-  return { method: "workload:submitted", jsonrpc: f.jsonrpc, params: f.params, ...("id" in f ? { id: f.id } : {}) };
+  return {
+    method: "workload:submitted",
+    jsonrpc: f.jsonrpc,
+    params: f.params,
+    ...("id" in f ? { id: f.id } : {}),
+  };
 }
 
 function decodeWorkloadStarted(v, p) {
@@ -751,7 +871,12 @@ function decodeWorkloadStarted(v, p) {
     }
   }
   required(f, ["jsonrpc", "params"], p);
-  return { method: "workload:started", jsonrpc: f.jsonrpc, params: f.params, ...("id" in f ? { id: f.id } : {}) };
+  return {
+    method: "workload:started",
+    jsonrpc: f.jsonrpc,
+    params: f.params,
+    ...("id" in f ? { id: f.id } : {}),
+  };
 }
 
 function decodeWorkloadCompleted(v, p) {
@@ -774,7 +899,12 @@ function decodeWorkloadCompleted(v, p) {
     }
   }
   required(f, ["jsonrpc", "params"], p);
-  return { method: "workload:completed", jsonrpc: f.jsonrpc, params: f.params, ...("id" in f ? { id: f.id } : {}) };
+  return {
+    method: "workload:completed",
+    jsonrpc: f.jsonrpc,
+    params: f.params,
+    ...("id" in f ? { id: f.id } : {}),
+  };
 }
 
 function decodeWorkloadErrored(v, p) {
@@ -797,7 +927,12 @@ function decodeWorkloadErrored(v, p) {
     }
   }
   required(f, ["jsonrpc", "params"], p);
-  return { method: "workload:errored", jsonrpc: f.jsonrpc, params: f.params, ...("id" in f ? { id: f.id } : {}) };
+  return {
+    method: "workload:errored",
+    jsonrpc: f.jsonrpc,
+    params: f.params,
+    ...("id" in f ? { id: f.id } : {}),
+  };
 }
 
 function decodeWorkloadCancelled(v, p) {
@@ -820,7 +955,12 @@ function decodeWorkloadCancelled(v, p) {
     }
   }
   required(f, ["jsonrpc", "params"], p);
-  return { method: "workload:cancelled", jsonrpc: f.jsonrpc, params: f.params, ...("id" in f ? { id: f.id } : {}) };
+  return {
+    method: "workload:cancelled",
+    jsonrpc: f.jsonrpc,
+    params: f.params,
+    ...("id" in f ? { id: f.id } : {}),
+  };
 }
 
 function decodeWorkloadInfo(v, p) {
@@ -872,7 +1012,21 @@ function decodeWorkloadInfo(v, p) {
     }
   }
   required(f, ["id", "model", "engine", "runId", "state", "originatedFrom", "createdAt", "startedAt", "completedAt", "error", "seq"], p);
-  return { id: f.id, model: f.model, engine: f.engine, runId: f.runId, state: f.state, originatedFrom: f.originatedFrom, createdAt: f.createdAt, startedAt: f.startedAt, completedAt: f.completedAt, error: f.error, seq: f.seq, ...("scheduledOn" in f ? { scheduledOn: f.scheduledOn } : {}), ...("requesterId" in f ? { requesterId: f.requesterId } : {}) };
+  return {
+    id: f.id,
+    model: f.model,
+    engine: f.engine,
+    runId: f.runId,
+    state: f.state,
+    originatedFrom: f.originatedFrom,
+    createdAt: f.createdAt,
+    startedAt: f.startedAt,
+    completedAt: f.completedAt,
+    error: f.error,
+    seq: f.seq,
+    ...("scheduledOn" in f ? { scheduledOn: f.scheduledOn } : {}),
+    ...("requesterId" in f ? { requesterId: f.requesterId } : {}),
+  };
 }
 
 function decodeWorkloadState(v, p) {
@@ -907,7 +1061,12 @@ function decodeWorkloadsRemove(v, p) {
     }
   }
   required(f, ["jsonrpc", "params"], p);
-  return { method: "workloads:remove", jsonrpc: f.jsonrpc, params: f.params, ...("id" in f ? { id: f.id } : {}) };
+  return {
+    method: "workloads:remove",
+    jsonrpc: f.jsonrpc,
+    params: f.params,
+    ...("id" in f ? { id: f.id } : {}),
+  };
 }
 
 function decodeRemoveParams(v, p) {
@@ -929,7 +1088,11 @@ function decodeRemoveParams(v, p) {
     }
   }
   required(f, ["workloadId", "originatedFrom"], p);
-  return { workloadId: f.workloadId, originatedFrom: f.originatedFrom, ...("runId" in f ? { runId: f.runId } : {}) };
+  return {
+    workloadId: f.workloadId,
+    originatedFrom: f.originatedFrom,
+    ...("runId" in f ? { runId: f.runId } : {}),
+  };
 }
 
 function decodeWorkloadsUpsert(v, p) {
@@ -949,7 +1112,11 @@ function decodeWorkloadsUpsert(v, p) {
     }
   }
   required(f, ["jsonrpc", "params"], p);
-  return { method: "workloads:upsert", jsonrpc: f.jsonrpc, params: f.params };
+  return {
+    method: "workloads:upsert",
+    jsonrpc: f.jsonrpc,
+    params: f.params,
+  };
 }
 
 function decodeUpsertParams(v, p) {
@@ -965,7 +1132,9 @@ function decodeUpsertParams(v, p) {
     }
   }
   required(f, ["workloadInfo"], p);
-  return { workloadInfo: f.workloadInfo };
+  return {
+    workloadInfo: f.workloadInfo,
+  };
 }
 
 const DECODERS = {
