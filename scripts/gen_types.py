@@ -412,6 +412,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp) / PACKAGE
         generate(fresh)
+        ts = [sys.executable, str(ROOT / "scripts" / "gen_ts.py"), *(["--check"] * args.check)]
+        if subprocess.run(ts, check=False).returncode:  # consumers/ts (scripts/gen_ts.py)
+            sys.exit(1)
         document = fresh.parent / OPENRPC
         if args.check:
             stale = same_tree(fresh, TARGET) if TARGET.exists() else ["(missing)"]

@@ -1,5 +1,5 @@
-// A broker-side consumer written against the generated types (build/types.ts, made by
-// gen-types.mjs). It must compile under `tsc --strict --exactOptionalPropertyTypes`:
+// A broker-side consumer written against the package's generated types (generated/contract.d.ts,
+// made by `make gen`). It must compile under `tsc --strict --exactOptionalPropertyTypes`:
 // the switches over `method` are exhaustive (a new frame type in schema/ stops the build at
 // `assertNever` until it is handled), and closed types refuse a typo such as `f.parms`.
 import type {
@@ -11,7 +11,7 @@ import type {
   PeerResponse,
   RequestId,
   WorkloadInfo,
-} from "./types";
+} from "./generated/contract.js";
 
 function assertNever(frame: never): never {
   throw new Error(`unhandled frame ${JSON.stringify(frame)}`);
