@@ -541,3 +541,24 @@ def test_quicktype_typescript_breaks_the_contract(tmp_path: Path) -> None:
     assert "workload-info: WorkloadInfo: unknown properties are accepted: a prompt" in kept_unknown
     assert paths == {"$"}, "quicktype's errors name no path"
     assert len(accepted_invalid) >= 100
+
+
+def test_codec_role_passes_for_the_ts_example() -> None:
+    """The kit's codec role, as another team would run it, against ``codec.mjs``."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nvpair_wm.conformance",
+            "--codec",
+            "--",
+            _node(),
+            str(TS_DIR / "codec.mjs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert re.search(r"codec: \d+ vectors: .* 0 disagreements", proc.stdout), proc.stdout[-3000:]
