@@ -38,6 +38,7 @@ from nvpair_wm.journal import (
     Journal,
     JournalLimits,
     Record,
+    collection_paused,
     decode_log,
     encode_log,
     encode_outbound,
@@ -644,7 +645,7 @@ def test_a_compaction_that_cannot_write_leaves_the_log_as_it_was(tmp_path: Path)
 
 def test_node_journals_what_it_publishes_and_compacts_on_its_timer(tmp_path: Path) -> None:
     """The wiring in node.py: ``publish`` journals; the timer task syncs and compacts (in a
-    child process, compactor.py) once the appends reach ``compact_min_records`` (nothing was
+    child process, journal/compactor.py) once the appends reach ``compact_min_records`` (nothing was
     kept); a new Node reloads the newest."""
     cdir = init_cluster(tmp_path / "cluster", ["node-a"])["node-a"]
     limits = JournalLimits(fsync_interval=0.01, compact_min_records=10)
@@ -862,10 +863,10 @@ def test_a_compaction_folds_with_the_cyclic_gc_paused(
     when the job fails, and stays off if it was off."""
     import gc  # noqa: PLC0415
 
-    from nvpair_wm import journal as journal_module  # noqa: PLC0415
+    from nvpair_wm.journal import compaction as journal_module  # noqa: PLC0415
 
     seen: list[bool] = []
-    real_read = journal_module.read_log
+    real_read = read_log
     journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
 
     def scan(data: bytes, path: Path | None = None) -> Any:
@@ -895,7 +896,7 @@ def test_a_compaction_folds_with_the_cyclic_gc_paused(
     assert gc.isenabled()
     gc.disable()
     try:
-        with journal_module.collection_paused():
+        with collection_paused():
             assert not gc.isenabled()
         assert not gc.isenabled()
     finally:

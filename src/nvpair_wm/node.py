@@ -26,7 +26,6 @@ from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
 from nvpair_wm import __version__, codec
 from nvpair_wm.broadcaster import Broadcaster
-from nvpair_wm.compactor import compact_in_child
 from nvpair_wm.config import Config, metrics_address
 from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
@@ -43,6 +42,7 @@ from nvpair_wm.journal import (
     open_journal,
     reload_table,
 )
+from nvpair_wm.journal.compactor import compact_in_child
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
 from nvpair_wm.versions import PeerVersions
@@ -102,7 +102,7 @@ class Node:
         cluster = config.cluster_dir
         # What this node originated before a restart, back in the table before any peer
         # connects, so that every first snapshot carries it, and what it had forwarded to its
-        # broker, so that nothing older reaches the broker again (journal.py). No cluster dir:
+        # broker, so that nothing older reaches the broker again (nvpair_wm.journal). No cluster dir:
         # no peers, nothing to replay.
         self.journal: Journal | None = None
         if cluster:
@@ -383,7 +383,7 @@ class Node:
     async def _journal_forever(self, journal: Journal) -> None:
         """The journal's group commit (fsync in a worker thread) and compaction (in a child
         process: its pure-Python fold in a thread would hold the GIL against this loop for a
-        second; see compactor.py). Cancelled mid-compaction (the node is stopping), the child is
+        second; see journal/compactor.py). Cancelled mid-compaction (the node is stopping), the child is
         killed and reaped and its temporary file removed."""
         limits = self.config.journal
         fsync = limits.fsync_interval
