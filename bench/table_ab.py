@@ -2,13 +2,13 @@
 
 ``python -m bench.table_ab OLD_TREE NEW_TREE [READS] [REPS]`` loads ``src/nvpair_wm/dedup.py``
 and ``src/nvpair_wm/journal.py`` (or the installed journal package) of each tree (e.g. a ``git
-archive`` of main and of a branch) and gives each its own node A (``Dispatcher.local_lines`` then ``Journal.append``, per read of
-256 lines from the broker) and node B (``Dispatcher.peer`` on the same 256 frames as one batch),
-with the propagation bench's lines (every line a new workload). Both tables are first filled
-past their 200,000-workload cap, then READS reads per version alternate, REPS times: the same
-load on both, so the paired differences show what a shared, noisy machine hides between runs.
-Prints CPU µs per event (thread time), medians of the reads, and the median paired difference.
-"""
+archive`` of main and of a branch) and gives each its own node A (``Dispatcher.local_lines``
+then ``Journal.append``, per read of 256 lines from the broker) and node B (``Dispatcher.peer``
+on the same 256 frames as one batch), with the propagation bench's lines (every line a new
+workload). Both tables are first filled past their 200,000-workload cap, then READS reads per
+version alternate, REPS times: the same load on both, so the paired differences show what a
+shared, noisy machine hides between runs. Prints CPU µs per event (thread time), medians of the
+reads, and the median paired difference. """
 
 # ruff: noqa: PLC0415
 
