@@ -220,12 +220,11 @@ class Node:
 
     def _journal_status(self) -> JournalStatus:
         journal = self.journal
-        if journal is None or not journal.limits.enabled:
-            return JournalStatus(state="off", failingSince=None, lastError=None)
-        if journal.failing_since is None:
-            return JournalStatus(state="healthy", failingSince=None, lastError=None)
+        state = "off" if journal is None else journal.health.state.status  # off: configuration
+        if journal is None or journal.failing_since is None:
+            return JournalStatus(state=state, failingSince=None, lastError=None)
         since = int(journal.failing_since * 1000)
-        return JournalStatus(state="failing", failingSince=since, lastError=journal.last_error)
+        return JournalStatus(state=state, failingSince=since, lastError=journal.last_error)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -328,7 +327,7 @@ class Node:
     def readiness(self) -> list[str]:
         """Why this node does not relay yet (empty: it does), for ``GET /readyz``: ``ready``
         sent to the broker, the inter-node listener up, the identity loaded (or knowingly
-        absent: no --cluster-dir), the journal healthy (or knowingly off)."""
+        absent: no --cluster-dir), the journal healthy (or off by configuration)."""
         reasons: list[str] = []
         if self._stop.is_set():
             reasons.append("stopping")
@@ -341,12 +340,9 @@ class Node:
             reasons.append(
                 f"no cluster identity: node.crt/node.key in {cluster} missing or unusable"
             )
-        if cluster is not None and self.config.journal.enabled:
-            journal = self.journal
-            if journal is None:
-                reasons.append("the journal could not be opened at start (see the log)")
-            elif journal.failing_since is not None:
-                reasons.append(f"the journal is failing: {journal.last_error}")
+        journal = self.journal
+        if journal is not None and journal.failing_since is not None:
+            reasons.append(f"the journal is failing: {journal.last_error}")
         return reasons
 
     async def _unless_stopped(self, opening: Awaitable[T]) -> T | None:

@@ -24,13 +24,16 @@ from nvpair_wm.journal.disk import (
     write_temp,
 )
 from nvpair_wm.journal.fold import Fold
+from nvpair_wm.journal.health import APPENDING, Event, Health, JournalHealth
 from nvpair_wm.journal.limits import JournalLimits
 from nvpair_wm.journal.records import (
     FORMAT,
     HEADER,
     JOURNAL_FILE,
     REMOVAL,
+    Damage,
     JournalFormatError,
+    Log,
     Record,
     encode_forwarded,
     encode_log,
@@ -45,44 +48,32 @@ __all__ = ["Journal", "open_journal"]
 # One logger for the journal, whichever of its modules speaks.
 log = logging.getLogger("nvpair_wm.journal")
 
+#: ``Journal._size`` of a file the journal did not read (it failed at start before it could):
+#: what of it to keep is decided when the rewrite reads it (:meth:`Journal._kept_bytes`).
+_UNREAD = -1
+
 
 class Journal:
-    """The open journal file: appended to per read from the broker, synced and compacted on a
-    timer."""
+    """The journal file: appended to per read from the broker, synced and compacted on a
+    timer; its health (:mod:`nvpair_wm.journal.health`) says whether it appends, compacts or
+    fails. Made by :func:`open_journal`."""
 
     def __init__(
-        self,
-        path: Path,
-        fd: int,
-        *,
-        lock: int,
-        kept: int,
-        size: int,
-        limits: JournalLimits,
-        table: TableLimits,
-        wall: float,
-        appended: int = 0,
+        self, path: Path, *, limits: JournalLimits, table: TableLimits, wall: float
     ) -> None:
         self.path = path
         self.limits = limits
         self.table_limits = table
-        self._fd: int | None = fd
-        self._lock = lock  # the directory, flocked: one process per journal
-        self._size = size  # bytes in the file
-        self._kept = kept  # records written by the last compaction
-        self._appended = appended  # records appended since
+        self.health = Health(limits.retry_backoff, limits.retry_backoff_max)
+        self._fd = -1  # the log, open for appending while the health says so
+        self._lock = -1  # the directory, flocked: one process per journal
+        self._retired = -1  # INSTALLED: the replaced log's descriptor, for the group commit
+        self._size = _UNREAD  # bytes in the file
+        self._kept = 0  # records written by the last compaction
+        self._appended = 0  # records appended since
         self._dirty = False
-        self._directory_dirty = False  # a rename not yet fsynced (see finish_compaction)
-        self._retired: int | None = None  # the replaced log's descriptor, not yet closed
-        self._compacting = False
         self._compacted_at = wall
         self._min_ttl = min(table.terminal_ttl, table.live_ttl, table.tombstone_ttl)
-        # Failing (a write, fsync or compaction failed): the log misses what came since, so it
-        # is rewritten whole from the table once writing works again (see :meth:`recover`).
-        self.failing_since: float | None = None  # unix time of the first failure of the run
-        self.last_error: str | None = None
-        self._retry_at = 0.0  # monotonic time of the next rewrite attempt
-        self._retry_pause = limits.retry_backoff
         # What was forwarded to the broker while failing (the table cannot say it), folded, for
         # the rewrite; and how many items were folded into it since it was last refolded.
         self._held: Fold | None = None
@@ -90,20 +81,96 @@ class Journal:
         # What :meth:`forward_later` was given, for :meth:`flush` (one record for all of it).
         self._pending: list[Forwarded] = []
 
+    def open(self, wall: float) -> list[Record]:
+        """Lock, read, check and (when damaged, of an older format or new) rewrite the file:
+        the records to reload, oldest first. A failure of any step turns the journal to
+        failing, as a failure later does: it is retried, and the rewrite keeps what the file
+        holds (:meth:`recover`). Raises :class:`JournalFormatError` for a newer format."""
+        path = self.path
+        try:
+            self._lock = lock_directory(path.parent)
+        except OSError as exc:
+            self._fail("lock", exc)
+            return []
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        except OSError as exc:
+            self._fail("read", exc)
+            return []
+        with contextlib.suppress(OSError):  # a compaction's, cut short by a crash: never installed
+            temp_of(path).unlink()
+        try:
+            contents = read_log(data, path)  # a newer format: left as it is, the node stops
+        except JournalFormatError:
+            close_quietly(self._lock)
+            self._lock = -1
+            raise
+        records, damage = contents.records, contents.damage
+        if damage is not None:
+            if damage.torn:
+                _move_aside(path, damage, f"kept the {len(records)} records before it", wall)
+            else:
+                _move_aside(path, damage, "starting empty", wall)
+                records = []
+        # A sound file of this format is reloaded as it is (reload_table skips what has expired;
+        # the first compaction, in a child process, folds its tail): a start reads and reloads,
+        # nothing more. A damaged file, an older format or none is written anew, compacted.
+        tail = contents.tail
+        what = "open"
+        try:
+            if data and damage is None and contents.version == FORMAT:
+                size = len(data)
+                kept = len(records) - tail
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            else:
+                if contents.version != FORMAT:
+                    log.info(
+                        "journal: %s is format %d; rewriting it in format %d",
+                        path,
+                        contents.version,
+                        FORMAT,
+                    )
+                records = Fold(records).compacted(wall, self.table_limits)
+                encoded = encode_log(records)
+                size, kept, tail = len(encoded), len(records), 0
+                what = "write"
+                fd = install(write_temp(path, encoded), path)
+        except OSError as exc:
+            # The table gets the records; what it cannot give back (the origin of what was
+            # forwarded to the broker) is held for the rewrite, as while failing.
+            self._hold(rec for rec in records if rec.forwarded)
+            self._fail(what, exc)
+            return records
+        self._fd, self._size, self._kept = fd, size, kept
+        self._appended = tail  # what follows the checkpoint counts toward the next compaction
+        self.health.move(Event.OPENED)
+        return records
+
     @property
     def active(self) -> bool:
-        return self._fd is not None
+        """Whether records go to the file."""
+        return self.health.state in APPENDING
 
     @property
     def healthy(self) -> bool:
-        return self.failing_since is None
+        return self.health.state is not JournalHealth.FAILING
+
+    @property
+    def failing_since(self) -> float | None:
+        """Unix time of the first failure of the current failing run (None: not failing)."""
+        return self.health.failing_since
+
+    @property
+    def last_error(self) -> str | None:
+        """What failed last, and why, while failing."""
+        return self.health.last_error
 
     def recovery_delay(self, now: float) -> float | None:
         """Seconds until the next rewrite attempt is due (0: now), or None when healthy.
         ``now``: monotonic."""
-        if self.failing_since is None:
-            return None
-        return max(0.0, self._retry_at - now)
+        return self.health.recovery_delay(now)
 
     def recover(self, table: WorkloadTable, wall: float, now: float) -> bool:
         """Rewrite the log: its whole records as they were before the failure (a write cut short
@@ -123,15 +190,9 @@ class Journal:
         the next attempt waits twice as long (``retry_backoff`` doubling to
         ``retry_backoff_max``); ``now``: monotonic."""
         self.flush(wall)  # what waits is written now, or held for the rewrite
-        if self.failing_since is None:
+        health = self.health
+        if health.state is not JournalHealth.FAILING:
             return True
-        try:
-            with self.path.open("rb") as f:
-                before = f.read(self._size)
-        except OSError:
-            before = b""
-        if len(before) != self._size or not before.startswith(HEADER):
-            before = HEADER  # not the file the journal wrote: the table's state alone
         events, removals = table.originated()
         data, count = encode_outbounds(events, wall)
         rest = [Record(REMOVAL, wall, r.origin, r.workload_id, r.run_id or "") for r in removals]
@@ -139,35 +200,68 @@ class Journal:
         data += b"".join(map(encode_record, rest))
         count += len(rest)
         try:
+            if self._lock < 0:  # it failed at start before it held the directory
+                self._lock = lock_directory(self.path.parent)
+            before = self._kept_bytes(wall)
             fd = install(write_temp(self.path, before + data), self.path)
         except OSError as exc:
-            self.last_error = f"rewrite: {exc.strerror or exc}"
-            self._retry_at = now + self._retry_pause
+            health.fail(f"rewrite: {_reason(exc)}", wall, now)
             log.debug(
-                "journal: rewriting %s failed (%s); again in %g s",
+                "journal: rewriting %s failed (%s); again in %.3g s",
                 self.path,
-                exc.strerror or exc,
-                self._retry_pause,
+                _reason(exc),
+                health.retry_at - now,
             )
-            self._retry_pause = min(self._retry_pause * 2, self.limits.retry_backoff_max)
             return False
         with contextlib.suppress(OSError):  # a compaction's temporary file, if one was left
             temp_of(self.path).unlink()
         log.warning(
             "journal: writing %s works again after %.1f s; rewrote the current state (%d records)",
             self.path,
-            max(0.0, wall - self.failing_since),
+            max(0.0, wall - (health.failing_since or wall)),
             count,
             extra={"records": count},
         )
+        if self._size == _UNREAD:  # what of the file's own records was kept counts as appended
+            count += len(read_log(before).records)
         self._fd = fd
         self._size = len(before) + len(data)
         self._appended += count
-        self._dirty = self._directory_dirty = False
-        self.failing_since = self.last_error = None
+        self._dirty = False
         self._held, self._held_applied = None, 0
-        self._retry_pause = self.limits.retry_backoff
+        health.recovered()
         return True
+
+    def _kept_bytes(self, wall: float) -> bytes:
+        """What of the file stays ahead of a rewrite: the records this journal wrote before it
+        failed (a write cut short by the failure left a torn tail, which is dropped); or, when
+        it failed at start before reading the file, the file's whole records of this format (a
+        file it cannot use, damaged or of another format, is moved aside first); or the header
+        alone (the table's state is all there is)."""
+        size = self._size
+        try:
+            with self.path.open("rb") as f:
+                before = f.read() if size == _UNREAD else f.read(size)
+        except FileNotFoundError:
+            return HEADER
+        if size != _UNREAD:
+            if len(before) != size or not before.startswith(HEADER):
+                return HEADER  # not the file the journal wrote: the table's state alone
+            return before
+        if not before:
+            return HEADER
+        try:
+            contents = read_log(before, self.path)
+        except JournalFormatError as exc:
+            contents = Log([], Damage(0, str(exc), False), FORMAT, 0)
+        damage = contents.damage
+        if contents.version == FORMAT and (damage is None or damage.torn):
+            whole = before if damage is None else before[: damage.offset]
+            return whole if whole.startswith(HEADER) else HEADER
+        if damage is None:
+            damage = Damage(0, f"format {contents.version}, not rewritten at start", False)
+        _move_aside(self.path, damage, "rewriting the current state without it", wall)
+        return HEADER
 
     def _held_records(self, table: WorkloadTable, wall: float) -> list[Record]:
         """What was forwarded to the broker while failing, as records stamped ``wall``: within
@@ -194,8 +288,9 @@ class Journal:
 
     def append(self, items: Iterable[Outbound], at: float) -> None:
         """Write the records of these outbound items (one broker read's) before returning,
-        after what :meth:`append_forwarded` left for :meth:`flush` (the file keeps their order)."""
-        if self._fd is not None:
+        after what :meth:`append_forwarded` left for :meth:`flush` (the file keeps their order).
+        Not while failing: the table holds them, and the rewrite writes them."""
+        if self.health.state in APPENDING:
             self.flush(at)
             self._write(*encode_outbounds(items, at))
 
@@ -228,9 +323,10 @@ class Journal:
         self._pending = []
         if at is None:
             at = time.time()
-        if self._fd is not None:
+        health = self.health
+        if health.state in APPENDING:
             self._write(*encode_forwarded(items, at))
-        if self.failing_since is not None:
+        if health.state is JournalHealth.FAILING:
             self._hold(forwarded_record(item, at) for item in items)
 
     def _hold(self, records: Iterable[Record]) -> None:
@@ -252,7 +348,7 @@ class Journal:
 
     def _write(self, data: bytes, count: int) -> None:
         fd = self._fd
-        if fd is None or not count:
+        if fd < 0 or not count:  # closed by a failure of the flush before it
             return
         try:
             write_all(fd, data)
@@ -269,7 +365,7 @@ class Journal:
     def sync(self) -> None:
         """fsync what was written since the last sync (the group commit)."""
         self.flush()
-        if self._fd is None or not self._dirty:
+        if self.health.state not in APPENDING or not self._dirty:
             return
         self._dirty = False
         try:
@@ -282,7 +378,7 @@ class Journal:
         :func:`fsync_and_close` in a worker thread (a duplicate, so that closing or replacing
         the journal's own meanwhile cannot matter); None when nothing was written since."""
         self.flush()
-        if self._fd is None or not self._dirty:
+        if self.health.state not in APPENDING or not self._dirty:
             return None
         self._dirty = False
         try:
@@ -294,15 +390,16 @@ class Journal:
     def retired_descriptor(self) -> int | None:
         """The old log's descriptor after a compaction installed with ``sync=False``, for
         :func:`close_quietly` in a worker thread (its close frees the old file)."""
-        fd, self._retired = self._retired, None
-        return fd
+        fd, self._retired = self._retired, -1
+        return fd if fd >= 0 else None
 
     def directory_to_sync(self) -> Path | None:
         """The journal's directory when a rename in it (a compaction installed with
-        ``sync=False``) is not yet durable: for :func:`fsync_directory` in a worker thread."""
-        if self._fd is None or not self._directory_dirty:
+        ``sync=False``) is not yet durable: for :func:`fsync_directory` in a worker thread
+        (whose failure, :meth:`sync_failed`, turns the journal to failing)."""
+        if self.health.state is not JournalHealth.INSTALLED:
             return None
-        self._directory_dirty = False
+        self.health.move(Event.COMMITTED)
         return self.path.parent
 
     def sync_failed(self, exc: OSError) -> None:
@@ -320,7 +417,7 @@ class Journal:
         log of distinct workloads, which a compaction would leave as it is, is then not
         rescanned over and over as it grows; it is bounded all the same (under twice
         ``live``). By time: once per shortest TTL when anything was appended."""
-        if self._fd is None or not self._appended or self._compacting:
+        if self.health.state is not JournalHealth.OK or not self._appended:
             return False
         appended = self._appended
         if appended >= self._count_trigger:
@@ -337,9 +434,9 @@ class Journal:
 
     def begin_compaction(self, wall: float) -> Compaction | None:
         self.flush(wall)
-        if self._fd is None or self._compacting:
+        if self.health.state is not JournalHealth.OK:
             return None
-        self._compacting = True
+        self.health.move(Event.BEGAN)
         return Compaction(self.path, self._size, self._appended, wall, self.table_limits)
 
     def finish_compaction(self, job: Compaction, *, sync: bool = True) -> None:
@@ -352,15 +449,18 @@ class Journal:
         (:meth:`sync_descriptor`, :meth:`directory_to_sync`), so that no fsync of a busy disk
         (tens of ms) runs on the loop. Until it ran, a power failure leaves either the old
         log or the new one without its last records: the group commit's usual window."""
-        self._compacting = False
+        health = self.health
         failed = job.error is not None or job.failure is not None
-        if job.unchanged and not failed and self._fd is not None:
+        appending = health.state is JournalHealth.COMPACTING  # not failing since it began
+        if failed or job.unchanged or not appending:
+            health.move(Event.ENDED)
+        if job.unchanged and not failed and appending:
             self._kept, self._appended = job.kept, self._appended - job.appended
             self._compacted_at = job.wall
             log.debug("journal: compacted %s: %d records, nothing to drop", self.path, job.kept)
             return
         tmp = job.temp
-        if failed or self._fd is None:
+        if failed or not appending:
             if job.error is not None:
                 log.warning(
                     "journal: cannot compact %s (%s); appending on",
@@ -398,15 +498,16 @@ class Journal:
         except OSError as exc:
             self._fail("compact", exc)
             return
+        health.move(Event.INSTALLED)
         if sync:
             close_quietly(self._fd)
+            health.move(Event.COMMITTED)
         else:  # the last descriptor of the old log: closing it frees it (~20 ms for 170 MB)
             self._retired = self._fd
         self._fd = fd
         self._size = job.size + len(since)
         self._kept, self._appended = job.kept, self._appended - job.appended
         self._dirty = not sync
-        self._directory_dirty = not sync
         self._compacted_at = job.wall
         log.debug(
             "journal: compacted %s: %d records read, %d kept, %d bytes appended meanwhile",
@@ -419,7 +520,7 @@ class Journal:
     def abandon_compaction(self, job: Compaction) -> None:
         """Forget a job whose runner was stopped (the node is stopping; its child is gone):
         its temporary file goes, the log stays as it is."""
-        self._compacting = False
+        self.health.move(Event.ENDED)
         with contextlib.suppress(OSError):
             job.temp.unlink()
 
@@ -435,20 +536,22 @@ class Journal:
         self.flush()
         if (retired := self.retired_descriptor()) is not None:
             close_quietly(retired)
-        if self._fd is not None:
+        if self.health.state in APPENDING:
             self.sync()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._fd >= 0:
+            close_quietly(self._fd)
+            self._fd = -1
         if self._lock >= 0:
             os.close(self._lock)
             self._lock = -1
+        self.health.move(Event.CLOSED)
 
     def _fail(self, what: str, exc: OSError) -> None:
-        """A write, fsync or compaction failed: stop appending (the log now misses records)
-        and rewrite it whole once writing works again (:meth:`recover`, with backoff)."""
-        reason = exc.strerror or str(exc)
-        if self.failing_since is None:
+        """Opening, a write, an fsync or a compaction's install failed: stop appending (the log
+        now misses records) and rewrite it whole once writing works again (:meth:`recover`,
+        with backoff). The same path for every failure, at start or later."""
+        reason = _reason(exc)
+        if self.health.fail(f"{what}: {reason}", time.time(), time.monotonic()):
             log.error(
                 "journal: cannot %s %s (%s); retrying with backoff (%g s doubling to %g s), "
                 "then the whole current state is rewritten; a crash before that loses what the "
@@ -459,109 +562,45 @@ class Journal:
                 self.limits.retry_backoff,
                 self.limits.retry_backoff_max,
             )
-            self.failing_since = time.time()
-            self._retry_pause = self.limits.retry_backoff
-        self.last_error = f"{what}: {reason}"
-        self._retry_at = time.monotonic() + self._retry_pause
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = None
+        for fd in (self._fd, self._retired):
+            if fd >= 0:
+                close_quietly(fd)
+        self._fd = self._retired = -1
+
+
+def _reason(exc: OSError) -> str:
+    if isinstance(exc, BlockingIOError):  # the directory's flock
+        return "in use by another process"
+    return exc.strerror or str(exc)
+
+
+def _move_aside(path: Path, damage: Damage, outcome: str, wall: float) -> None:
+    """Move a damaged (or otherwise unusable) journal aside for inspection, in one line."""
+    aside = path.with_name(f"{JOURNAL_FILE}.damaged-{int(wall)}")
+    try:
+        os.replace(path, aside)
+    except OSError as exc:
+        aside_note = f"could not move it aside: {exc.strerror or exc}"
+    else:
+        aside_note = f"moved to {aside.name}"
+    log.warning(
+        "journal %s damaged at byte %d (%s%s); %s, %s",
+        path,
+        damage.offset,
+        "torn tail: " if damage.torn else "",
+        damage.reason,
+        aside_note,
+        outcome,
+    )
 
 
 def open_journal(
     directory: Path, limits: JournalLimits, table: TableLimits, wall: float
 ) -> tuple[Journal | None, list[Record]]:
-    """Read, check and compact the journal in ``directory``: the open journal (None when it
-    is off or cannot be written) and the records to reload, oldest first."""
+    """The journal in ``directory``, opened (:meth:`Journal.open`: healthy, or failing and
+    retrying), and the records to reload, oldest first; None when configuration turned it off.
+    Raises :class:`JournalFormatError` for a file of a newer format."""
     if not limits.enabled:
         return None, []
-    path = directory / JOURNAL_FILE
-    try:
-        lock = lock_directory(directory)
-    except BlockingIOError:
-        log.warning("journal: %s is in use by another process; journal off", path)
-        return None, []
-    except OSError as exc:
-        log.error("journal: cannot open %s (%s); journal off", directory, exc.strerror or exc)
-        return None, []
-    try:
-        journal, records = _open_locked(path, lock, limits, table, wall)
-    except JournalFormatError:
-        os.close(lock)
-        raise
-    if journal is None:
-        os.close(lock)
-    return journal, records
-
-
-def _open_locked(
-    path: Path, lock: int, limits: JournalLimits, table: TableLimits, wall: float
-) -> tuple[Journal | None, list[Record]]:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        data = b""
-    except OSError as exc:
-        log.error("journal: cannot read %s (%s); journal off", path, exc.strerror or exc)
-        return None, []
-    with contextlib.suppress(OSError):  # a compaction's, cut short by a crash: never installed
-        temp_of(path).unlink()
-    contents = read_log(data, path)  # JournalFormatError: a newer format, left as it is
-    records, damage = contents.records, contents.damage
-    if damage is not None:
-        aside = path.with_name(f"{JOURNAL_FILE}.damaged-{int(wall)}")
-        outcome = f"kept the {len(records)} records before it" if damage.torn else "starting empty"
-        if not damage.torn:
-            records = []
-        try:
-            os.replace(path, aside)
-        except OSError as exc:
-            aside_note = f"could not move it aside: {exc.strerror or exc}"
-        else:
-            aside_note = f"moved to {aside.name}"
-        log.warning(
-            "journal %s damaged at byte %d (%s%s); %s, %s",
-            path,
-            damage.offset,
-            "torn tail: " if damage.torn else "",
-            damage.reason,
-            aside_note,
-            outcome,
-        )
-    # A sound file of this format is reloaded as it is (reload_table skips what has expired;
-    # the first compaction, in a child process, folds its tail): a start reads and reloads,
-    # nothing more. A damaged file, an older format or none is written anew, compacted.
-    tail = contents.tail
-    try:
-        if data and damage is None and contents.version == FORMAT:
-            size = len(data)
-            kept = len(records) - tail
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        else:
-            if contents.version != FORMAT:
-                log.info(
-                    "journal: %s is format %d; rewriting it in format %d",
-                    path,
-                    contents.version,
-                    FORMAT,
-                )
-            records = Fold(records).compacted(wall, table)
-            encoded = encode_log(records)
-            size, kept, tail = len(encoded), len(records), 0
-            fd = install(write_temp(path, encoded), path)
-    except OSError as exc:
-        log.error("journal: cannot write %s (%s); journal off", path, exc.strerror or exc)
-        return None, records
-    journal = Journal(
-        path,
-        fd,
-        lock=lock,
-        kept=kept,
-        size=size,
-        limits=limits,
-        table=table,
-        wall=wall,
-        appended=tail,  # what follows the checkpoint counts toward the next compaction
-    )
-    return journal, records
+    journal = Journal(directory / JOURNAL_FILE, limits=limits, table=table, wall=wall)
+    return journal, journal.open(wall)
