@@ -8,7 +8,7 @@ on the same 256 frames as one batch), with the propagation bench's lines (every 
 workload). Both tables are first filled past their 200,000-workload cap, then READS reads per
 version alternate, REPS times: the same load on both, so the paired differences show what a
 shared, noisy machine hides between runs. Prints CPU µs per event (thread time), medians of the
-reads, and the median paired difference. """
+reads, and the median paired difference."""
 
 # ruff: noqa: PLC0415
 

@@ -102,8 +102,8 @@ class Node:
         cluster = config.cluster_dir
         # What this node originated before a restart, back in the table before any peer
         # connects, so that every first snapshot carries it, and what it had forwarded to its
-        # broker, so that nothing older reaches the broker again (nvpair_wm.journal). No cluster dir:
-        # no peers, nothing to replay.
+        # broker, so that nothing older reaches the broker again (nvpair_wm.journal). No
+        # cluster dir: no peers, nothing to replay.
         self.journal: Journal | None = None
         if cluster:
             self.journal, records = open_journal(cluster, config.journal, config.table, time.time())
@@ -379,8 +379,8 @@ class Node:
     async def _journal_forever(self, journal: Journal) -> None:
         """The journal's group commit (fsync in a worker thread) and compaction (in a child
         process: its pure-Python fold in a thread would hold the GIL against this loop for a
-        second; see journal/compactor.py). Cancelled mid-compaction (the node is stopping), the child is
-        killed and reaped and its temporary file removed."""
+        second; see journal/compactor.py). Cancelled mid-compaction (the node is stopping), the
+        child is killed and reaped and its temporary file removed."""
         limits = self.config.journal
         fsync = limits.fsync_interval
         interval = fsync if fsync > 0 else limits.compaction_check_interval

@@ -13,7 +13,15 @@ from __future__ import annotations
 import enum
 from typing import Final, Literal, TypeAlias
 
-__all__ = ["APPENDING", "TRANSITIONS", "Status", "Event", "Health", "IllegalTransition", "JournalHealth"]
+__all__ = [
+    "APPENDING",
+    "TRANSITIONS",
+    "Event",
+    "Health",
+    "IllegalTransition",
+    "JournalHealth",
+    "Status",
+]
 
 #: What ``manager:status`` says of the journal (the contract's ``JournalStatus.state``).
 Status: TypeAlias = Literal["off", "healthy", "failing"]
