@@ -335,3 +335,39 @@ def test_every_journal_failure_takes_one_path(tmp_path: Path, name: str) -> None
         assert journal(again)["state"] == "healthy"
         again.close_stdin()
         assert again.wait() == 0
+
+
+def test_a_journal_unread_at_start_keeps_its_records_through_the_rewrite(tmp_path: Path) -> None:
+    """A journal the start could not read (its open fails once) was not reloaded: the node
+    runs failing, and the rewrite, once the file reads, keeps the file's records ahead of the
+    table's state, so a ``kill -9`` after it loses neither what was in the file nor what was
+    reported meanwhile."""
+    strace = tool("strace")
+    node = init_cluster(tmp_path / "cluster", ["node-1"])["node-1"]
+    config = tmp_path / "wm.toml"
+    config.write_text("[journal]\nretry_backoff = 2.0\nretry_backoff_max = 2.0\n")
+    args = ["--cluster-dir", str(node), "--port", "0", "--bind", "127.0.0.1"]
+    with WmProcess(*args) as first:
+        assert first.recv()["method"] == "ready"
+        submit(first, "1")
+        submit(first, "2")
+        first.close_stdin()
+        assert first.wait() == 0
+    fault = [strace, "-f", "-o", "/dev/null", "-e", "trace=openat"]
+    fault += ["-P", str(node / JOURNAL_FILE), "-e", "inject=openat:error=EIO:when=1"]
+    with WmProcess(*args, "--config", str(config), prefix=fault) as wm:
+        assert wm.recv()["method"] == "ready"
+        failing = journal(wm)
+        assert failing["state"] == "failing" and failing["lastError"].startswith("read: "), failing
+        assert wm.status()["counters"]["workloads"] == 0  # not reloaded
+        submit(wm, "3")
+        line = wm.wait_stderr("works again")
+        assert "rewrote the current state (1 records)" in line, line
+        pid = int((node / LOCK_FILE).read_text())
+        os.kill(pid, signal.SIGKILL)
+        wm.wait()
+    with WmProcess(*args) as again:
+        assert again.recv()["method"] == "ready"
+        assert again.status()["counters"]["workloads"] == 3
+        again.close_stdin()
+        assert again.wait() == 0
