@@ -7,13 +7,16 @@ One idea per module:
 
 * :mod:`~nvpair_wm.journal.records`: the record format (encoding, decoding, format 1), sans-IO;
 * :mod:`~nvpair_wm.journal.fold`: what a compaction keeps, sans-IO;
+* :mod:`~nvpair_wm.journal.health`: the journal's health, one state moved by a transition
+  table: every failure, at start or later, takes one path (``off`` is only configuration's);
 * :mod:`~nvpair_wm.journal.file`: the file (appends, group commit, recovery, compaction's
   orchestration), with :mod:`~nvpair_wm.journal.disk` (its file operations),
   :mod:`~nvpair_wm.journal.compaction` (one compaction's heavy part) and
   :mod:`~nvpair_wm.journal.compactor` (that part in a child process);
 * :mod:`~nvpair_wm.journal.limits`: its knobs.
 
-* :mod:`~nvpair_wm.journal.reload`: the records put back into the table at a start.
+* :mod:`~nvpair_wm.journal.reload`: what each record kind is to the table, whose own reload
+  (:meth:`nvpair_wm.dedup.WorkloadTable.reloader`) puts the records back at a start.
 """
 
 from nvpair_wm.journal.compaction import Compaction
