@@ -26,6 +26,14 @@ from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.dirlock import LOCK_FILE
 from nvpair_wm.endpoint import EVENTS_PATH
 from nvpair_wm.journal import HEADER, JOURNAL_FILE
+from nvpair_wm.journal.health import (
+    APPENDING,
+    TRANSITIONS,
+    Event,
+    Health,
+    IllegalTransition,
+    JournalHealth,
+)
 from nvpair_wm.pins import CERT_FILE, KEY_FILE
 from tests.support.probes import get
 from tests.support.tools import tool
@@ -371,3 +379,59 @@ def test_a_journal_unread_at_start_keeps_its_records_through_the_rewrite(tmp_pat
         assert again.status()["counters"]["workloads"] == 3
         again.close_stdin()
         assert again.wait() == 0
+
+
+# -- the state machine, sans-IO ---------------------------------------------------------------
+
+
+def test_every_state_but_off_is_reachable_and_only_the_table_moves_it() -> None:
+    """From OPENING, the table's events reach every state but OFF (configuration's: no
+    journal object has it); a pair not in the table raises; ``appending`` follows the state."""
+    seen = {JournalHealth.OPENING}
+    frontier = [JournalHealth.OPENING]
+    while frontier:
+        state = frontier.pop()
+        for (src, _), dst in TRANSITIONS.items():
+            if src is state and dst not in seen:
+                seen.add(dst)
+                frontier.append(dst)
+    assert seen == set(JournalHealth) - {JournalHealth.OFF}
+    health = Health(0.5, 2.0)
+    with pytest.raises(IllegalTransition):
+        health.move(Event.COMMITTED)  # nothing to commit before the file is open
+    assert health.state is JournalHealth.OPENING and not health.appending
+    for event, appending in (
+        (Event.OPENED, True),
+        (Event.BEGAN, True),
+        (Event.INSTALLED, True),
+        (Event.FAILED, False),
+        (Event.ENDED, False),
+        (Event.RECOVERED, True),
+        (Event.CLOSED, False),
+    ):
+        health.move(event)
+        assert health.appending is appending is (health.state in APPENDING), event
+    assert {s.status for s in JournalHealth} == {"off", "healthy", "failing"}
+    assert JournalHealth.OFF.status == "off" and JournalHealth.FAILING.status == "failing"
+
+
+def test_failures_back_off_and_a_recovery_clears_them() -> None:
+    """The first failure of a run is reported (True) and sets since when; the retry waits
+    ``backoff``; each failed rewrite after it doubles the next pause up to ``backoff_max``."""
+    health = Health(0.5, 2.0)
+    health.move(Event.OPENED)
+    assert health.recovery_delay(0.0) is None
+    assert health.fail("fsync: Input/output error", 1000.0, 10.0)
+    assert (health.failing_since, health.last_error) == (1000.0, "fsync: Input/output error")
+    delays = [health.recovery_delay(10.0)]
+    for mono in (10.5, 11.0, 12.0, 14.0):
+        assert not health.fail("rewrite: No space left on device", 2000.0, mono)
+        delays.append(health.recovery_delay(mono))
+    assert delays == [0.5, 0.5, 1.0, 2.0, 2.0]
+    assert health.failing_since == 1000.0
+    assert health.last_error == "rewrite: No space left on device"
+    health.recovered()
+    assert health.state is JournalHealth.OK and health.failing_since is None
+    assert health.last_error is None and health.recovery_delay(20.0) is None
+    assert health.fail("write to: No space left on device", 3000.0, 30.0)  # a new run
+    assert health.recovery_delay(30.0) == 0.5 and health.failing_since == 3000.0

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Final
 
 from nvpair_wm.dedup import TableLimits, WorkloadTable
 from nvpair_wm.events import Forwarded, Outbound
@@ -24,7 +25,7 @@ from nvpair_wm.journal.disk import (
     write_temp,
 )
 from nvpair_wm.journal.fold import Fold
-from nvpair_wm.journal.health import APPENDING, Event, Health, JournalHealth
+from nvpair_wm.journal.health import Event, Health, JournalHealth
 from nvpair_wm.journal.limits import JournalLimits
 from nvpair_wm.journal.records import (
     FORMAT,
@@ -51,6 +52,7 @@ log = logging.getLogger("nvpair_wm.journal")
 #: ``Journal._size`` of a file the journal did not read (it failed at start before it could):
 #: what of it to keep is decided when the rewrite reads it (:meth:`Journal._kept_bytes`).
 _UNREAD = -1
+_FAILING: Final = JournalHealth.FAILING  # a global: the request path compares with it
 
 
 class Journal:
@@ -151,7 +153,7 @@ class Journal:
     @property
     def active(self) -> bool:
         """Whether records go to the file."""
-        return self.health.state in APPENDING
+        return self.health.appending
 
     @property
     def healthy(self) -> bool:
@@ -290,7 +292,7 @@ class Journal:
         """Write the records of these outbound items (one broker read's) before returning,
         after what :meth:`append_forwarded` left for :meth:`flush` (the file keeps their order).
         Not while failing: the table holds them, and the rewrite writes them."""
-        if self.health.state in APPENDING:
+        if self.health.appending:
             self.flush(at)
             self._write(*encode_outbounds(items, at))
 
@@ -324,9 +326,9 @@ class Journal:
         if at is None:
             at = time.time()
         health = self.health
-        if health.state in APPENDING:
+        if health.appending:
             self._write(*encode_forwarded(items, at))
-        if health.state is JournalHealth.FAILING:
+        if health.state is _FAILING:
             self._hold(forwarded_record(item, at) for item in items)
 
     def _hold(self, records: Iterable[Record]) -> None:
@@ -365,7 +367,7 @@ class Journal:
     def sync(self) -> None:
         """fsync what was written since the last sync (the group commit)."""
         self.flush()
-        if self.health.state not in APPENDING or not self._dirty:
+        if not self.health.appending or not self._dirty:
             return
         self._dirty = False
         try:
@@ -378,7 +380,7 @@ class Journal:
         :func:`fsync_and_close` in a worker thread (a duplicate, so that closing or replacing
         the journal's own meanwhile cannot matter); None when nothing was written since."""
         self.flush()
-        if self.health.state not in APPENDING or not self._dirty:
+        if not self.health.appending or not self._dirty:
             return None
         self._dirty = False
         try:
@@ -536,7 +538,7 @@ class Journal:
         self.flush()
         if (retired := self.retired_descriptor()) is not None:
             close_quietly(retired)
-        if self.health.state in APPENDING:
+        if self.health.appending:
             self.sync()
         if self._fd >= 0:
             close_quietly(self._fd)

@@ -45,11 +45,6 @@ class JournalHealth(enum.Enum):
         """The contract's ``JournalStatus.state``: ``off``, ``healthy`` or ``failing``."""
         return _STATUS[self]
 
-    @property
-    def appending(self) -> bool:
-        """Whether records go to the file (the others are held, or dropped when closed)."""
-        return self in APPENDING
-
 
 _STATUS: Final[dict[JournalHealth, Status]] = {
     JournalHealth.OFF: "off",
@@ -107,10 +102,12 @@ class IllegalTransition(RuntimeError):
 
 class Health:
     """The journal's state, and while failing since when, why, and when to retry (monotonic
-    ``retry_at``; the pause doubles from ``backoff`` to ``backoff_max`` per failed attempt)."""
+    ``retry_at``; the pause doubles from ``backoff`` to ``backoff_max`` per failed attempt).
+    ``appending``: whether the state is one that appends (:data:`APPENDING`)."""
 
     __slots__ = (
         "_pause",
+        "appending",
         "backoff",
         "backoff_max",
         "failing_since",
@@ -121,6 +118,9 @@ class Health:
 
     def __init__(self, backoff: float, backoff_max: float) -> None:
         self.state = JournalHealth.OPENING
+        # Whether records go to the file: the state's, kept beside it by move() (a plain
+        # attribute, read per request: no enum hashing there).
+        self.appending = False
         self.backoff, self.backoff_max = backoff, backoff_max
         self.failing_since: float | None = None  # unix time of the first failure of the run
         self.last_error: str | None = None
@@ -129,10 +129,11 @@ class Health:
 
     def move(self, event: Event) -> JournalHealth:
         try:
-            self.state = TRANSITIONS[self.state, event]
+            state = self.state = TRANSITIONS[self.state, event]
         except KeyError:
             raise IllegalTransition(f"journal {self.state.name}: {event.value}") from None
-        return self.state
+        self.appending = state in APPENDING
+        return state
 
     def fail(self, error: str, wall: float, mono: float) -> bool:
         """A failure (``error``: what failed and why); True when it starts a failing run (the
