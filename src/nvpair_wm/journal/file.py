@@ -325,10 +325,11 @@ class Journal:
         self._pending = []
         if at is None:
             at = time.time()
-        health = self.health
-        if health.appending:
+        if self.health.appending:
             self._write(*encode_forwarded(items, at))
-        if health.state is _FAILING:
+            if self.health.appending:  # written (else the write failed: held, below)
+                return
+        if self.health.state is _FAILING:
             self._hold(forwarded_record(item, at) for item in items)
 
     def _hold(self, records: Iterable[Record]) -> None:
