@@ -137,8 +137,10 @@ class Journal:
                 records = Fold(records).compacted(wall, self.table_limits)
                 encoded = encode_log(records)
                 size, kept, tail = len(encoded), len(records), 0
-                what = "write"
-                fd = install(write_temp(path, encoded), path)
+                what = "write"  # the temporary file, fsynced
+                tmp = write_temp(path, encoded)
+                what = "install"  # renamed over the log, the directory fsynced, opened
+                fd = install(tmp, path)
         except OSError as exc:
             # The table gets the records; what it cannot give back (the origin of what was
             # forwarded to the broker) is held for the rewrite, as while failing.
