@@ -1,14 +1,14 @@
 """Two versions of the workload table and the journal's append, side by side in one process.
 
 ``python -m bench.table_ab OLD_TREE NEW_TREE [READS] [REPS]`` loads ``src/nvpair_wm/dedup.py``
-and ``src/nvpair_wm/journal.py`` of each tree (e.g. a ``git archive`` of main and of a branch)
-and gives each its own node A (``Dispatcher.local_lines`` then ``Journal.append``, per read of
-256 lines from the broker) and node B (``Dispatcher.peer`` on the same 256 frames as one batch),
-with the propagation bench's lines (every line a new workload). Both tables are first filled
-past their 200,000-workload cap, then READS reads per version alternate, REPS times: the same
-load on both, so the paired differences show what a shared, noisy machine hides between runs.
-Prints CPU µs per event (thread time), medians of the reads, and the median paired difference.
-"""
+and ``src/nvpair_wm/journal.py`` (or the installed journal package) of each tree (e.g. a ``git
+archive`` of main and of a branch) and gives each its own node A (``Dispatcher.local_lines``
+then ``Journal.append``, per read of 256 lines from the broker) and node B (``Dispatcher.peer``
+on the same 256 frames as one batch), with the propagation bench's lines (every line a new
+workload). Both tables are first filled past their 200,000-workload cap, then READS reads per
+version alternate, REPS times: the same load on both, so the paired differences show what a
+shared, noisy machine hides between runs. Prints CPU µs per event (thread time), medians of the
+reads, and the median paired difference."""
 
 # ruff: noqa: PLC0415
 
@@ -31,6 +31,10 @@ FILL = 250_000  # events before measuring: past the table's cap
 
 
 def _load(tree: str, name: str, tag: str) -> ModuleType:
+    """The tree's ``nvpair_wm/NAME.py`` under its own name; a package (the journal since it is
+    one) is the installed one's: its modules import each other by absolute name."""
+    if not Path(f"{tree}/src/nvpair_wm/{name}.py").exists():
+        return importlib.import_module(f"nvpair_wm.{name}")
     spec = importlib.util.spec_from_file_location(
         f"{name}_{tag}", f"{tree}/src/nvpair_wm/{name}.py"
     )

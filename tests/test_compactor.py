@@ -1,4 +1,5 @@
-"""The journal's compaction in a child process (nvpair_wm.compactor): real child interpreters.
+"""The journal's compaction in a child process (nvpair_wm.journal.compactor): real child
+interpreters.
 
 The child must write the very file the in-thread path (``Journal.compact``) writes; a child
 that is killed (by a signal, or by the node after ``journal.compaction_timeout``) costs one
@@ -28,7 +29,6 @@ from pathlib import Path
 import pytest
 
 from nvpair_wm.clusterdir import init_cluster
-from nvpair_wm.compactor import MODULE, compact_in_child
 from nvpair_wm.config import loads
 from nvpair_wm.dedup import Removal, TableLimits, WorkloadTable
 from nvpair_wm.dispatch import outbound_removal
@@ -42,6 +42,7 @@ from nvpair_wm.journal import (
     fsync_and_close,
     open_journal,
 )
+from nvpair_wm.journal.compactor import MODULE, compact_in_child
 from nvpair_wm.node import Config, Node
 from tests.support.cluster import Cluster, event, workload
 from tests.support.frames import event_frame, line
@@ -449,7 +450,7 @@ def test_without_a_child_to_be_had_it_compacts_in_a_thread(
     job = journal.begin_compaction(T0 + 1)
     assert job is not None
     monkeypatch.setattr("sys.executable", str(tmp_path / "no-python"))
-    with caplog.at_level(logging.WARNING, logger="nvpair_wm.compactor"):
+    with caplog.at_level(logging.WARNING, logger="nvpair_wm.journal.compactor"):
         asyncio.run(compact_in_child(job, 60.0))
     [warning] = [r.getMessage() for r in caplog.records]
     assert "cannot start a compaction child" in warning and "in a thread" in warning
@@ -477,7 +478,7 @@ def test_a_temporary_file_left_by_a_crash_is_removed_at_start(tmp_path: Path) ->
 HELPER = """
 import asyncio, sys, time
 from pathlib import Path
-from nvpair_wm.compactor import compact_in_child
+from nvpair_wm.journal.compactor import compact_in_child
 from nvpair_wm.dedup import TableLimits
 from nvpair_wm.journal import Compaction
 path = Path(sys.argv[1])

@@ -38,6 +38,7 @@ from nvpair_wm.journal import (
     Journal,
     JournalLimits,
     Record,
+    collection_paused,
     decode_log,
     encode_log,
     encode_outbound,
@@ -334,9 +335,9 @@ def die(journal: Journal) -> None:
     """What kill -9 does to a journal: its descriptors close (the lock goes), nothing is
     synced or flushed by the process."""
     for fd in (journal._fd, journal._lock):
-        if fd is not None and fd >= 0:
+        if fd >= 0:
             os.close(fd)
-    journal._fd, journal._lock = None, -1
+    journal._fd, journal._lock = -1, -1
 
 
 def test_append_then_reopen(tmp_path: Path) -> None:
@@ -373,16 +374,29 @@ def test_append_then_reopen(tmp_path: Path) -> None:
 
 def test_one_process_per_journal(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A second daemon on the same cluster dir would rewrite the first one's journal under it:
-    it runs without a journal instead, and says so."""
+    its journal is failing instead (not off: off is only what configuration asks for), says
+    so, and touches nothing until the first one is gone; its rewrite then keeps the first
+    one's records ahead of its own state."""
     journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
     assert journal is not None
+    journal.append(
+        outbounds(dispatcher(WorkloadTable(LIMITS)), event_frame("workload:submitted")), T0
+    )
     with caplog.at_level(logging.WARNING, logger="nvpair_wm.journal"):
-        assert open_journal(tmp_path, JournalLimits(), LIMITS, T0) == (None, [])
+        second, records = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
+    assert second is not None and records == [] and not second.healthy and not second.active
     [warning] = [r.getMessage() for r in caplog.records]
     assert "in use by another process" in warning
+    assert second.last_error == "lock: in use by another process"
+    table = WorkloadTable(LIMITS)
+    assert not second.recover(table, T0 + 1, 1.0)  # still held: the file is left alone
+    assert [r.wid for r in decode_log((tmp_path / JOURNAL_FILE).read_bytes())[0]] == ["1"]
     journal.close()
+    assert second.recover(table, T0 + 1, 2.0) and second.healthy
+    second.close()
+    assert [r.wid for r in decode_log((tmp_path / JOURNAL_FILE).read_bytes())[0]] == ["1"]
     again, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
-    assert again is not None
+    assert again is not None and again.healthy
     again.close()
 
 
@@ -443,16 +457,22 @@ def test_garbage_is_reported_moved_aside_and_the_node_starts_empty(
     again.close()
 
 
-def test_unwritable_place_turns_the_journal_off(
+def test_unwritable_place_is_a_failing_journal_not_an_off_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A failure at open takes the path of every failure: failing, retried; off is only what
+    configuration asks for."""
     not_a_dir = tmp_path / "file"
     not_a_dir.write_bytes(b"")
     with caplog.at_level(logging.WARNING, logger="nvpair_wm.journal"):
         journal, kept = open_journal(not_a_dir, JournalLimits(), LIMITS, T0)
-    assert journal is None and kept == []
+    assert journal is not None and kept == [] and not journal.healthy
+    assert journal.health.state.status == "failing"
+    assert journal.last_error == "lock: Not a directory"
     [error] = [r.getMessage() for r in caplog.records]
-    assert "journal off" in error
+    assert "retrying with backoff" in error
+    assert not journal.recover(WorkloadTable(LIMITS), T0 + 1, 1.0)
+    journal.close()
 
 
 def test_disabled_journal_touches_nothing(tmp_path: Path) -> None:
@@ -644,7 +664,7 @@ def test_a_compaction_that_cannot_write_leaves_the_log_as_it_was(tmp_path: Path)
 
 def test_node_journals_what_it_publishes_and_compacts_on_its_timer(tmp_path: Path) -> None:
     """The wiring in node.py: ``publish`` journals; the timer task syncs and compacts (in a
-    child process, compactor.py) once the appends reach ``compact_min_records`` (nothing was
+    child process, journal/compactor.py) once the appends reach ``compact_min_records`` (nothing was
     kept); a new Node reloads the newest."""
     cdir = init_cluster(tmp_path / "cluster", ["node-a"])["node-a"]
     limits = JournalLimits(fsync_interval=0.01, compact_min_records=10)
@@ -862,10 +882,10 @@ def test_a_compaction_folds_with_the_cyclic_gc_paused(
     when the job fails, and stays off if it was off."""
     import gc  # noqa: PLC0415
 
-    from nvpair_wm import journal as journal_module  # noqa: PLC0415
+    from nvpair_wm.journal import compaction as journal_module  # noqa: PLC0415
 
     seen: list[bool] = []
-    real_read = journal_module.read_log
+    real_read = read_log
     journal, _ = open_journal(tmp_path, JournalLimits(), LIMITS, T0)
 
     def scan(data: bytes, path: Path | None = None) -> Any:
@@ -895,7 +915,7 @@ def test_a_compaction_folds_with_the_cyclic_gc_paused(
     assert gc.isenabled()
     gc.disable()
     try:
-        with journal_module.collection_paused():
+        with collection_paused():
             assert not gc.isenabled()
         assert not gc.isenabled()
     finally:

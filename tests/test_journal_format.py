@@ -482,7 +482,7 @@ def fail(journal: Journal) -> None:
     behind it, so its next write fails (EBADF) and it turns to failing, as on ENOSPC. (The
     daemon is tested with a real ENOSPC, tests/test_journal_health.py; this is the same path
     in process, where a test can compare the files.)"""
-    assert journal._fd is not None
+    assert journal._fd >= 0
     os.close(journal._fd)
 
 

@@ -62,9 +62,9 @@ generations: an id the index does not hold is in none of them.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Generic, Protocol, TypeAlias, TypeVar
+from typing import Final, Generic, NamedTuple, Protocol, TypeAlias, TypeVar
 
 from nvpair_wm_schema.jsonrpc_schema import EventOutcome
 
@@ -213,7 +213,7 @@ class WorkloadTable:
         # runId → its pair (a cache, cleared whenever a generation is dropped).
         self._pairs: dict[str, _Pair] = {}
         # (runId, id) of peers' workloads whose newest seq a restart reloaded from what the node
-        # had forwarded to its broker (journal.reload_table): a peer's event of exactly that seq
+        # had forwarded to its broker (:meth:`reloader`): a peer's event of exactly that seq
         # is applied once more (a broker that restarted too gets its view back from the peers'
         # snapshots; one that did not is told a duplicate, which moves nothing), a lower one is
         # stale. Emptied as they are seen again, removed, expired or evicted.
@@ -331,12 +331,12 @@ class WorkloadTable:
         if entry is None:
             self._runs[wid] = pair
         else:
-            self.index_another(wid, pair, entry)
+            self._index_another(wid, pair, entry)
         over = len(self) - self._max_workloads
         if over > 0:
             self._evict(over, key)
 
-    def index_another(self, wid: str, pair: _Pair, entry: _Index) -> None:
+    def _index_another(self, wid: str, pair: _Pair, entry: _Index) -> None:
         """Index a new workload of an id that others already hold (``entry``, its index
         entry), the newest run of its origin; ``pair`` its (originatedFrom, runId)."""
         runs = self._runs
@@ -398,38 +398,6 @@ class WorkloadTable:
             self.evicted += 1
         return APPLIED, removal
 
-    def restore(
-        self,
-        key: tuple[str, str, str],
-        seq: int,
-        terminal: bool,
-        replay: Outbound | None,
-        now: float,
-    ) -> bool:
-        """Put back a workload from the journal at a restart, as :meth:`observe` would record
-        it, when the table holds no workload with this id and no tombstone: a start reloads
-        hundreds of thousands, and this skips observe's lookups. False when it did nothing
-        (the caller observes the event instead). ``key``: (originatedFrom, id, runId)."""
-        origin, wid, run = key
-        tombs = self._tombs
-        if wid in self._runs or (tombs.cur and (origin, wid) in tombs.cur):
-            return False
-        if tombs.prev and (origin, wid) in tombs.prev:
-            return False
-        pair = self._pairs.get(run)
-        if pair is None or pair[0] != origin:
-            pair = (sys.intern(origin), sys.intern(run))
-            self._pairs[pair[1]] = pair
-        target = self._done if terminal else self._live
-        held = (pair[1], wid)
-        target.cur[held] = replay if replay is not None else seq
-        target.cur_last = max(target.cur_last, now)
-        self._runs[wid] = pair
-        over = len(self) - self._max_workloads
-        if over > 0:
-            self._evict(over, held)
-        return True
-
     def newest_seq(self, run: str, workload_id: str) -> int | None:
         """The newest seq the table holds of (runId, id), whoever reported it; None if none."""
         key = (run, workload_id)
@@ -452,22 +420,7 @@ class WorkloadTable:
         covered = _tomb_runs(tomb)
         return "" in covered or run in covered
 
-    def restore_fields(
-        self,
-    ) -> tuple[
-        _Generations[_Value],
-        _Generations[_Value],
-        dict[str, _Index],
-        dict[str, _Pair],
-        _Generations[_Tomb],
-        set[_Key],
-    ]:
-        """The live and terminal generations, the id index, the runId cache, the tombstones and
-        the resend marks: what a journal reload's fast path (``journal.reload_table``) writes
-        directly, as :meth:`restore` would, for the usual record of a start."""
-        return self._live, self._done, self._runs, self._pairs, self._tombs, self._resend
-
-    def keep_frame(self, replay: Outbound) -> bool:
+    def _keep_frame(self, replay: Outbound) -> bool:
         """Keep the frame of an event this node originated beside the newer seq the table holds
         for it (a peer's), as :meth:`observe` does when that seq comes second: for a journal
         reload that meets the two in the other order. False (nothing done) unless the table
@@ -491,7 +444,7 @@ class WorkloadTable:
         gen[key] = (newest, replay)
         return True
 
-    def resend_once(self, run: str, workload_id: str, *, once: bool = True) -> None:
+    def _resend_once(self, run: str, workload_id: str, *, once: bool = True) -> None:
         """Mark a reloaded peer's workload: its newest seq, from a peer, is applied once more
         (see ``_resend``); ``once=False`` unmarks it (its broker reported a newer event)."""
         if once:
@@ -499,11 +452,16 @@ class WorkloadTable:
         else:
             self._resend.discard((run, workload_id))
 
-    def forget_tombstone(self, origin: str, workload_id: str) -> None:
+    def _forget_tombstone(self, origin: str, workload_id: str) -> None:
         """Drop the tombstone of (originatedFrom, id), as its expiry would: a journal reload
         puts back an event that was applied after the tombstone had expired."""
         self._tombs.cur.pop((origin, workload_id), None)
         self._tombs.prev.pop((origin, workload_id), None)
+
+    def reloader(self, kinds: Mapping[int, Reloaded], mono: float, wall: float) -> Reloader:
+        """A reload of records kept across a restart (the journal's): :meth:`Reloader.load`
+        puts them back, each at ``mono - age``. ``kinds``: what each record kind is."""
+        return Reloader(self, kinds, mono, wall)
 
     def expire(self, now: float) -> int:
         """Drop the generations that are due; returns how many entries were dropped."""
@@ -607,3 +565,194 @@ class WorkloadTable:
             del runs[wid]
         elif entry.held == 1 and newest:  # the one left is its origin's newest: a pair again
             runs[wid] = newest[0]
+
+
+# -- the reload at a start -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Reloaded:
+    """What a kind of reloaded record is, as the table sees it: an event or a removal, of this
+    node's broker (``local``: an event's frame is replayed to peers) or forwarded to it (the
+    newest seq it was told, which a peer's copy of is applied once more: ``_resend``)."""
+
+    removal: bool
+    local: bool
+    terminal: bool = False
+
+
+#: A reloaded record: (kind, unix time, originatedFrom, id, runId, frame, seq); runId "" for a
+#: removal covering every run, frame b"" unless local, seq 0 for a removal.
+ReloadRecord: TypeAlias = tuple[int, float, str, str, str, bytes, int]
+
+
+class _Event(NamedTuple):
+    """What :meth:`WorkloadTable.observe` reads of an event, rebuilt from a record."""
+
+    originatedFrom: str
+    id: str
+    runId: str
+    state: str
+    seq: int
+
+
+_INF: Final = float("inf")
+
+
+class Reloader:
+    """One reload into a table (:meth:`WorkloadTable.reloader`): records oldest first, each put
+    back at ``mono - age`` unless past its TTL, as the table had them. A peer's seq that was
+    forwarded to the broker is forwarded once more when a peer sends it again (a broker that
+    restarted too gets its view back), until the broker's own newer event follows. An event of
+    this node's broker after a newer seq forwarded to it (a rewrite after a journal failure
+    writes the table's state after the log) keeps its frame beside that seq, as if it had come
+    first. An event the table calls removed was applied after its tombstone expired (only what
+    was applied is kept): the tombstone goes and the event is put back. ``skipped``: the events
+    without a seq (a format-1 record whose frame no longer decodes).
+
+    The usual record, a new workload without a tombstone (all of a compacted log), is written
+    straight into the table's dicts, the index and the generations' times kept as locals for
+    the whole run; any other goes through :meth:`observe` or :meth:`remove`. A start reloads a
+    full table (200,000 workloads) before ``ready``: a call per record would be half of it."""
+
+    __slots__ = ("forwarded", "kinds", "mono", "skipped", "table", "ttl", "wall")
+
+    def __init__(
+        self, table: WorkloadTable, kinds: Mapping[int, Reloaded], mono: float, wall: float
+    ) -> None:
+        lim = table.limits
+        self.table, self.kinds, self.mono, self.wall = table, kinds, mono, wall
+        self.ttl = {
+            kind: (
+                lim.tombstone_ttl
+                if k.removal
+                else (lim.terminal_ttl if k.terminal else lim.live_ttl)
+            )
+            for kind, k in kinds.items()
+        }
+        self.forwarded = False  # a forwarded seq was reloaded: the broker's newer ones unmark
+        self.skipped = 0
+
+    def load(self, records: Iterable[ReloadRecord]) -> None:
+        t = self.table
+        live, done, tombs, runs, pairs, resend = (
+            t._live,
+            t._done,
+            t._tombs,
+            t._runs,
+            t._pairs,
+            t._resend,
+        )
+        kinds, ttl, mono, wall, intern = self.kinds, self.ttl, self.mono, self.wall, sys.intern
+        usual = {kind for kind, k in kinds.items() if not k.removal}
+        local = {kind for kind, k in kinds.items() if k.local}
+        terminal_kinds = {kind for kind, k in kinds.items() if k.terminal}
+        cap = t.limits.max_workloads
+        held = len(t)
+        forwarded = self.forwarded
+        # The dicts written, as locals: an eviction or a record taken by observe or remove may
+        # replace them (a generation sealed), so they are fetched again after either.
+        live_cur, done_cur, tomb_cur, tomb_prev = live.cur, done.cur, tombs.cur, tombs.prev
+        inf = -_INF
+        live_last = done_last = inf  # the newest ``now`` put into each class since the last flush
+        for rec in records:
+            kind, at, origin, wid, run, body, seq = rec
+            entry = runs.get(wid)
+            if (
+                kind not in usual
+                or seq <= 0
+                or (tomb_cur and (origin, wid) in tomb_cur)
+                or (tomb_prev and (origin, wid) in tomb_prev)
+                or (
+                    entry is not None
+                    and (
+                        (run, wid) in live_cur
+                        or (run, wid) in done_cur
+                        or (run, wid) in live.prev
+                        or (run, wid) in done.prev
+                    )
+                )
+            ):
+                # After what the usual case deferred: the classes' newest times.
+                live.cur_last = max(live.cur_last, live_last)
+                done.cur_last = max(done.cur_last, done_last)
+                live_last = done_last = inf
+                self.forwarded = forwarded
+                self._other(rec)
+                forwarded = self.forwarded
+                live_cur, done_cur, tomb_cur, tomb_prev = live.cur, done.cur, tombs.cur, tombs.prev
+                held = len(t)
+                continue
+            age = wall - at
+            if age >= ttl[kind]:
+                continue
+            now = mono - age if age > 0 else mono
+            pair = pairs.get(run)
+            if pair is None or pair[0] != origin:
+                pair = (intern(origin), intern(run))
+                pairs[pair[1]] = pair
+            key = (pair[1], wid)
+            if kind in local:  # reported by this node's broker: replayed to peers
+                value: int | Outbound = Outbound((pair[0], wid, pair[1]), seq, body)
+                if forwarded:
+                    resend.discard(key)
+            else:
+                value = seq
+                forwarded = True
+                resend.add(key)
+            terminal = kind in terminal_kinds
+            if terminal:
+                done_cur[key] = value
+            else:
+                live_cur[key] = value
+            if entry is None:  # a new id: its class's newest time
+                runs[wid] = pair
+                if terminal:
+                    if now > done_last:  # noqa: PLR1730 (no call per record)
+                        done_last = now
+                elif now > live_last:
+                    live_last = now
+            else:  # a new run of an id held, as observe records it: its class's time is this one
+                t._index_another(wid, pair, entry)
+                if terminal:
+                    done.cur_last, done_last = now, inf
+                else:
+                    live.cur_last, live_last = now, inf
+            held += 1
+            if held > cap:  # past the cap: evicted as observe evicts, after the deferred times
+                live.cur_last = max(live.cur_last, live_last)
+                done.cur_last = max(done.cur_last, done_last)
+                live_last = done_last = inf
+                t._evict(held - cap, key)
+                live_cur, done_cur, tomb_cur, tomb_prev = live.cur, done.cur, tombs.cur, tombs.prev
+                held = len(t)
+        self.forwarded = forwarded
+        live.cur_last = max(live.cur_last, live_last)
+        done.cur_last = max(done.cur_last, done_last)
+
+    def _other(self, rec: ReloadRecord) -> None:
+        """A record that is not the usual case: a removal, an event without a seq, or one of a
+        workload held or removed."""
+        kind, at, origin, wid, run, body, seq = rec
+        t, k = self.table, self.kinds[kind]
+        age = self.wall - at
+        if age >= self.ttl[kind]:
+            return
+        now = self.mono - age if age > 0 else self.mono
+        if k.removal:
+            t.remove(origin, wid, run or None, now, local=k.local)
+            return
+        if seq <= 0:  # a format-1 record whose frame no longer decodes
+            self.skipped += 1
+            return
+        run = sys.intern(run)
+        replay = Outbound((sys.intern(origin), wid, run), seq, body) if k.local else None
+        if replay is not None and t._keep_frame(replay):
+            return  # this node's event, older than a seq forwarded before it: its frame kept
+        event = _Event(origin, wid, run, "completed" if k.terminal else "queued", seq)
+        if t.observe(event, now, replay=replay) == "removed":
+            t._forget_tombstone(origin, wid)
+            t.observe(event, now, replay=replay)
+        if replay is None or self.forwarded:
+            self.forwarded = True
+            t._resend_once(run, wid, once=replay is None)

@@ -26,7 +26,6 @@ from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
 from nvpair_wm import __version__, codec
 from nvpair_wm.broadcaster import Broadcaster
-from nvpair_wm.compactor import compact_in_child
 from nvpair_wm.config import Config, metrics_address
 from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
@@ -43,6 +42,7 @@ from nvpair_wm.journal import (
     open_journal,
     reload_table,
 )
+from nvpair_wm.journal.compactor import compact_in_child
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
 from nvpair_wm.versions import PeerVersions
@@ -102,8 +102,8 @@ class Node:
         cluster = config.cluster_dir
         # What this node originated before a restart, back in the table before any peer
         # connects, so that every first snapshot carries it, and what it had forwarded to its
-        # broker, so that nothing older reaches the broker again (journal.py). No cluster dir:
-        # no peers, nothing to replay.
+        # broker, so that nothing older reaches the broker again (nvpair_wm.journal). No
+        # cluster dir: no peers, nothing to replay.
         self.journal: Journal | None = None
         if cluster:
             self.journal, records = open_journal(cluster, config.journal, config.table, time.time())
@@ -220,12 +220,11 @@ class Node:
 
     def _journal_status(self) -> JournalStatus:
         journal = self.journal
-        if journal is None or not journal.limits.enabled:
-            return JournalStatus(state="off", failingSince=None, lastError=None)
-        if journal.failing_since is None:
-            return JournalStatus(state="healthy", failingSince=None, lastError=None)
+        state = "off" if journal is None else journal.health.state.status  # off: configuration
+        if journal is None or journal.failing_since is None:
+            return JournalStatus(state=state, failingSince=None, lastError=None)
         since = int(journal.failing_since * 1000)
-        return JournalStatus(state="failing", failingSince=since, lastError=journal.last_error)
+        return JournalStatus(state=state, failingSince=since, lastError=journal.last_error)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -328,7 +327,7 @@ class Node:
     def readiness(self) -> list[str]:
         """Why this node does not relay yet (empty: it does), for ``GET /readyz``: ``ready``
         sent to the broker, the inter-node listener up, the identity loaded (or knowingly
-        absent: no --cluster-dir), the journal healthy (or knowingly off)."""
+        absent: no --cluster-dir), the journal healthy (or off by configuration)."""
         reasons: list[str] = []
         if self._stop.is_set():
             reasons.append("stopping")
@@ -341,12 +340,9 @@ class Node:
             reasons.append(
                 f"no cluster identity: node.crt/node.key in {cluster} missing or unusable"
             )
-        if cluster is not None and self.config.journal.enabled:
-            journal = self.journal
-            if journal is None:
-                reasons.append("the journal could not be opened at start (see the log)")
-            elif journal.failing_since is not None:
-                reasons.append(f"the journal is failing: {journal.last_error}")
+        journal = self.journal
+        if journal is not None and journal.failing_since is not None:
+            reasons.append(f"the journal is failing: {journal.last_error}")
         return reasons
 
     async def _unless_stopped(self, opening: Awaitable[T]) -> T | None:
@@ -383,8 +379,8 @@ class Node:
     async def _journal_forever(self, journal: Journal) -> None:
         """The journal's group commit (fsync in a worker thread) and compaction (in a child
         process: its pure-Python fold in a thread would hold the GIL against this loop for a
-        second; see compactor.py). Cancelled mid-compaction (the node is stopping), the child is
-        killed and reaped and its temporary file removed."""
+        second; see journal/compactor.py). Cancelled mid-compaction (the node is stopping), the
+        child is killed and reaped and its temporary file removed."""
         limits = self.config.journal
         fsync = limits.fsync_interval
         interval = fsync if fsync > 0 else limits.compaction_check_interval

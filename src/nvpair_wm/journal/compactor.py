@@ -1,30 +1,33 @@
 """A journal compaction in a child process: the node's side and the child's entry point.
 
-Why a process: the heavy part of a compaction (:meth:`nvpair_wm.journal.Compaction.run`: read
-the log, fold it, write a temporary file) is pure Python and takes about a second for a busy
-node's log. In a worker thread it would hold the GIL against the event loop: each time the loop
-gave the GIL up (each socket write, each ``select``) it would wait up to the switch interval to
-get it back, so callbacks of a few ms of CPU would take a hundred times that in wall time and a
-busy link would stall for the length of the compaction. A fresh interpreter has its own GIL;
-the node's loop only waits for a pipe to become readable.
+Why a process: the heavy part of a compaction
+(:meth:`nvpair_wm.journal.compaction.Compaction.run`: read the log, fold it, write a temporary
+file) is pure Python and takes about a second for a busy node's log. In a worker thread it would
+hold the GIL against the event loop: each time the loop gave the GIL up (each socket write, each
+``select``) it would wait up to the switch interval to get it back, so callbacks of a few ms of
+CPU would take a hundred times that in wall time and a busy link would stall for the length of
+the compaction. A fresh interpreter has its own GIL; the node's loop only waits for a pipe to
+become readable.
 
-The protocol: the node runs ``python -P -m nvpair_wm.compactor SPEC`` (a new interpreter, no
-fork of the multi-threaded node: asyncio's subprocess support, ``vfork`` + ``exec``), with
-``SPEC`` one JSON object (:class:`Spec`: the log's path, ``upto``, the wall time, the table's
-limits, the node's pid) and the node's ``sys.path`` as its ``PYTHONPATH``, so that it imports
-the very code the node runs. The child's stdin is ``/dev/null`` and its stdout a pipe of its
-own (never the node's stdout: in stdio mode that is the JSON-RPC channel); its stderr is the
-node's, where a traceback of ours would land. It answers with one JSON line (:class:`Outcome`)
-and exits 0. It asks the kernel to kill it if the node dies (``PR_SET_PDEATHSIG``), so that a
-``kill -9``\\ ed node leaves no child writing its temporary file.
+The protocol: the node runs ``python -P -m nvpair_wm.journal.compactor SPEC`` (a new
+interpreter, no fork of the multi-threaded node: asyncio's subprocess support, ``vfork`` +
+``exec``), with ``SPEC`` one JSON object (:class:`Spec`: the log's path, ``upto``, the wall
+time, the table's limits, the node's pid) and the node's ``sys.path`` as its ``PYTHONPATH``, so
+that it imports the very code the node runs. The child's stdin is ``/dev/null`` and its stdout a
+pipe of its own (never the node's stdout: in stdio mode that is the JSON-RPC channel); its
+stderr is the node's, where a traceback of ours would land. It answers with one JSON line
+(:class:`Outcome`) and exits 0. It asks the kernel to kill it if the node dies
+(``PR_SET_PDEATHSIG``), so that a ``kill -9``\\ ed node leaves no child writing its temporary
+file.
 
-The node kills the child after :attr:`~nvpair_wm.journal.JournalLimits.compaction_timeout`
-seconds and when it stops (its task is cancelled), and reaps it either way before the temporary
-file is removed. A child that exits otherwise than with its answer (killed, crashed, an
-unreadable line) is the job's ``failure``: :meth:`~nvpair_wm.journal.Journal.finish_compaction`
-logs one warning line, leaves the log as it was and appends on; the next check retries. When
-no child can be started at all (no processes or memory to be had), that one compaction runs in a
-worker thread, as before, with a warning.
+The node kills the child after
+:attr:`~nvpair_wm.journal.limits.JournalLimits.compaction_timeout` seconds and when it stops
+(its task is cancelled), and reaps it either way before the temporary file is removed. A child
+that exits otherwise than with its answer (killed, crashed, an unreadable line) is the job's
+``failure``: :meth:`~nvpair_wm.journal.file.Journal.finish_compaction` logs one warning line,
+leaves the log as it was and appends on; the next check retries. When no child can be started at
+all (no processes or memory to be had), that one compaction runs in a worker thread, as before,
+with a warning.
 """
 
 from __future__ import annotations
@@ -41,13 +44,14 @@ from typing import Final
 import msgspec
 
 from nvpair_wm.dedup import TableLimits
-from nvpair_wm.journal import Compaction, Damage
+from nvpair_wm.journal.compaction import Compaction
+from nvpair_wm.journal.records import Damage
 
 __all__ = ["MODULE", "Outcome", "Spec", "compact_in_child", "main"]
 
 log = logging.getLogger(__name__)
 
-MODULE: Final = "nvpair_wm.compactor"
+MODULE: Final = "nvpair_wm.journal.compactor"
 _PR_SET_PDEATHSIG: Final = 1  # <linux/prctl.h>
 
 
