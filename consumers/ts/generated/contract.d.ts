@@ -358,11 +358,12 @@ export interface PeerStatus {
 
 /**
  * The journal (what this node originated, kept in its cluster directory so that a restart forgets
- * nothing): state is off (no cluster directory, journal.enabled false, or it could not be opened at
- * start), healthy, or failing (a write, fsync or compaction failed: the node retries with backoff
- * and rewrites the whole current state once writing works again; a crash before that loses what the
- * peers have not received). StatusResult.journal since 1.2.0: optional in the schema, so that a
- * status from a 1.1 manager stays valid; a 1.2 manager always sends it.
+ * nothing): state is off (only by configuration: no cluster directory, or journal.enabled false),
+ * healthy, or failing (opening it, a write, an fsync, a rename or a compaction's install failed, at
+ * start or later: the node retries with backoff and rewrites the whole current state once writing
+ * works again; a crash before that loses what the peers have not received). StatusResult.journal
+ * since 1.2.0: optional in the schema, so that a status from a 1.1 manager stays valid; a 1.2
+ * manager always sends it.
  */
 export interface JournalStatus {
   state: "off" | "healthy" | "failing";
