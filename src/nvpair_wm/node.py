@@ -44,6 +44,7 @@ from nvpair_wm.journal import (
     reload_table,
 )
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, open_stdio
+from nvpair_wm.notify import Notifier
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
 from nvpair_wm.versions import PeerVersions
 
@@ -93,9 +94,15 @@ class _NoPins:
         return False
 
 
+#: How often STATUS= is refreshed under systemd when no watchdog asks for more often.
+NOTIFY_STATUS_INTERVAL = 5.0  # seconds
+
+
 class Node:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, notifier: Notifier | None = None) -> None:
         self.config = config
+        # systemd's notify protocol (Type=notify): a no-op without $NOTIFY_SOCKET.
+        self.notifier = notifier if notifier is not None else Notifier.from_environ()
         self.table = WorkloadTable(config.table)
         self.queue = BrokerQueue(config.broker.queue_frames)
         self.dispatcher = Dispatcher(self.table, self._status, max_batch=config.max_batch)
@@ -228,6 +235,23 @@ class Node:
         return JournalStatus(state="failing", failingSince=since, lastError=journal.last_error)
 
     async def run(self) -> int:
+        """Run until the broker ends the channel or a stop signal; the exit status. Under
+        systemd, the notify task runs alongside from the first moment (node.py's watchdog
+        pings come from this loop, so a stuck loop stops them)."""
+        notifying = (
+            asyncio.create_task(self._notify_forever(), name="systemd-notify")
+            if self.notifier.enabled
+            else None
+        )
+        try:
+            return await self._run()
+        finally:
+            if notifying is not None:
+                notifying.cancel()
+                await asyncio.gather(notifying, return_exceptions=True)
+            self.notifier.close()
+
+    async def _run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -237,8 +261,9 @@ class Node:
         except ListenFailed as exc:
             log.error("cannot listen on %s: %s", exc.where, exc.reason)
             return 1
+        ipc = self.config.ipc
+        self.notifier.status(f"waiting for the broker on --ipc {ipc}" if ipc else "starting")
         try:
-            ipc = self.config.ipc
             opened = await self._unless_stopped(
                 dial_ipc(ipc, self.config.broker) if ipc else open_stdio()
             )
@@ -280,6 +305,7 @@ class Node:
         params = ReadyParams(version=__version__, contractVersion=CONTRACT_VERSION)
         self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=params))])
         self._ready_sent = True
+        self.notifier.ready(self.status_line())
         tasks = [
             asyncio.create_task(channel.write_forever(), name="broker-writer"),
             asyncio.create_task(self._expire_forever(), name="expiry"),
@@ -366,6 +392,7 @@ class Node:
 
     async def stop(self, grace: float) -> None:
         """Stop the inter-node parts, letting in-flight work finish within ``grace``."""
+        self.notifier.stopping()
         metrics = [self.metrics.close()] if self.metrics else []
         await asyncio.gather(self.server.close(grace), self.broadcaster.close(grace), *metrics)
         if self._watch is not None:
@@ -374,6 +401,34 @@ class Node:
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("%s received; shutting down", sig.name)
         self._stop.set()
+
+    def status_line(self) -> str:
+        """What the node is doing, in one line (systemd's STATUS=, ``systemctl status``)."""
+        if self._stop.is_set():
+            return "stopping"
+        if not self._ready_sent:
+            ipc = self.config.ipc
+            return f"waiting for the broker on --ipc {ipc}" if ipc else "starting"
+        peers = self._peers()
+        connected = sum(p.connected for p in peers)
+        line = f"relaying: {len(peers)} peers, {connected} connected"
+        journal = self.journal
+        if journal is not None and journal.failing_since is not None:
+            line += f"; journal failing: {journal.last_error}"
+        if reasons := self.readiness():
+            line += f"; not ready: {reasons[0]}"
+        return line
+
+    async def _notify_forever(self) -> None:
+        """WATCHDOG=1 every half watchdog interval (when systemd set one) and STATUS= when it
+        changed: both from this loop, so that a loop that hangs stops the pings."""
+        every = self.notifier.settings.ping_every
+        interval = NOTIFY_STATUS_INTERVAL if every is None else min(every, NOTIFY_STATUS_INTERVAL)
+        while True:
+            self.notifier.watchdog()
+            if self._ready_sent and not self._stop.is_set():
+                self.notifier.status(self.status_line())
+            await asyncio.sleep(interval)
 
     async def _expire_forever(self) -> None:
         while True:
