@@ -417,7 +417,14 @@ type PeerStatus struct {
 	// Since contract 1.2.0: optional, null while the peer has not said (absent stays absent).
 	ContractVersion Opt[string] `json:"contractVersion"`
 	SoftwareVersion Opt[string] `json:"softwareVersion"`
+	// Since contract 1.3.0: optional (absent stays absent), always sent by a 1.3 manager.
+	State         Opt[string] `json:"state"`
+	LastSuccessAt Opt[Int]    `json:"lastSuccessAt"`
+	GivenUp       Opt[Int]    `json:"givenUp"`
 }
+
+// PeerStates are the values of PeerStatus.state (since 1.3.0).
+var PeerStates = []string{"connected", "connecting", "retrying", "given-up", "refused"}
 
 type peerStatusJSON PeerStatus
 
@@ -425,10 +432,18 @@ func (p *PeerStatus) UnmarshalJSON(b []byte) error {
 	var v peerStatusJSON
 	r := rules{
 		required: []string{"nodeId", "address", "port", "connected", "protocol", "queueDepth", "sent", "retried", "coalesced", "dropped", "lastError", "lastErrorAt"},
-		nonNull:  []string{"nodeId", "address", "port", "connected", "queueDepth", "sent", "retried", "coalesced", "dropped"},
+		nonNull:  []string{"nodeId", "address", "port", "connected", "queueDepth", "sent", "retried", "coalesced", "dropped", "state", "givenUp"},
 	}
 	if err := decodeObject(b, r, &v); err != nil {
 		return fmt.Errorf("PeerStatus: %w", err)
+	}
+	if v.State.Set {
+		if err := oneOf(v.State.V, PeerStates...); err != nil {
+			return fmt.Errorf("PeerStatus.state: %w", err)
+		}
+	}
+	if (v.LastSuccessAt.Set && !v.LastSuccessAt.Null && v.LastSuccessAt.V < 0) || (v.GivenUp.Set && v.GivenUp.V < 0) {
+		return fmt.Errorf("PeerStatus: lastSuccessAt or givenUp negative")
 	}
 	if v.Protocol != nil {
 		if err := oneOf(*v.Protocol, "h2", "http/1.1"); err != nil {
@@ -442,6 +457,7 @@ func (p *PeerStatus) UnmarshalJSON(b []byte) error {
 func (p PeerStatus) MarshalJSON() ([]byte, error) {
 	return encodeObject(peerStatusJSON(p), map[string]setter{
 		"contractVersion": p.ContractVersion, "softwareVersion": p.SoftwareVersion,
+		"state": p.State, "lastSuccessAt": p.LastSuccessAt, "givenUp": p.GivenUp,
 	})
 }
 
@@ -456,6 +472,57 @@ type StatusResult struct {
 	// Journal is optional in the schema (since 1.2.0; a 1.1 manager does not send it) and
 	// always sent by a 1.2 manager: absent stays absent.
 	Journal *JournalStatus `json:"journal,omitempty"`
+	// Config is optional in the schema (since 1.3.0) and always sent by a 1.3 manager.
+	Config *ConfigStatus `json:"config,omitempty"`
+}
+
+// ConfigStatus is the running configuration's generation and when it was loaded (since 1.3.0).
+type ConfigStatus struct {
+	Generation Int `json:"generation"`
+	LoadedAt   Int `json:"loadedAt"`
+}
+
+type configStatusJSON ConfigStatus
+
+func (c *ConfigStatus) UnmarshalJSON(b []byte) error {
+	var v configStatusJSON
+	names := []string{"generation", "loadedAt"}
+	if err := decodeObject(b, rules{required: names, nonNull: names}, &v); err != nil {
+		return fmt.Errorf("ConfigStatus: %w", err)
+	}
+	if v.Generation < 1 || v.LoadedAt < 0 {
+		return fmt.Errorf("ConfigStatus: generation below 1 or loadedAt negative")
+	}
+	*c = ConfigStatus(v)
+	return nil
+}
+
+// NodeStatus is what GET /status serves and nvpair-wm status --json prints (since 1.3.0).
+type NodeStatus struct {
+	Version         string        `json:"version"`
+	ContractVersion string        `json:"contractVersion"`
+	HasIdentity     bool          `json:"hasIdentity"`
+	Fingerprint     *string       `json:"fingerprint"`
+	Port            *Int          `json:"port"`
+	Peers           []PeerStatus  `json:"peers"`
+	Counters        Counters      `json:"counters"`
+	Journal         JournalStatus `json:"journal"`
+	Config          ConfigStatus  `json:"config"`
+}
+
+type nodeStatusJSON NodeStatus
+
+func (n *NodeStatus) UnmarshalJSON(b []byte) error {
+	var v nodeStatusJSON
+	r := rules{
+		required: []string{"version", "contractVersion", "hasIdentity", "fingerprint", "port", "peers", "counters", "journal", "config"},
+		nonNull:  []string{"version", "contractVersion", "hasIdentity", "peers", "counters", "journal", "config"},
+	}
+	if err := decodeObject(b, r, &v); err != nil {
+		return fmt.Errorf("NodeStatus: %w", err)
+	}
+	*n = NodeStatus(v)
+	return nil
 }
 
 // JournalStatus says whether the journal keeps what the node originated (since 1.2.0).
@@ -489,7 +556,7 @@ func (s *StatusResult) UnmarshalJSON(b []byte) error {
 	var v statusResultJSON
 	r := rules{
 		required: []string{"version", "hasIdentity", "fingerprint", "port", "peers", "counters"},
-		nonNull:  []string{"version", "hasIdentity", "peers", "counters", "journal"},
+		nonNull:  []string{"version", "hasIdentity", "peers", "counters", "journal", "config"},
 	}
 	if err := decodeObject(b, r, &v); err != nil {
 		return fmt.Errorf("StatusResult: %w", err)

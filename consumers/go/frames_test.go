@@ -53,6 +53,8 @@ var decoders = map[string]func([]byte) (any, error){
 	"manager-status.schema.json#/$defs/PeerStatus":         into[PeerStatus],
 	"manager-status.schema.json#/$defs/JournalStatus":      into[JournalStatus],
 	"manager-status.schema.json#/$defs/StatusResult":       into[StatusResult],
+	"manager-status.schema.json#/$defs/ConfigStatus":       into[ConfigStatus],
+	"node-status.schema.json":                              into[NodeStatus],
 	"manager-status.schema.json#/$defs/StatusResponse":     into[StatusResponse],
 	"jsonrpc.schema.json":                                  into[json.RawMessage], // a container of $defs: anything
 	"jsonrpc.schema.json#/$defs/RequestId":                 into[RequestID],
