@@ -239,3 +239,32 @@ def test_a_file_that_does_not_validate_changes_nothing(
         assert len(wm.stderr_log) - start == 2, wm.stderr_log[start:]
         wm.close_stdin()
         assert wm.wait() == 0
+
+
+def test_the_documented_table_of_live_keys_matches_the_code() -> None:
+    """docs/operations.md's reload table claims every key, and says restart only exactly where
+    reload.is_live says so."""
+    import re  # noqa: PLC0415
+
+    from tests.support.source_tree import ROOT  # noqa: PLC0415
+
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text.split("### Reload on SIGHUP", 1)[1]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert rows, "no table in the reload section"
+    claims: dict[str, bool] = {}  # key → live, as documented
+    for row in rows:
+        cells = row.split("|")
+        keys_cell, effect = cells[1], cells[2]
+        live = "restart only" not in effect
+        exact = {k for k in re.findall(r"`([a-z_.*]+)`", keys_cell) if not k.endswith(".*")}
+        for key in config.key_names():
+            table = key.split(".", 1)[0] + ".*"
+            leaf = key.rsplit(".", 1)[-1]
+            by_table = f"`{table}`" in keys_cell and f"`{table}` but `{leaf}`" not in keys_cell
+            if key in exact or (by_table and "." in key):
+                assert key not in claims or key in exact, f"{key} documented twice"
+                claims[key] = live
+    for key in sorted(config.key_names()):
+        assert key in claims, f"{key} is not in the reload table of docs/operations.md"
+        assert claims[key] is reload.is_live(key), f"{key}: the docs say live={claims[key]}"
