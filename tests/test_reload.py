@@ -161,33 +161,59 @@ def test_sighup_changes_the_log_level_and_a_retry_bound_live(tmp_path: Path) -> 
 # -- refusals --------------------------------------------------------------------------------------
 
 
-def _lines_of_one_reload(wm: WmProcess, config_file: Path, text: str, marker: str) -> list[str]:
-    """Write ``text`` to the file, SIGHUP, and return the lines that reload logged: those before
-    the line of a second reload, of a file that does not parse (reloads run one at a time, and
-    one that is refused changes nothing)."""
-    start = len(wm.stderr_log)
+UNCHANGED = "reload: the configuration is unchanged"
+
+
+def _logged_after(wm: WmProcess, needle: str, seen: int) -> int:
+    """The index of the (seen+1)-th line holding ``needle``, once logged."""
+
+    def found() -> int | None:
+        hits = [i for i, line in enumerate(wm.stderr_log) if needle in line]
+        return hits[seen] if len(hits) > seen else None
+
+    index: int = eventually(found, f"{needle!r} logged {seen + 1} times")
+    return index
+
+
+def _settled(wm: WmProcess) -> int:
+    """A reload of the unchanged file: every line logged before it (start-up included) is in
+    ``stderr_log`` once its line is; the index just after it."""
+    seen = sum(UNCHANGED in line for line in wm.stderr_log)
+    wm.proc.send_signal(signal.SIGHUP)
+    return _logged_after(wm, UNCHANGED, seen) + 1
+
+
+def _lines_of_one_reload(
+    wm: WmProcess, config_file: Path, running: str, text: str, last: str
+) -> list[str]:
+    """The lines a reload of ``text`` logs (``last``: its last line). The file is first written
+    as the node runs (``running``) and reloaded, so that nothing logged before is counted; then
+    ``text``; after ``last``, a file that does not parse, whose one line ends the count (reloads
+    run one at a time, and a refused one changes nothing)."""
+    config_file.write_text(running)
+    start = _settled(wm)
     config_file.write_text(text)
     wm.proc.send_signal(signal.SIGHUP)
-    wm.wait_stderr(marker)
+    wm.wait_stderr(last)
+    refused = sum("reload refused" in line for line in wm.stderr_log)
     config_file.write_text("not toml [")
     wm.proc.send_signal(signal.SIGHUP)
-    end = "reload refused"
-    eventually(lambda: any(end in line for line in wm.stderr_log[start:]), end)
-    lines = wm.stderr_log[start:]
-    config_file.write_text(text)
-    return lines[: next(i for i, line in enumerate(lines) if end in line)]
+    end = _logged_after(wm, "reload refused", refused)
+    return wm.stderr_log[start:end]
 
 
 def test_a_restart_only_key_is_one_line_and_the_rest_still_applies(tmp_path: Path) -> None:
     cfg = tmp_path / "wm.toml"
-    cfg.write_text('bind = "127.0.0.1"\nport = 0\n')
+    at_start = 'bind = "127.0.0.1"\nport = 0\n'
+    cfg.write_text(at_start)
     with WmProcess("--config", str(cfg), "--log-format", "plain") as wm:
         assert wm.recv()["method"] == "ready"
         port = wm.status()["port"]
         lines = _lines_of_one_reload(
             wm,
             cfg,
-            'bind = "127.0.0.1"\nport = 1\nshutdown_grace = 2.0\n',
+            at_start,
+            at_start.replace("port = 0", "port = 1") + "shutdown_grace = 2.0\n",
             "configuration reloaded (generation 2)",
         )
         assert len(lines) == 2, lines
@@ -197,10 +223,12 @@ def test_a_restart_only_key_is_one_line_and_the_rest_still_applies(tmp_path: Pat
         status = wm.status()
         assert status["port"] == port and status["config"]["generation"] == 2
         # The restart-only key alone: one line, nothing else changes.
+        running = at_start + "shutdown_grace = 2.0\n"
         lines = _lines_of_one_reload(
             wm,
             cfg,
-            'bind = "127.0.0.1"\nport = 2\nshutdown_grace = 2.0\n',
+            running,
+            running.replace("port = 0", "port = 2"),
             "port: 0 -> 2 needs a restart",
         )
         assert len(lines) == 1, lines
@@ -225,7 +253,7 @@ def test_a_file_that_does_not_validate_changes_nothing(
     cfg.write_text('bind = "127.0.0.1"\nport = 0\n')
     with WmProcess("--config", str(cfg), "--log-format", "plain") as wm:
         assert wm.recv()["method"] == "ready"
-        start = len(wm.stderr_log)
+        start = _settled(wm)
         cfg.write_text(text)
         wm.proc.send_signal(signal.SIGHUP)
         line = wm.wait_stderr("reload refused")
@@ -234,9 +262,8 @@ def test_a_file_that_does_not_validate_changes_nothing(
         assert wm.status()["config"]["generation"] == 1
         # One line: the next reload (the file repaired, unchanged from the start) says so next.
         cfg.write_text('bind = "127.0.0.1"\nport = 0\n')
-        wm.proc.send_signal(signal.SIGHUP)
-        wm.wait_stderr("reload: the configuration is unchanged")
-        assert len(wm.stderr_log) - start == 2, wm.stderr_log[start:]
+        end = _settled(wm)
+        assert wm.stderr_log[start : end - 1] == [line]
         wm.close_stdin()
         assert wm.wait() == 0
 
@@ -268,3 +295,38 @@ def test_the_documented_table_of_live_keys_matches_the_code() -> None:
     for key in sorted(config.key_names()):
         assert key in claims, f"{key} is not in the reload table of docs/operations.md"
         assert claims[key] is reload.is_live(key), f"{key}: the docs say live={claims[key]}"
+
+
+def test_the_metrics_listener_is_opened_and_closed_live(tmp_path: Path) -> None:
+    """metrics on, then off, by reload: the listener answers, then no longer does."""
+    import json  # noqa: PLC0415
+    import re  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    cfg = tmp_path / "wm.toml"
+    cfg.write_text('bind = "127.0.0.1"\nport = 0\n')
+    with WmProcess("--config", str(cfg), "--log-format", "plain") as wm:
+        assert wm.recv()["method"] == "ready"
+        cfg.write_text('bind = "127.0.0.1"\nport = 0\nmetrics = "127.0.0.1:0"\n')
+        wm.proc.send_signal(signal.SIGHUP)
+        line = wm.wait_stderr("metrics endpoint listening on")
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert match, line
+        url = f"http://127.0.0.1:{match.group(1)}"
+        wm.wait_stderr("configuration reloaded (generation 2)")
+        with urllib.request.urlopen(f"{url}/status", timeout=10) as answer:
+            assert json.load(answer)["config"]["generation"] == 2
+        cfg.write_text('bind = "127.0.0.1"\nport = 0\n')
+        wm.proc.send_signal(signal.SIGHUP)
+        wm.wait_stderr("configuration reloaded (generation 3)")
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"{url}/healthz", timeout=10)
+        wm.close_stdin()
+        assert wm.wait() == 0
+
+
+def test_a_key_set_back_to_unset_is_applied() -> None:
+    running = config.replace(Config(), {"metrics": "127.0.0.1:9464"})
+    plan = reload.plan(running, Config())
+    assert [str(c) for c in plan.applied] == ['metrics: "127.0.0.1:9464" -> unset']
+    assert plan.effective(running).metrics is None

@@ -448,6 +448,10 @@ class Node:
             self.notifier.reloading()
             try:
                 return await self._reload(self._reread)
+            except Exception as exc:  # a bug: one line, the node runs on
+                log.debug("reload failed", exc_info=True)
+                log.error("reload failed: %s: %s; the node runs on", type(exc).__name__, exc)
+                return None
             finally:
                 if self._ready_sent and not self._stop.is_set():
                     self.notifier.ready(self.status_line())

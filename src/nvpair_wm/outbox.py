@@ -617,6 +617,8 @@ class PeerOutbox:
 
     def set_limits(self, limits: BroadcastLimits) -> None:
         """New bounds (a configuration reload): the next check, batch and backoff use them."""
+        if limits.max_batch_bytes != self.limits.max_batch_bytes:
+            self.batch_bytes = limits.max_batch_bytes  # what a 413 halved starts over
         self.limits = limits
         self.retry.set_limits(limits)
 

@@ -17,6 +17,7 @@ a journal at all (``journal.enabled``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -76,14 +77,22 @@ class ReloadPlan:
 
     def effective(self, running: Config) -> Config:
         """``running`` with the live changes set: the node's configuration after the reload."""
-        if not self.applied:
-            return running
-        return config.replace(running, {c.key: c.new for c in self.applied})
+        out = running
+        for change in self.applied:  # each value checked already: the loaded file validated
+            out = _set(out, change.key.split("."), change.new)
+        return out
 
     def touches(self, *prefixes: str) -> bool:
         """Whether an applied key is one of ``prefixes`` (a key, or a table with its dot)."""
         return any(c.key == p or (p.endswith(".") and c.key.startswith(p))
                    for c in self.applied for p in prefixes)  # fmt: skip
+
+
+def _set(obj: Any, path: list[str], value: Any) -> Any:
+    """``obj`` (a frozen dataclass) with the field at ``path`` set to ``value``."""
+    head, *rest = path
+    inner = _set(getattr(obj, head), rest, value) if rest else value
+    return dataclasses.replace(obj, **{head: inner})
 
 
 def flat(cfg: Config) -> Iterator[tuple[str, Any]]:
