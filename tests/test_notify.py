@@ -18,8 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from nvpair_wm.clusterdir import init_cluster
+from nvpair_wm.dirlock import LOCK_FILE
 from nvpair_wm.notify import Notifier, NotifySettings
+from tests.support.cluster import workload
 from tests.support.polling import eventually
+from tests.support.tools import tool
 from tests.support.wm_process import WAIT, WmProcess
 
 WATCHDOG_USEC = 400_000  # pings every 0.2 s
@@ -166,3 +170,31 @@ def test_a_gone_systemd_is_no_error(tmp_path: Path) -> None:
     notifier.watchdog()
     notifier.stopping()
     notifier.close()
+
+
+def test_status_says_when_the_journal_fails(tmp_path: Path) -> None:
+    """A real fault (strace injects ENOSPC into the journal's writes): STATUS= says so."""
+    strace = tool("strace")
+    node = init_cluster(tmp_path / "cluster", ["node-1"])["node-1"]
+    config = tmp_path / "wm.toml"
+    config.write_text("[journal]\nretry_backoff = 30.0\nretry_backoff_max = 30.0\n")
+    args = ["--cluster-dir", str(node), "--port", "0", "--bind", "127.0.0.1"]
+    args += ["--config", str(config)]
+    fault = [strace, "-f", "-o", "/dev/null", "-e", "trace=write"]
+    fault += ["-P", str(node / "journal.log"), "-e", "inject=write:error=ENOSPC"]
+    with fake_systemd(tmp_path) as systemd:
+        env = {"NOTIFY_SOCKET": systemd.env_value, "WATCHDOG_USEC": str(WATCHDOG_USEC)}
+        with WmProcess(*args, prefix=fault, env=env) as wm:
+            ready, _ = systemd.until("READY")
+            assert "journal" not in ready["STATUS"], ready
+            assert wm.recv()["method"] == "ready"
+            w = workload("node-1", "w1")
+            wm.request("workload:submitted", {"workloadInfo": w})  # its append fails
+            while "journal failing" not in (told := systemd.until("STATUS")[0])["STATUS"]:
+                pass
+            assert "No space left on device" in told["STATUS"], told
+            assert "not ready: the journal is failing" in told["STATUS"], told
+            pid = int((node / LOCK_FILE).read_text())  # the daemon, strace's child
+            os.kill(pid, signal.SIGTERM)
+            systemd.until("STOPPING")
+            assert wm.wait() == 0
