@@ -198,3 +198,32 @@ def test_status_says_when_the_journal_fails(tmp_path: Path) -> None:
             os.kill(pid, signal.SIGTERM)
             systemd.until("STOPPING")
             assert wm.wait() == 0
+
+
+def test_ready_waits_for_what_readyz_waits_for(tmp_path: Path) -> None:
+    """No identity in the cluster directory: the node writes ``ready`` to its broker, but
+    /readyz says 503, so systemd is told why (STATUS=) and not READY=1, until node.crt and
+    node.key are back."""
+    node = init_cluster(tmp_path / "cluster", ["node-1", "node-2"])["node-1"]
+    stash = tmp_path / "stash"
+    stash.mkdir()
+    for name in ("node.crt", "node.key"):
+        (node / name).rename(stash / name)
+    args = ["--cluster-dir", str(node), "--port", "0", "--bind", "127.0.0.1"]
+    with fake_systemd(tmp_path) as systemd:
+        env = {"NOTIFY_SOCKET": systemd.env_value, "WATCHDOG_USEC": str(WATCHDOG_USEC)}
+        with WmProcess(*args, env=env) as wm:
+            assert wm.recv()["method"] == "ready"
+            waiting: list[dict[str, str]] = []
+            while "no cluster identity" not in (told := systemd.until("STATUS")[0])["STATUS"]:
+                waiting.append(told)
+            assert "not ready" in told["STATUS"], told
+            assert all("READY" not in m for m in [*waiting, told])
+            for name in ("node.key", "node.crt"):  # each atomically: a copy, then a rename
+                (node / f".{name}.tmp").write_bytes((stash / name).read_bytes())
+                (node / f".{name}.tmp").rename(node / name)
+            ready, _ = systemd.until("READY")
+            assert ready["READY"] == "1" and "not ready" not in ready["STATUS"], ready
+            wm.close_stdin()
+            systemd.until("STOPPING")
+            assert wm.wait() == 0

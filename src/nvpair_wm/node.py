@@ -207,6 +207,7 @@ class Node:
         )
         self._stop = asyncio.Event()
         self._ready_sent = False  # GET /readyz
+        self._ready_notified = False  # READY=1 told to systemd: when /readyz first says 200
 
     def _peers(self) -> list[PeerStatus]:
         return self.broadcaster.status()
@@ -259,8 +260,8 @@ class Node:
 
     async def run(self) -> int:
         """Run until the broker ends the channel or a stop signal; the exit status. Under
-        systemd, the notify task runs alongside from the first moment (node.py's watchdog
-        pings come from this loop, so a stuck loop stops them)."""
+        systemd, the notify task runs alongside from the first moment: the watchdog pings come
+        from this loop, so a stuck loop stops them."""
         notifying = (
             asyncio.create_task(self._notify_forever(), name="systemd-notify")
             if self.notifier.enabled
@@ -330,7 +331,7 @@ class Node:
         params = ReadyParams(version=__version__, contractVersion=CONTRACT_VERSION)
         self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=params))])
         self._ready_sent = True
-        self.notifier.ready(self.status_line())
+        self._notify_ready()
         tasks = [
             asyncio.create_task(channel.write_forever(), name="broker-writer"),
             asyncio.create_task(self._expire_forever(), name="expiry"),
@@ -453,7 +454,7 @@ class Node:
                 log.error("reload failed: %s: %s; the node runs on", type(exc).__name__, exc)
                 return None
             finally:
-                if self._ready_sent and not self._stop.is_set():
+                if self._ready_notified and not self._stop.is_set():
                     self.notifier.ready(self.status_line())
 
     async def _reload(self, reread: Callable[[], Config]) -> ReloadPlan | None:
@@ -575,8 +576,19 @@ class Node:
         while True:
             self.notifier.watchdog()
             if self._ready_sent and not self._stop.is_set():
+                self._notify_ready()
                 self.notifier.status(self.status_line())
             await asyncio.sleep(interval)
+
+    def _notify_ready(self) -> None:
+        """READY=1 the first time the node is ready as ``GET /readyz`` says it (``ready`` sent,
+        listener up, identity and journal as configured): at once, or, say, once node.crt and
+        node.key appear; STATUS= says meanwhile why not."""
+        if not self._ready_notified and not self.readiness():
+            self._ready_notified = True
+            self.notifier.ready(self.status_line())
+        elif not self._ready_notified:
+            self.notifier.status(self.status_line())
 
     async def _expire_forever(self) -> None:
         while True:
