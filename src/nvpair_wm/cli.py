@@ -79,6 +79,8 @@ def parser() -> argparse.ArgumentParser:
         prog="nvpair-wm",
         description="Relays and deduplicates inference-workload lifecycle events between this "
         "node's broker (stdio or --ipc) and the cluster's other nodes (mutual-TLS HTTP).",
+        epilog="SIGHUP reads --config again and applies what can change live. "
+        "'nvpair-wm status --help': ask a running node for its peers, journal and counters.",
     )
     # Every flag but --config/--print-config has dest = the config key it sets, default None
     # (not given): see main().
