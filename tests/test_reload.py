@@ -316,6 +316,10 @@ def test_the_metrics_listener_is_opened_and_closed_live(tmp_path: Path) -> None:
         wm.wait_stderr("configuration reloaded (generation 2)")
         with urllib.request.urlopen(f"{url}/status", timeout=10) as answer:
             assert json.load(answer)["config"]["generation"] == 2
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+            exposition = answer.read().decode()
+        assert "\nnvpair_wm_config_generation 2.0\n" in exposition
+        assert "\nnvpair_wm_config_loaded_timestamp_seconds " in exposition
         cfg.write_text('bind = "127.0.0.1"\nport = 0\n')
         wm.proc.send_signal(signal.SIGHUP)
         wm.wait_stderr("configuration reloaded (generation 3)")
