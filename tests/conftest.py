@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import socket
 import ssl
@@ -318,3 +319,19 @@ def start_node() -> Iterator[StartNode]:
     yield start
     for node in started:
         finish(node)
+
+
+# ==================================================================================================
+# systemd's notify protocol (tests/test_notify.py, test_systemd_unit.py)
+#
+# A suite run by a systemd unit inherits $NOTIFY_SOCKET and $WATCHDOG_*: the nodes the tests
+# start would tell that unit's systemd they are ready, or ping its watchdog. The tests that play
+# systemd set their own.
+# ==================================================================================================
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_inherited_notify_socket() -> Iterator[None]:
+    for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
+        os.environ.pop(name, None)
+    yield

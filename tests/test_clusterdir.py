@@ -233,6 +233,29 @@ def test_node_records_match_the_schema_and_keep_ports_stable(tmp_path: Path) -> 
         node_records(cluster, "127.0.0.1", 65530)
 
 
+def test_records_frame_is_one_nodes_update_line(tmp_path: Path) -> None:
+    """``records --frame``: the notification a broker writes, one line, valid as the contract's
+    NodesUpdate, carrying the same records as ``records``."""
+    from tests.support.conformance import BASE, REGISTRY  # noqa: PLC0415
+
+    cluster = tmp_path / "c"
+    init_cluster(cluster, ["node-1", "node-2", "node-3"])
+    remove_member(cluster, "node-2")
+    args = ("records", cluster, "--port-base", "15000")
+    framed = run_cli(*args, "--frame")
+    assert framed.returncode == 0, framed.stderr
+    assert framed.stdout.count("\n") == 1 and framed.stdout.endswith("\n")
+    frame = json.loads(framed.stdout)
+    schema = {"$ref": BASE + "nodes-update.schema.json"}
+    jsonschema.Draft202012Validator(schema, registry=REGISTRY).validate(frame)
+    assert frame["method"] == "nodes:update" and "id" not in frame
+    assert frame["params"]["nodes"] == json.loads(run_cli(*args).stdout)
+    assert [(r["nodeId"], r["port"]) for r in frame["params"]["nodes"]] == [
+        ("node-1", 15000),
+        ("node-3", 15002),  # node-2 keeps its slot
+    ]
+
+
 # --- command line -----------------------------------------------------------------------
 
 

@@ -91,6 +91,28 @@ def test_documented_table_is_generated_from_the_dataclasses() -> None:
         assert f"| `{key.name}` |" in text
 
 
+def test_the_documented_defaults_paste_as_toml() -> None:
+    """Each default in the table is what a file would say: ``true``, not Python's ``True``."""
+    for key in config.every_key():
+        if isinstance(key.default, bool):
+            row = next(r for r in config.markdown_table().splitlines() if f"`{key.name}`" in r)
+            shown = row.split("|")[2].strip()
+            leaf = key.name.rsplit(".", 1)[-1]
+            assert shown == config.toml_value(key.default), row
+            table = key.name.rsplit(".", 1)[0]
+            assert config.loads(f"[{table}]\n{leaf} = {shown}\n") is not None
+
+
+def test_the_documented_list_of_tables_names_every_table() -> None:
+    """The prose of docs/configuration.md lists each ``[table]`` of the file."""
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    prose = text.split("## The configuration file", 1)[1].split("```toml", 1)[0]
+    tables = {key.name.split(".", 1)[0] for key in config.every_key() if "." in key.name}
+    assert tables, "no tables found"
+    for table in sorted(tables):
+        assert f"`[{table}]`" in prose, f"[{table}] is not in the list of tables"
+
+
 def test_documented_example_file_parses() -> None:
     text = (ROOT / "docs" / "configuration.md").read_text()
     section = text[text.index("## The configuration file") :]

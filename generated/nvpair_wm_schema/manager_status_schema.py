@@ -247,6 +247,43 @@ class PeerStatus(Struct):
     """
     The nvpair-wm version the peer last said it runs (the user-agent of its requests, the server of its responses: nvpair-wm/X.Y.Z); "unknown" for an nvpair-wm that names no version (0.1.0); null until it has said, or when the peer is not nvpair-wm. Optional in the schema (added in 1.2.0), always sent by a 1.2 manager.
     """
+    state: (
+        Annotated[
+            Literal["connected", "connecting", "retrying", "given-up", "refused"],
+            Meta(
+                description="What the link is doing now: connected (a connection is up), connecting (no failure since the last success), retrying (failures counted, backing off before the next attempt), given-up (retries exhausted: its queue was dropped and it is probed every broadcast.retry_max_delay; the peer is resynchronised by a snapshot once it answers), refused (the peer speaks another major contract version: probed every broadcast.version_probe_interval). Optional in the schema (added in 1.3.0), always sent by a 1.3 manager."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    What the link is doing now: connected (a connection is up), connecting (no failure since the last success), retrying (failures counted, backing off before the next attempt), given-up (retries exhausted: its queue was dropped and it is probed every broadcast.retry_max_delay; the peer is resynchronised by a snapshot once it answers), refused (the peer speaks another major contract version: probed every broadcast.version_probe_interval). Optional in the schema (added in 1.3.0), always sent by a 1.3 manager.
+    """
+    lastSuccessAt: (
+        Annotated[
+            workload_info_schema.EpochMillis,
+            Meta(
+                description="When the peer last accepted a batch (2xx), in epoch milliseconds; null if it has not yet. Optional in the schema (added in 1.3.0), always sent by a 1.3 manager."
+            ),
+        ]
+        | None
+        | UnsetType
+    ) = UNSET
+    """
+    When the peer last accepted a batch (2xx), in epoch milliseconds; null if it has not yet. Optional in the schema (added in 1.3.0), always sent by a 1.3 manager.
+    """
+    givenUp: (
+        Annotated[
+            Count,
+            Meta(
+                description="How many times the link gave up (retries exhausted: its queue dropped, see state given-up). Optional in the schema (added in 1.3.0), always sent by a 1.3 manager."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    How many times the link gave up (retries exhausted: its queue dropped, see state given-up). Optional in the schema (added in 1.3.0), always sent by a 1.3 manager.
+    """
 
 
 class JournalStatus(Struct):
@@ -278,6 +315,31 @@ class JournalStatus(Struct):
     )
     """
     What failed last (the operation and the system's reason, e.g. 'write to: No space left on device'); null unless failing.
+    """
+
+
+class ConfigStatus(Struct):
+    """
+    The running configuration: generation counts the configurations the node has run with (1 at start, one more for each reload that applied a change: SIGHUP re-reads the --config file), loadedAt is when the current one was loaded. StatusResult.config since 1.3.0: optional in the schema, so that a status from a 1.2 manager stays valid; a 1.3 manager always sends it.
+    """
+
+    generation: Annotated[
+        int,
+        Meta(
+            description="1 at start, one more for each reload that changed something.",
+            ge=1,
+            le=9007199254740991,
+        ),
+    ]
+    """
+    1 at start, one more for each reload that changed something.
+    """
+    loadedAt: Annotated[
+        workload_info_schema.EpochMillis,
+        Meta(description="When this configuration was loaded (epoch milliseconds)."),
+    ]
+    """
+    When this configuration was loaded (epoch milliseconds).
     """
 
 
@@ -358,7 +420,7 @@ class Counters(Struct):
 
 class StatusResult(Struct):
     """
-    The result of manager:status: this node's version, identity and bound port, one PeerStatus per current peer, the counters and the journal's state.
+    The result of manager:status: this node's version, identity and bound port, one PeerStatus per current peer, the counters, the journal's state and the running configuration's generation.
     """
 
     version: Annotated[str, Meta(description="nvpair-wm version (as in ready).")]
@@ -404,6 +466,7 @@ class StatusResult(Struct):
     """
     counters: Counters
     journal: JournalStatus | UnsetType = UNSET
+    config: ConfigStatus | UnsetType = UNSET
 
 
 class StatusResponse(Struct):

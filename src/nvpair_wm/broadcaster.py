@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import email.utils
 import functools
 import logging
@@ -233,6 +234,12 @@ class _Link:
             # The link's loop, kept: on Python 3.11 asyncio.get_running_loop() is a getpid
             # syscall, and this runs after every response.
             (self._loop or asyncio.get_running_loop()).call_soon(self._pump)
+
+    def set_context(self, ctx: _LinkContext) -> None:
+        """New limits (a reload): used from the next batch, check and backoff on."""
+        self._ctx = ctx
+        self._limits = ctx.limits
+        self.outbox.set_limits(ctx.limits)
 
     def retarget(self, peer: Peer) -> None:
         """The record moved (address or port): reconnect there; the queue stays."""
@@ -632,6 +639,19 @@ class Broadcaster:
         both = self._fresh.both()
         for link in links.values():
             link.publish(items, both)
+
+    def set_limits(self, limits: BroadcastLimits) -> None:
+        """New bounds (a configuration reload), without dropping a connection or a queue:
+        every link's next batch, check and backoff use them; ``protocols``, its next
+        connection."""
+        self.limits = limits
+        ctx = self._link_context = dataclasses.replace(
+            self._link_context,
+            limits=limits,
+            alpn=tuple(p.encode("ascii") for p in limits.protocols),
+        )
+        for link in self._links.values():
+            link.set_context(ctx)
 
     def status(self) -> list[PeerStatus]:
         """One PeerStatus per current peer, ordered by nodeId."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import ipaddress
 import logging
 import os
@@ -30,7 +31,7 @@ from nvpair_wm_schema.contract import DEFAULT_PORT
 from nvpair_wm import __version__, allocator, config, dirlock, logs
 from nvpair_wm.config import Config, ConfigError
 from nvpair_wm.dirlock import ClusterDirLock
-from nvpair_wm.errors import ClusterDirInUse
+from nvpair_wm.errors import ClusterDirInUse, ConfigInvalid
 from nvpair_wm.journal import JournalFormatError
 from nvpair_wm.node import Node
 from nvpair_wm.pins import CERT_FILE, KEY_FILE, TRUSTED_DIR
@@ -78,6 +79,8 @@ def parser() -> argparse.ArgumentParser:
         prog="nvpair-wm",
         description="Relays and deduplicates inference-workload lifecycle events between this "
         "node's broker (stdio or --ipc) and the cluster's other nodes (mutual-TLS HTTP).",
+        epilog="SIGHUP reads --config again and applies what can change live. "
+        "'nvpair-wm status --help': ask a running node for its peers, journal and counters.",
     )
     # Every flag but --config/--print-config has dest = the config key it sets, default None
     # (not given): see main().
@@ -287,9 +290,12 @@ def _problems(cfg: Config, *, on_this_host: bool) -> list[tuple[str, str]]:
 # -- main -----------------------------------------------------------------------------------------
 
 
-def configure(p: argparse.ArgumentParser, argv: list[str] | None) -> tuple[Config, bool]:
-    """Flags over ``--config`` over defaults; exits 2 with one line naming what to fix."""
-    args = p.parse_args(argv)
+def build_config(
+    p: argparse.ArgumentParser, args: argparse.Namespace, *, on_this_host: bool = True
+) -> Config:
+    """Flags over ``--config`` over defaults, checked; :class:`ConfigInvalid` with one line
+    naming what to fix. The same checks at start and on a reload (SIGHUP), which calls this
+    again with the command line of the start."""
     flags = {a.dest: a.option_strings[0] for a in p._actions if a.option_strings}
     names = config.key_names()
     given = {k: v for k, v in vars(args).items() if k in names and v is not None}
@@ -304,20 +310,39 @@ def configure(p: argparse.ArgumentParser, argv: list[str] | None) -> tuple[Confi
         try:
             cfg = config.load(args.config)
         except ConfigError as exc:
-            p.error(f"--config {args.config}: {exc}")
+            raise ConfigInvalid(f"--config {args.config}: {exc}") from None
     try:
         cfg = config.replace(cfg, given)
     except ConfigError as exc:
-        p.error(
+        raise ConfigInvalid(
             f"{where(exc.key)}: {exc.reason}"
             if exc.key in given
             else f"--config {args.config}: {exc}"
             if args.config is not None
             else str(exc)
-        )
-    for key, why in _problems(cfg, on_this_host=not args.print_config):
-        p.error(f"{where(key)}: {why}")
+        ) from None
+    for key, why in _problems(cfg, on_this_host=on_this_host):
+        raise ConfigInvalid(f"{where(key)}: {why}")
+    return cfg
+
+
+def configure(p: argparse.ArgumentParser, argv: list[str] | None) -> tuple[Config, bool]:
+    """Flags over ``--config`` over defaults; exits 2 with one line naming what to fix."""
+    args = p.parse_args(argv)
+    try:
+        cfg = build_config(p, args, on_this_host=not args.print_config)
+    except ConfigInvalid as exc:
+        p.error(str(exc))
     return cfg, bool(args.print_config)
+
+
+def rereader(p: argparse.ArgumentParser, argv: list[str] | None) -> Callable[[], Config] | None:
+    """What a reload calls: the ``--config`` file read again under the same flags, checked as
+    at start (raises :class:`ConfigInvalid`); None without ``--config``."""
+    args = p.parse_args(argv)
+    if args.config is None:
+        return None
+    return functools.partial(build_config, p, args)
 
 
 def lock_cluster_dir(p: argparse.ArgumentParser, cfg: Config) -> ClusterDirLock | None:
@@ -352,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     allocator.pin_mmap_threshold()
     raise_fd_limit()
     try:
-        code = asyncio.run(Node(cfg).run())
+        code = asyncio.run(Node(cfg, reread=rereader(p, argv)).run())
     except JournalFormatError as exc:  # a newer release's journal: kept as it is, not read
         logging.getLogger("nvpair_wm").error("%s; exiting with status 2", exc)
         code = 2

@@ -60,6 +60,7 @@ __all__ = [
     "make_self_signed",
     "members",
     "node_records",
+    "nodes_update_line",
     "remove_member",
     "validate_name",
 ]
@@ -409,6 +410,21 @@ def node_records(
     return records
 
 
+def nodes_update_line(records: list[dict[str, str | int]]) -> str:
+    """The ``nodes:update`` notification carrying ``records``, as one line a broker writes to
+    its node (checked against the contract: a ClusterError when it is not a valid frame)."""
+    import msgspec  # noqa: PLC0415 - only this subcommand needs it
+    from nvpair_wm_schema.nodes_update_schema import NodesUpdate  # noqa: PLC0415
+
+    frame = {"jsonrpc": "2.0", "method": "nodes:update", "params": {"nodes": records}}
+    line = json.dumps(frame, separators=(",", ":"))
+    try:
+        msgspec.json.decode(line, type=NodesUpdate)
+    except msgspec.ValidationError as exc:
+        raise ClusterError(f"the records make no valid nodes:update frame: {exc}") from None
+    return line
+
+
 # --- command line ------------------------------------------------------------------------
 
 
@@ -464,11 +480,24 @@ def _build_parser() -> _Parser:
     p.add_argument("name", type=_name_arg)
     p.add_argument("--purge", action="store_true", help="also delete its directory and key")
 
-    p = sub.add_parser("records", help="print the members as a JSON list of NodeRecords")
+    p = sub.add_parser(
+        "records",
+        help="print the members as a JSON list of NodeRecords (--frame: the nodes:update line)",
+        description="Print the current members as NodeRecords. Member i (0-based, in the sorted "
+        "list of member directories, removed members included: a removal never moves another "
+        "member's port) gets port PORT_BASE + i; without --port-base every record names "
+        f"{DEFAULT_PORT}.",
+    )
     p.add_argument("dir", type=Path)
     p.add_argument("--address", default="127.0.0.1", help="address of every node")
     p.add_argument(
         "--port-base", type=_port_arg, help=f"port of member i (default: all {DEFAULT_PORT})"
+    )
+    p.add_argument(
+        "--frame",
+        action="store_true",
+        help="print the ready-to-send nodes:update notification, one line, for a node's stdin "
+        "or --ipc socket",
     )
 
     p = sub.add_parser("fingerprint", help="print the SHA-256 fingerprint of a certificate file")
@@ -505,7 +534,8 @@ def _run(parser: _Parser, args: argparse.Namespace) -> None:
     elif args.command == "remove":
         remove_member(args.dir, args.name, purge=args.purge)
     elif args.command == "records":
-        print(json.dumps(node_records(args.dir, args.address, args.port_base), indent=2))
+        records = node_records(args.dir, args.address, args.port_base)
+        print(nodes_update_line(records) if args.frame else json.dumps(records, indent=2))
     elif args.command == "fingerprint":
         try:
             certs = load_certificates(args.file.read_bytes())

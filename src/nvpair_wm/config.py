@@ -52,8 +52,10 @@ __all__ = [
     "load",
     "loads",
     "markdown_table",
+    "ordered_key_names",
     "parse",
     "replace",
+    "toml_value",
 ]
 
 LOG_LEVELS: Final = ("error", "warn", "info", "debug")
@@ -262,7 +264,12 @@ def every_key() -> list[Key]:
 
 def key_names() -> frozenset[str]:
     """The dotted names of every key (cheap: no source is read for meanings)."""
-    return frozenset(key.name for key in _walk(Config, "", meanings=False))
+    return frozenset(ordered_key_names())
+
+
+def ordered_key_names() -> tuple[str, ...]:
+    """The dotted names of every key, in declaration order (no source read)."""
+    return tuple(key.name for key in _walk(Config, "", meanings=False))
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -428,7 +435,8 @@ def replace(config: Config, values: Mapping[str, object]) -> Config:
 # -- writing --------------------------------------------------------------------------------------
 
 
-def _toml_value(value: object) -> str:
+def toml_value(value: object) -> str:
+    """``value`` as TOML writes it (``true``, ``1.5``, ``"text"``, ``["h2"]``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -437,7 +445,7 @@ def _toml_value(value: object) -> str:
         text = str(value)
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     raise TypeError(f"no TOML for {value!r}")
 
 
@@ -459,18 +467,20 @@ def dumps(values: Mapping[str, object] | Config) -> str:
         if "." in k:
             table, leaf = k.rsplit(".", 1)
             tables.setdefault(table, []).append((leaf, v))
-    lines = [f"# {k} =" if v is None else f"{k} = {_toml_value(v)}" for k, v in top]
+    lines = [f"# {k} =" if v is None else f"{k} = {toml_value(v)}" for k, v in top]
     for table, items in tables.items():
         lines += ["", f"[{table}]"]
-        lines += [f"# {k} =" if v is None else f"{k} = {_toml_value(v)}" for k, v in items]
+        lines += [f"# {k} =" if v is None else f"{k} = {toml_value(v)}" for k, v in items]
     return "\n".join(lines) + "\n"
 
 
 def _shown_default(value: object, unit_: str) -> str:
     if value is None:
         return "unset"
+    if isinstance(value, bool):  # as TOML writes it, so that it can be pasted into a file
+        return toml_value(value)
     if isinstance(value, tuple):
-        return "`" + _toml_value(value) + "`"
+        return "`" + toml_value(value) + "`"
     if unit_ == "bytes" and isinstance(value, int) and value >= 1024 and value % 1024 == 0:
         for size, suffix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
             if value % size == 0:

@@ -4,7 +4,8 @@ Importing the daemon (asyncio, cryptography, the protocol machines, the generate
 takes a few hundred milliseconds on a busy host, and reloading a journal can take seconds; a
 supervisor's SIGTERM in that time would otherwise kill the process with status 143 and no word.
 Here it ends the start-up with one line and status 0, as it ends the running node. Once the
-node's event loop runs, its own handlers take over (node.py).
+node's event loop runs, its own handlers take over (node.py). ``nvpair-wm status`` (a running
+node's account, status_command.py) is dispatched from here, before any of that.
 """
 
 from __future__ import annotations
@@ -31,8 +32,16 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["status"]:  # a command for operators, not the daemon: nothing to stop
+        from nvpair_wm import status_command  # noqa: PLC0415
+
+        sys.exit(status_command.main(args[1:]))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _interrupt)
+    # A reload asked for during start-up (SIGHUP's default would end the process): the file was
+    # read a moment ago; the running node's handler takes over (node.py).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         from nvpair_wm import cli  # noqa: PLC0415 - after the handlers: see the docstring
 

@@ -94,6 +94,17 @@ class ClusterDirInUse(WmError):
         self.pid = pid
 
 
+class ConfigInvalid(WmError):
+    """A configuration that cannot work (a bad flag or ``--config`` file, a value this host
+    cannot use): the message is one line naming the flag, or the file and the key, to fix. At
+    start it is exit status 2; on a reload the running configuration stays."""
+
+
+class StatusUnavailable(WmError):
+    """``nvpair-wm status`` found no node status where it asked (nobody listens, something
+    else answers, the answer breaks the contract): the message is the one line it prints."""
+
+
 class ListenFailed(WmError):
     """A listener could not bind: ``where`` names the flag to fix (``--metrics ADDR:PORT``,
     ``--port N (...)``), ``reason`` what the OS said."""

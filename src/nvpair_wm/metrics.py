@@ -22,7 +22,8 @@ It binds loopback unless an address is given; a scrape is bounded in size and ti
 The same listener answers the probes of a supervisor or an orchestrator: ``GET /healthz`` is
 200 whenever the loop answers (liveness), ``GET /readyz`` 200 once the node relays and 503
 otherwise, each with a short JSON body (``{"ready": false, "reasons": [...]}``); the node says
-what ready means (``Node.readiness``).
+what ready means (``Node.readiness``). ``GET /status`` is the node's own account for an operator
+(``nvpair-wm status``): the manager:status result as a ``NodeStatus`` (node-status.schema.json).
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ from http import HTTPStatus
 from typing import Final
 
 import h11
+import msgspec
 from msgspec import UnsetType
-from nvpair_wm_schema.manager_status_schema import StatusResult
+from nvpair_wm_schema.manager_status_schema import ConfigStatus, JournalStatus, StatusResult
+from nvpair_wm_schema.node_status_schema import NodeStatus
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
@@ -68,7 +71,9 @@ PATH: Final = "/metrics"
 #: (readiness: ready sent, listener up, identity and journal as configured).
 HEALTH_PATH: Final = "/healthz"
 READY_PATH: Final = "/readyz"
-NOT_FOUND: Final = b"not found: /metrics, /healthz and /readyz are served here\n"
+#: The node's own account, for ``nvpair-wm status`` (a NodeStatus).
+STATUS_PATH: Final = "/status"
+NOT_FOUND: Final = b"not found: /metrics, /healthz, /readyz and /status are served here\n"
 _JSON: Final = "application/json"
 
 # Inter-node requests are served in well under a millisecond when healthy; a slow broker queue
@@ -173,7 +178,26 @@ class StatusCollector(Collector):
         ):
             yield GaugeMetricFamily(f"nvpair_wm_{name}", text, value=value)
         yield from _journal_metrics(s)
+        yield from _config_metrics(s)
         yield from _peer_metrics(s)
+
+
+def _config_metrics(s: StatusResult) -> Iterator[Metric]:
+    """``StatusResult.config``: the running configuration's generation and when it loaded."""
+    cfg = s.config
+    if isinstance(cfg, UnsetType):
+        return
+    yield GaugeMetricFamily(
+        "nvpair_wm_config_generation",
+        "The running configuration: 1 at start, one more for each reload (SIGHUP) that applied "
+        "a change.",
+        value=cfg.generation,
+    )
+    yield GaugeMetricFamily(
+        "nvpair_wm_config_loaded_timestamp_seconds",
+        "When the running configuration was loaded (Unix time).",
+        value=cfg.loadedAt / 1000,
+    )
 
 
 def _journal_metrics(s: StatusResult) -> Iterator[Metric]:
@@ -244,6 +268,28 @@ def _peer_metrics(s: StatusResult) -> Iterator[Metric]:
     yield connected
     yield last_error
     yield from counters.values()
+
+
+def node_status(s: StatusResult) -> NodeStatus:
+    """A manager:status result as ``GET /status`` serves it: every member, and the contract
+    version this node speaks."""
+    journal = s.journal
+    if isinstance(journal, UnsetType):  # pragma: no cover - the node always sets it
+        journal = JournalStatus(state="off", failingSince=None, lastError=None)
+    config = s.config
+    if isinstance(config, UnsetType):  # pragma: no cover - the node always sets it
+        config = ConfigStatus(generation=1, loadedAt=0)
+    return NodeStatus(
+        version=s.version,
+        contractVersion=CONTRACT_VERSION,
+        hasIdentity=s.hasIdentity,
+        fingerprint=s.fingerprint,
+        port=s.port,
+        peers=s.peers,
+        counters=s.counters,
+        journal=journal,
+        config=config,
+    )
 
 
 class TimedHandler:
@@ -335,6 +381,7 @@ class Metrics:
         self.host, self.requested_port = address
         self.limits = limits
         self._readiness = readiness  # why the node is not ready; empty: it is
+        self._status = status
         self.registry = CollectorRegistry()
         self.registry.register(StatusCollector(status))
         ProcessCollector(registry=self.registry)
@@ -363,8 +410,11 @@ class Metrics:
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
-    async def start(self) -> None:
-        """Bind and serve (an OSError as the OS raised it: the node names the flag)."""
+    async def start(self, address: tuple[str, int] | None = None) -> None:
+        """Bind and serve, at ``address`` when given (a reload moves the listener); an OSError
+        as the OS raised it: the node names the flag."""
+        if address is not None:
+            self.host, self.requested_port = address
         self._server = await asyncio.start_server(
             self._serve, self.host, self.requested_port, limit=self.limits.max_request_head
         )
@@ -380,6 +430,7 @@ class Metrics:
                 async with asyncio.timeout(1.0):
                     await self._server.wait_closed()
             self._server = None
+            self.port = 0
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One request, one response, close. A malformed request gets 400; a slow one nothing."""
@@ -416,7 +467,7 @@ class Metrics:
 
     def _answer(self, request: h11.Request) -> tuple[int, str, bytes]:
         target = request.target.split(b"?", 1)[0].decode("ascii", "replace")
-        if target not in (PATH, HEALTH_PATH, READY_PATH):
+        if target not in (PATH, HEALTH_PATH, READY_PATH, STATUS_PATH):
             return 404, "text/plain; charset=utf-8", NOT_FOUND
         if request.method not in (b"GET", b"HEAD"):
             return 405, "text/plain; charset=utf-8", b"method not allowed\n"
@@ -426,4 +477,6 @@ class Metrics:
             reasons = self._readiness()
             body = {"ready": not reasons, **({"reasons": reasons} if reasons else {})}
             return 503 if reasons else 200, _JSON, json.dumps(body).encode() + b"\n"
+        if target == STATUS_PATH:
+            return 200, _JSON, msgspec.json.encode(node_status(self._status())) + b"\n"
         return 200, CONTENT_TYPE_LATEST, self.exposition()

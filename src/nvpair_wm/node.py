@@ -12,25 +12,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import signal
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nvpair_wm_schema.contract import CONTRACT_VERSION
-from nvpair_wm_schema.manager_status_schema import JournalStatus, PeerStatus, StatusResult
+from nvpair_wm_schema.manager_status_schema import (
+    ConfigStatus,
+    JournalStatus,
+    PeerStatus,
+    StatusResult,
+)
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
-from nvpair_wm import __version__, codec
+from nvpair_wm import __version__, codec, logs
 from nvpair_wm.broadcaster import Broadcaster
 from nvpair_wm.config import Config, metrics_address
 from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.endpoint import EventsEndpoint
-from nvpair_wm.errors import ListenFailed
+from nvpair_wm.errors import ConfigInvalid, ListenFailed
 from nvpair_wm.http.core import Handler
 from nvpair_wm.io.pin_watch import WatchedIdentity, WatchedPins, open_watch
 from nvpair_wm.io.server import InterNodeServer
@@ -44,7 +50,9 @@ from nvpair_wm.journal import (
 )
 from nvpair_wm.journal.compactor import compact_in_child
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, open_stdio
+from nvpair_wm.notify import Notifier
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
+from nvpair_wm.reload import ReloadPlan, plan
 from nvpair_wm.versions import PeerVersions
 
 if TYPE_CHECKING:
@@ -93,9 +101,28 @@ class _NoPins:
         return False
 
 
+#: How often STATUS= is refreshed under systemd when no watchdog asks for more often.
+NOTIFY_STATUS_INTERVAL = 5.0  # seconds
+
+
 class Node:
-    def __init__(self, config: Config) -> None:
+    def __init__(
+        self,
+        config: Config,
+        notifier: Notifier | None = None,
+        *,
+        reread: Callable[[], Config] | None = None,
+    ) -> None:
         self.config = config
+        # A reload (SIGHUP) calls ``reread`` (cli.py: the --config file under the start's flags,
+        # checked as at start; None without --config) and applies what may change live.
+        self._reread = reread
+        self.config_generation = 1
+        self.config_loaded_at = time.time()
+        self._reload_lock = asyncio.Lock()
+        self._reloads: set[asyncio.Task[ReloadPlan | None]] = set()
+        # systemd's notify protocol (Type=notify): a no-op without $NOTIFY_SOCKET.
+        self.notifier = notifier if notifier is not None else Notifier.from_environ()
         self.table = WorkloadTable(config.table)
         self.queue = BrokerQueue(config.broker.queue_frames)
         self.dispatcher = Dispatcher(self.table, self._status, max_batch=config.max_batch)
@@ -180,6 +207,7 @@ class Node:
         )
         self._stop = asyncio.Event()
         self._ready_sent = False  # GET /readyz
+        self._ready_notified = False  # READY=1 told to systemd: when /readyz first says 200
 
     def _peers(self) -> list[PeerStatus]:
         return self.broadcaster.status()
@@ -216,6 +244,9 @@ class Node:
             peers=self._peers(),
             counters=counters,
             journal=self._journal_status(),
+            config=ConfigStatus(
+                generation=self.config_generation, loadedAt=int(self.config_loaded_at * 1000)
+            ),
         )
 
     def _journal_status(self) -> JournalStatus:
@@ -227,17 +258,37 @@ class Node:
         return JournalStatus(state=state, failingSince=since, lastError=journal.last_error)
 
     async def run(self) -> int:
+        """Run until the broker ends the channel or a stop signal; the exit status. Under
+        systemd, the notify task runs alongside from the first moment: the watchdog pings come
+        from this loop, so a stuck loop stops them."""
+        notifying = (
+            asyncio.create_task(self._notify_forever(), name="systemd-notify")
+            if self.notifier.enabled
+            else None
+        )
+        try:
+            return await self._run()
+        finally:
+            if notifying is not None:
+                notifying.cancel()
+                await asyncio.gather(notifying, return_exceptions=True)
+            self.notifier.close()
+
+    async def _run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._on_signal, sig)
+        with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):
+            loop.add_signal_handler(signal.SIGHUP, self._on_reload)
         try:  # first, so that the probes answer while the node waits for its broker
             await self._start_metrics()
         except ListenFailed as exc:
             log.error("cannot listen on %s: %s", exc.where, exc.reason)
             return 1
+        ipc = self.config.ipc
+        self.notifier.status(f"waiting for the broker on --ipc {ipc}" if ipc else "starting")
         try:
-            ipc = self.config.ipc
             opened = await self._unless_stopped(
                 dial_ipc(ipc, self.config.broker) if ipc else open_stdio()
             )
@@ -279,6 +330,7 @@ class Node:
         params = ReadyParams(version=__version__, contractVersion=CONTRACT_VERSION)
         self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=params))])
         self._ready_sent = True
+        self._notify_ready()
         tasks = [
             asyncio.create_task(channel.write_forever(), name="broker-writer"),
             asyncio.create_task(self._expire_forever(), name="expiry"),
@@ -362,6 +414,7 @@ class Node:
 
     async def stop(self, grace: float) -> None:
         """Stop the inter-node parts, letting in-flight work finish within ``grace``."""
+        self.notifier.stopping()
         metrics = [self.metrics.close()] if self.metrics else []
         await asyncio.gather(self.server.close(grace), self.broadcaster.close(grace), *metrics)
         if self._watch is not None:
@@ -370,6 +423,168 @@ class Node:
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("%s received; shutting down", sig.name)
         self._stop.set()
+
+    # -- reload -----------------------------------------------------------------------------------
+
+    def _on_reload(self) -> None:
+        if self._stop.is_set():
+            return
+        task = asyncio.get_running_loop().create_task(self.reload(), name="reload")
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def reload(self) -> ReloadPlan | None:
+        """Read the --config file again and apply what may change live (reload.py): one line
+        per key that needs a restart (its running value stays), one line for what was applied,
+        or one line when the file does not validate (nothing changes). The plan, or None when
+        nothing was read."""
+        async with self._reload_lock:
+            if self._reread is None:
+                log.warning("SIGHUP: no --config file to read again; nothing changed")
+                return None
+            self.notifier.reloading()
+            try:
+                return await self._reload(self._reread)
+            except Exception as exc:  # a bug: one line, the node runs on
+                log.debug("reload failed", exc_info=True)
+                log.error("reload failed: %s: %s; the node runs on", type(exc).__name__, exc)
+                return None
+            finally:
+                if self._ready_notified and not self._stop.is_set():
+                    self.notifier.ready(self.status_line())
+
+    async def _reload(self, reread: Callable[[], Config]) -> ReloadPlan | None:
+        generation = self.config_generation
+        try:  # in a thread: the checks may resolve a host name
+            loaded = await asyncio.to_thread(reread)
+        except ConfigInvalid as exc:
+            log.error(
+                "reload refused: %s; nothing changed (configuration generation %d stays)",
+                exc,
+                generation,
+                extra={"generation": generation},
+            )
+            return None
+        result = plan(self.config, loaded)
+        refused = list(result.refused)
+        applied = list(result.applied)
+        target = result.effective(self.config)
+        if result.touches("metrics") and not await self._move_metrics(target.metrics):
+            moved = next(c for c in applied if c.key == "metrics")
+            applied.remove(moved)
+            target = dataclasses.replace(target, metrics=self.config.metrics)
+        for change in refused:
+            log.warning(
+                "reload: %s needs a restart; the running node keeps %s",
+                change,
+                change.old,
+                extra={"key": change.key, "generation": generation},
+            )
+        if not applied:
+            if not refused:
+                log.info(
+                    "reload: the configuration is unchanged (generation %d)",
+                    generation,
+                    extra={"generation": generation},
+                )
+            return ReloadPlan((), tuple(refused))
+        done = ReloadPlan(tuple(applied), tuple(refused))
+        self.config_generation = generation + 1
+        self.config_loaded_at = time.time()
+        log.info(
+            "configuration reloaded (generation %d): %s",
+            self.config_generation,
+            "; ".join(str(c) for c in applied),
+            extra={"generation": self.config_generation, "applied": [c.key for c in applied]},
+        )
+        self._apply(done, target)
+        return done
+
+    def _apply(self, done: ReloadPlan, target: Config) -> None:
+        """Set the live keys in each component (the metrics listener has moved already). The
+        log last: the line that says what was applied is written in the old format."""
+        self.config = target
+        if done.touches("http."):
+            self.server.set_limits(target.http)
+        if done.touches("broadcast."):
+            self.broadcaster.set_limits(target.broadcast)
+        if done.touches("pins.") and isinstance(self.pins, PinSet):
+            self.pins.limits = target.pins
+        if done.touches("journal.") and self.journal is not None:
+            self.journal.limits = target.journal
+        if done.touches("log_level", "log_format"):
+            logs.configure(target.log_level, target.log_format)
+        # table.expire_interval and shutdown_grace are read from self.config where used.
+
+    async def _move_metrics(self, address: str | None) -> bool:
+        """The metrics listener on (or off, or moved to) ``address``; False (one line, the old
+        listener kept) when it cannot listen there."""
+        if self.metrics is not None:
+            await self.metrics.close()
+        if address is None:
+            log.info("metrics endpoint closed (reload)")
+            return True
+        if self.metrics is None:  # on for the first time: the latency histograms stay empty
+            from nvpair_wm.metrics import Metrics  # noqa: PLC0415
+
+            self.metrics = Metrics(
+                metrics_address(address), self.dispatcher.status, readiness=self.readiness
+            )
+        old = (self.metrics.host, self.metrics.requested_port)
+        try:
+            await self.metrics.start(metrics_address(address))
+        except OSError as exc:
+            log.error(
+                "reload: metrics: cannot listen on %s: %s; the running node keeps %s",
+                address,
+                exc.strerror or exc,
+                self.config.metrics or "it off",
+                extra={"key": "metrics"},
+            )
+            if self.config.metrics is not None:
+                with contextlib.suppress(OSError):
+                    await self.metrics.start(old)
+            return False
+        return True
+
+    def status_line(self) -> str:
+        """What the node is doing, in one line (systemd's STATUS=, ``systemctl status``)."""
+        if self._stop.is_set():
+            return "stopping"
+        if not self._ready_sent:
+            ipc = self.config.ipc
+            return f"waiting for the broker on --ipc {ipc}" if ipc else "starting"
+        peers = self._peers()
+        connected = sum(p.connected for p in peers)
+        line = f"relaying: {len(peers)} peers, {connected} connected"
+        journal = self.journal
+        if journal is not None and journal.failing_since is not None:
+            line += f"; journal failing: {journal.last_error}"
+        if reasons := self.readiness():
+            line += f"; not ready: {reasons[0]}"
+        return line
+
+    async def _notify_forever(self) -> None:
+        """WATCHDOG=1 every half watchdog interval (when systemd set one) and STATUS= when it
+        changed: both from this loop, so that a loop that hangs stops the pings."""
+        every = self.notifier.settings.ping_every
+        interval = NOTIFY_STATUS_INTERVAL if every is None else min(every, NOTIFY_STATUS_INTERVAL)
+        while True:
+            self.notifier.watchdog()
+            if self._ready_sent and not self._stop.is_set():
+                self._notify_ready()
+                self.notifier.status(self.status_line())
+            await asyncio.sleep(interval)
+
+    def _notify_ready(self) -> None:
+        """READY=1 the first time the node is ready as ``GET /readyz`` says it (``ready`` sent,
+        listener up, identity and journal as configured): at once, or, say, once node.crt and
+        node.key appear; STATUS= says meanwhile why not."""
+        if not self._ready_notified and not self.readiness():
+            self._ready_notified = True
+            self.notifier.ready(self.status_line())
+        elif not self._ready_notified:
+            self.notifier.status(self.status_line())
 
     async def _expire_forever(self) -> None:
         while True:
@@ -381,10 +596,10 @@ class Node:
         process: its pure-Python fold in a thread would hold the GIL against this loop for a
         second; see journal/compactor.py). Cancelled mid-compaction (the node is stopping), the
         child is killed and reaped and its temporary file removed."""
-        limits = self.config.journal
-        fsync = limits.fsync_interval
-        interval = fsync if fsync > 0 else limits.compaction_check_interval
         while True:
+            limits = self.config.journal  # each round: a reload may change them
+            fsync = limits.fsync_interval
+            interval = fsync if fsync > 0 else limits.compaction_check_interval
             retry = journal.recovery_delay(time.monotonic())
             await asyncio.sleep(interval if retry is None else min(interval, retry))
             if not journal.healthy:

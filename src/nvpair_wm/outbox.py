@@ -57,7 +57,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 from nvpair_wm_schema.manager_status_schema import PeerStatus
 
@@ -107,6 +107,10 @@ class BroadcastLimits:
     reconcile_interval: float = 1.0  # re-check pins and identity at least this often
     max_response_bytes: int = MIB  # a bigger response body ends the connection
     protocols: tuple[str, ...] = ("h2", "http/1.1")  # ALPN offered to peers, preferred first
+
+
+#: PeerStatus.state: what a link does now (see :meth:`PeerOutbox.state`).
+PeerState = Literal["connected", "connecting", "retrying", "given-up", "refused"]
 
 
 class Backoff:
@@ -177,6 +181,12 @@ class RetryRun:
             self.since = now
         self.exhausted = True
         self.retry_at = now + wait
+
+    def set_limits(self, limits: BroadcastLimits) -> None:
+        """New bounds: the run so far is judged by them from its next failure."""
+        self._limits = limits
+        self.backoff.base = limits.retry_base
+        self.backoff.cap = limits.retry_max_delay
 
     def success(self) -> None:
         self.failures = 0
@@ -289,6 +299,8 @@ class PeerOutbox:
         self.last_error: str | None = None
         self.last_error_at: int | None = None
         self.refused_by: str | None = None  # the peer's contract version while it refuses ours
+        self.gave_up = 0  # runs of failures that exhausted the retries (PeerStatus.givenUp)
+        self.last_success_at: int | None = None  # the last 2xx, epoch ms (lastSuccessAt)
 
     # -- queue ---------------------------------------------------------------------------------
 
@@ -488,6 +500,7 @@ class PeerOutbox:
         names them: they are refused for good and counted as dropped)."""
         self._settle(batch)
         self.sent += len(batch.snapshot) + len(batch.queued) - len(bad)
+        self.last_success_at = int(self._wall() * 1000)
         if bad:
             self.dropped += len(bad)
             self._error(detail or f"{len(bad)} frames refused")
@@ -578,6 +591,7 @@ class PeerOutbox:
             self._queued_bytes += len(item.body)
 
     def _exhausted(self) -> None:
+        self.gave_up += 1
         queued = len(self._queue)
         self._queue.clear()
         self._queued_bytes = 0
@@ -601,7 +615,24 @@ class PeerOutbox:
         self.last_error = _short(reason)
         self.last_error_at = int(self._wall() * 1000)
 
+    def set_limits(self, limits: BroadcastLimits) -> None:
+        """New bounds (a configuration reload): the next check, batch and backoff use them."""
+        if limits.max_batch_bytes != self.limits.max_batch_bytes:
+            self.batch_bytes = limits.max_batch_bytes  # what a 413 halved starts over
+        self.limits = limits
+        self.retry.set_limits(limits)
+
     # -- status ----------------------------------------------------------------------------------
+
+    def state(self, connected: bool) -> PeerState:
+        """What the link does now (PeerStatus.state)."""
+        if self.refused_by is not None:
+            return "refused"
+        if connected:
+            return "connected"
+        if self.retry.exhausted:
+            return "given-up"
+        return "retrying" if self.retry.failures else "connecting"
 
     def status(
         self,
@@ -628,4 +659,7 @@ class PeerOutbox:
             lastErrorAt=self.last_error_at,
             contractVersion=seen.contract if seen is not None else None,
             softwareVersion=seen.software if seen is not None else None,
+            state=self.state(connected),
+            lastSuccessAt=self.last_success_at,
+            givenUp=self.gave_up,
         )

@@ -44,8 +44,10 @@ class Node:
         config: dict[str, Any] | None = None,
         use_cluster_dir: bool = True,
         program: list[str] | None = None,
+        log_level: str | None = "debug",
     ) -> None:
         self.name = name
+        self.log_level = log_level  # --log-level (None: none, the --config file's holds)
         self.program = program  # another daemon than this tree's (see WmProcess); settable
         self.cluster_dir = cluster_dir
         self.extra = extra
@@ -71,7 +73,9 @@ class Node:
         args = ["--bind", "127.0.0.1"]
         if self.use_cluster_dir:
             args += ["--cluster-dir", str(self.cluster_dir)]
-        args += ["--port", str(self.port or self.requested_port), "--log-level", "debug"]
+        args += ["--port", str(self.port or self.requested_port)]
+        if self.log_level is not None:
+            args += ["--log-level", self.log_level]
         if self.config_file is not None:
             args += ["--config", str(self.config_file)]
         self.seen = []

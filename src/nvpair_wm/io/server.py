@@ -116,6 +116,17 @@ def bind_sockets(hosts: Sequence[str] | None, port: int, backlog: int = 128) -> 
     return socks
 
 
+def _stranger_limits(lim: Limits) -> Limits:
+    """A connection's limits until its peer turns out to be pinned: shorter timeouts."""
+    short = lim.unauthenticated_timeout
+    return replace(
+        lim,
+        handshake_timeout=min(lim.handshake_timeout, short),
+        idle_timeout=min(lim.idle_timeout, short),
+        header_timeout=min(lim.header_timeout, short),
+    )
+
+
 class _Admission:
     """Who holds a connection slot: pinned peers, and a small bounded set of strangers."""
 
@@ -580,15 +591,8 @@ class InterNodeServer:
         tls_policy: TLSPolicy | None = None,
     ) -> None:
         self.handler = handler
-        self.limits = limits or Limits()
-        lim = self.limits
-        short = lim.unauthenticated_timeout
-        self.unauth_limits = replace(
-            lim,
-            handshake_timeout=min(lim.handshake_timeout, short),
-            idle_timeout=min(lim.idle_timeout, short),
-            header_timeout=min(lim.header_timeout, short),
-        )
+        self.limits = lim = limits or Limits()
+        self.unauth_limits = _stranger_limits(lim)
         if plaintext:
             self.tls: ServerTLS | None = None
         else:
@@ -615,6 +619,13 @@ class InterNodeServer:
         # export would free the buffer under it (a bytearray is never cleared so).
         self.receive_pointer = pointer_to(receive_bytes)
         self._trim: asyncio.Handle | None = None
+
+    def set_limits(self, limits: Limits) -> None:
+        """New limits (a configuration reload): connections accepted from now on use them, and
+        the admission bounds apply at the next accept; open connections keep theirs."""
+        self.limits = limits
+        self.unauth_limits = _stranger_limits(limits)
+        self._admission.limits = limits
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
