@@ -9,6 +9,7 @@ import (
 
 var (
 	reFingerprint                = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	reNodeStatusContractVersion  = regexp.MustCompile(`^1\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`)
 	reReadyParamsContractVersion = regexp.MustCompile(`^1\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`)
 )
 
@@ -948,6 +949,10 @@ func decPeerStatusSoftwareVersion(v *Value, path string) (string, error) {
 	return decString(v, path, -1, -1, nil, nil)
 }
 
+func decPeerStatusState(v *Value, path string) (string, error) {
+	return decString(v, path, -1, -1, nil, []string{"connected", "connecting", "retrying", "given-up", "refused"})
+}
+
 // PeerStatus: One peer's outbound link: where it is, whether it is connected, and what happened to
 // the frames queued for it.
 type PeerStatus struct {
@@ -984,6 +989,19 @@ type PeerStatus struct {
 	// until it has said, or when the peer is not nvpair-wm. Optional in the schema (added in 1.2.0),
 	// always sent by a 1.2 manager.
 	SoftwareVersion Maybe[string]
+	// What the link is doing now: connected (a connection is up), connecting (no failure since the
+	// last success), retrying (failures counted, backing off before the next attempt), given-up
+	// (retries exhausted: its queue was dropped and it is probed every broadcast.retry_max_delay; the
+	// peer is resynchronised by a snapshot once it answers), refused (the peer speaks another major
+	// contract version: probed every broadcast.version_probe_interval). Optional in the schema (added
+	// in 1.3.0), always sent by a 1.3 manager.
+	State Maybe[string]
+	// When the peer last accepted a batch (2xx), in epoch milliseconds; null if it has not yet.
+	// Optional in the schema (added in 1.3.0), always sent by a 1.3 manager.
+	LastSuccessAt Maybe[EpochMillis]
+	// How many times the link gave up (retries exhausted: its queue dropped, see state given-up).
+	// Optional in the schema (added in 1.3.0), always sent by a 1.3 manager.
+	GivenUp Maybe[Count]
 }
 
 func decodePeerStatus(v *Value, path string) (x PeerStatus, err error) {
@@ -1078,6 +1096,28 @@ func decodePeerStatus(v *Value, path string) (x PeerStatus, err error) {
 				return x, err
 			}
 			x.SoftwareVersion = Some(it)
+		case "state":
+			var it string
+			if it, err = decPeerStatusState(m.Value, path+".state"); err != nil {
+				return x, err
+			}
+			x.State = Some(it)
+		case "lastSuccessAt":
+			if m.Value.Kind == KindNull {
+				x.LastSuccessAt = NullOf[EpochMillis]()
+				continue
+			}
+			var it EpochMillis
+			if it, err = decodeEpochMillis(m.Value, path+".lastSuccessAt"); err != nil {
+				return x, err
+			}
+			x.LastSuccessAt = Some(it)
+		case "givenUp":
+			var it Count
+			if it, err = decodeCount(m.Value, path+".givenUp"); err != nil {
+				return x, err
+			}
+			x.GivenUp = Some(it)
 		}
 	}
 	if v.Get("nodeId") == nil {
@@ -1180,6 +1220,30 @@ func (x PeerStatus) AppendJSON(buf []byte) []byte {
 	case Present:
 		buf = appendKey(buf, start, "softwareVersion")
 		buf = appendString(buf, x.SoftwareVersion.Value)
+	}
+	switch x.State.State {
+	case Null:
+		buf = appendKey(buf, start, "state")
+		buf = append(buf, "null"...)
+	case Present:
+		buf = appendKey(buf, start, "state")
+		buf = appendString(buf, x.State.Value)
+	}
+	switch x.LastSuccessAt.State {
+	case Null:
+		buf = appendKey(buf, start, "lastSuccessAt")
+		buf = append(buf, "null"...)
+	case Present:
+		buf = appendKey(buf, start, "lastSuccessAt")
+		buf = x.LastSuccessAt.Value.AppendJSON(buf)
+	}
+	switch x.GivenUp.State {
+	case Null:
+		buf = appendKey(buf, start, "givenUp")
+		buf = append(buf, "null"...)
+	case Present:
+		buf = appendKey(buf, start, "givenUp")
+		buf = x.GivenUp.Value.AppendJSON(buf)
 	}
 	return append(buf, '}')
 }
@@ -1602,8 +1666,60 @@ func (x JournalStatus) AppendJSON(buf []byte) []byte {
 	return append(buf, '}')
 }
 
+func decConfigStatusGeneration(v *Value, path string) (int64, error) {
+	return decInt(v, path, bound{true, 1}, bound{true, 9007199254740991}, nil)
+}
+
+// ConfigStatus: The running configuration: generation counts the configurations the node has run
+// with (1 at start, one more for each reload that applied a change: SIGHUP re-reads the --config
+// file), loadedAt is when the current one was loaded. StatusResult.config since 1.3.0: optional in
+// the schema, so that a status from a 1.2 manager stays valid; a 1.3 manager always sends it.
+type ConfigStatus struct {
+	// 1 at start, one more for each reload that changed something.
+	Generation int64
+	// When this configuration was loaded (epoch milliseconds).
+	LoadedAt EpochMillis
+}
+
+func decodeConfigStatus(v *Value, path string) (x ConfigStatus, err error) {
+	if err := checkObject(v, path, -1); err != nil {
+		return x, err
+	}
+	for _, m := range v.Members {
+		switch m.Name {
+		case "generation":
+			if x.Generation, err = decConfigStatusGeneration(m.Value, path+".generation"); err != nil {
+				return x, err
+			}
+		case "loadedAt":
+			if x.LoadedAt, err = decodeEpochMillis(m.Value, path+".loadedAt"); err != nil {
+				return x, err
+			}
+		}
+	}
+	if v.Get("generation") == nil {
+		return x, missing(path, "generation")
+	}
+	if v.Get("loadedAt") == nil {
+		return x, missing(path, "loadedAt")
+	}
+	return x, nil
+}
+
+// AppendJSON appends x as compact JSON: an absent member stays absent, a null one null.
+func (x ConfigStatus) AppendJSON(buf []byte) []byte {
+	buf = append(buf, '{')
+	start := len(buf)
+	buf = appendKey(buf, start, "generation")
+	buf = appendInt(buf, x.Generation)
+	buf = appendKey(buf, start, "loadedAt")
+	buf = x.LoadedAt.AppendJSON(buf)
+	return append(buf, '}')
+}
+
 // StatusResult: The result of manager:status: this node's version, identity and bound port, one
-// PeerStatus per current peer, the counters and the journal's state.
+// PeerStatus per current peer, the counters, the journal's state and the running configuration's
+// generation.
 type StatusResult struct {
 	// nvpair-wm version (as in ready).
 	Version string
@@ -1620,6 +1736,7 @@ type StatusResult struct {
 	Peers    []PeerStatus
 	Counters Counters
 	Journal  Maybe[JournalStatus]
+	Config   Maybe[ConfigStatus]
 }
 
 func decodeStatusResult(v *Value, path string) (x StatusResult, err error) {
@@ -1670,6 +1787,12 @@ func decodeStatusResult(v *Value, path string) (x StatusResult, err error) {
 				return x, err
 			}
 			x.Journal = Some(it)
+		case "config":
+			var it ConfigStatus
+			if it, err = decodeConfigStatus(m.Value, path+".config"); err != nil {
+				return x, err
+			}
+			x.Config = Some(it)
 		}
 	}
 	if v.Get("version") == nil {
@@ -1728,6 +1851,14 @@ func (x StatusResult) AppendJSON(buf []byte) []byte {
 	case Present:
 		buf = appendKey(buf, start, "journal")
 		buf = x.Journal.Value.AppendJSON(buf)
+	}
+	switch x.Config.State {
+	case Null:
+		buf = appendKey(buf, start, "config")
+		buf = append(buf, "null"...)
+	case Present:
+		buf = appendKey(buf, start, "config")
+		buf = x.Config.Value.AppendJSON(buf)
 	}
 	return append(buf, '}')
 }
@@ -3380,6 +3511,191 @@ func (x SuccessResponse) AppendJSON(buf []byte) []byte {
 	return append(buf, '}')
 }
 
+func decNodeStatusVersion(v *Value, path string) (string, error) {
+	return decString(v, path, -1, -1, nil, nil)
+}
+
+func decNodeStatusContractVersion(v *Value, path string) (string, error) {
+	return decString(v, path, -1, -1, reNodeStatusContractVersion, nil)
+}
+
+func decNodeStatusPort(v *Value, path string) (int64, error) {
+	return decInt(v, path, bound{true, 1}, bound{true, 65535}, nil)
+}
+
+func decNodeStatusPeers(v *Value, path string) ([]PeerStatus, error) {
+	if err := checkArray(v, path, -1, -1); err != nil {
+		return nil, err
+	}
+	out := make([]PeerStatus, 0, len(v.Items))
+	for i, it := range v.Items {
+		x, err := decodePeerStatus(it, itemPath(path, i))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+func encNodeStatusPeers(buf []byte, xs []PeerStatus) []byte {
+	buf = append(buf, '[')
+	for i, x := range xs {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = x.AppendJSON(buf)
+	}
+	return append(buf, ']')
+}
+
+// NodeStatus: What a running node says of itself to an operator: the JSON of GET /status on its
+// --metrics listener, which `nvpair-wm status --json` prints as it is. The members of a
+// manager:status result (manager-status.schema.json), each required here, and the contract version
+// the node speaks. Tools read it as part of the contract: a minor version may add members, and a
+// reader ignores those it does not know.
+type NodeStatus struct {
+	// nvpair-wm version (as in ready).
+	Version string
+	// The contract version the node speaks (as in ready), MAJOR.MINOR.PATCH.
+	ContractVersion string
+	// Whether the cluster directory holds a usable node.crt/node.key.
+	HasIdentity bool
+	// This node's certificate fingerprint; null without identity.
+	Fingerprint Maybe[Fingerprint]
+	// The bound inter-node port; null when not listening.
+	Port Maybe[int64]
+	// One entry per current peer, ordered by nodeId: its link's state, versions, queue, last success,
+	// retries and give-ups.
+	Peers    []PeerStatus
+	Counters Counters
+	Journal  JournalStatus
+	Config   ConfigStatus
+}
+
+func decodeNodeStatus(v *Value, path string) (x NodeStatus, err error) {
+	if err := checkObject(v, path, -1); err != nil {
+		return x, err
+	}
+	for _, m := range v.Members {
+		switch m.Name {
+		case "version":
+			if x.Version, err = decNodeStatusVersion(m.Value, path+".version"); err != nil {
+				return x, err
+			}
+		case "contractVersion":
+			if x.ContractVersion, err = decNodeStatusContractVersion(m.Value, path+".contractVersion"); err != nil {
+				return x, err
+			}
+		case "hasIdentity":
+			if x.HasIdentity, err = decBool(m.Value, path+".hasIdentity"); err != nil {
+				return x, err
+			}
+		case "fingerprint":
+			if m.Value.Kind == KindNull {
+				x.Fingerprint = NullOf[Fingerprint]()
+				continue
+			}
+			var it Fingerprint
+			if it, err = decodeFingerprint(m.Value, path+".fingerprint"); err != nil {
+				return x, err
+			}
+			x.Fingerprint = Some(it)
+		case "port":
+			if m.Value.Kind == KindNull {
+				x.Port = NullOf[int64]()
+				continue
+			}
+			var it int64
+			if it, err = decNodeStatusPort(m.Value, path+".port"); err != nil {
+				return x, err
+			}
+			x.Port = Some(it)
+		case "peers":
+			if x.Peers, err = decNodeStatusPeers(m.Value, path+".peers"); err != nil {
+				return x, err
+			}
+		case "counters":
+			if x.Counters, err = decodeCounters(m.Value, path+".counters"); err != nil {
+				return x, err
+			}
+		case "journal":
+			if x.Journal, err = decodeJournalStatus(m.Value, path+".journal"); err != nil {
+				return x, err
+			}
+		case "config":
+			if x.Config, err = decodeConfigStatus(m.Value, path+".config"); err != nil {
+				return x, err
+			}
+		}
+	}
+	if v.Get("version") == nil {
+		return x, missing(path, "version")
+	}
+	if v.Get("contractVersion") == nil {
+		return x, missing(path, "contractVersion")
+	}
+	if v.Get("hasIdentity") == nil {
+		return x, missing(path, "hasIdentity")
+	}
+	if v.Get("fingerprint") == nil {
+		return x, missing(path, "fingerprint")
+	}
+	if v.Get("port") == nil {
+		return x, missing(path, "port")
+	}
+	if v.Get("peers") == nil {
+		return x, missing(path, "peers")
+	}
+	if v.Get("counters") == nil {
+		return x, missing(path, "counters")
+	}
+	if v.Get("journal") == nil {
+		return x, missing(path, "journal")
+	}
+	if v.Get("config") == nil {
+		return x, missing(path, "config")
+	}
+	return x, nil
+}
+
+// AppendJSON appends x as compact JSON: an absent member stays absent, a null one null.
+func (x NodeStatus) AppendJSON(buf []byte) []byte {
+	buf = append(buf, '{')
+	start := len(buf)
+	buf = appendKey(buf, start, "version")
+	buf = appendString(buf, x.Version)
+	buf = appendKey(buf, start, "contractVersion")
+	buf = appendString(buf, x.ContractVersion)
+	buf = appendKey(buf, start, "hasIdentity")
+	buf = appendBool(buf, x.HasIdentity)
+	switch x.Fingerprint.State {
+	case Null:
+		buf = appendKey(buf, start, "fingerprint")
+		buf = append(buf, "null"...)
+	case Present:
+		buf = appendKey(buf, start, "fingerprint")
+		buf = x.Fingerprint.Value.AppendJSON(buf)
+	}
+	switch x.Port.State {
+	case Null:
+		buf = appendKey(buf, start, "port")
+		buf = append(buf, "null"...)
+	case Present:
+		buf = appendKey(buf, start, "port")
+		buf = appendInt(buf, x.Port.Value)
+	}
+	buf = appendKey(buf, start, "peers")
+	buf = encNodeStatusPeers(buf, x.Peers)
+	buf = appendKey(buf, start, "counters")
+	buf = x.Counters.AppendJSON(buf)
+	buf = appendKey(buf, start, "journal")
+	buf = x.Journal.AppendJSON(buf)
+	buf = appendKey(buf, start, "config")
+	buf = x.Config.AppendJSON(buf)
+	return append(buf, '}')
+}
+
 // PeerFrame: Every frame a manager accepts from a pinned peer in the body of POST
 // /v1/workloads/events, and every frame it sends to its peers: the lifecycle events and
 // workloads:remove, as one union tagged on 'method'. The other InboundFrame methods (nodes:update,
@@ -3513,6 +3829,13 @@ var Decoders = map[string]func([]byte) (Encoder, error){
 	},
 	"ChannelCounters": func(b []byte) (Encoder, error) {
 		x, err := DecodeChannelCounters(b)
+		if err != nil {
+			return nil, err
+		}
+		return x, nil
+	},
+	"ConfigStatus": func(b []byte) (Encoder, error) {
+		x, err := DecodeConfigStatus(b)
 		if err != nil {
 			return nil, err
 		}
@@ -3660,6 +3983,13 @@ var Decoders = map[string]func([]byte) (Encoder, error){
 	},
 	"NodeRecord": func(b []byte) (Encoder, error) {
 		x, err := DecodeNodeRecord(b)
+		if err != nil {
+			return nil, err
+		}
+		return x, nil
+	},
+	"NodeStatus": func(b []byte) (Encoder, error) {
+		x, err := DecodeNodeStatus(b)
 		if err != nil {
 			return nil, err
 		}
@@ -3899,6 +4229,16 @@ func DecodeChannelCounters(b []byte) (ChannelCounters, error) {
 	return decodeChannelCounters(v, "$")
 }
 
+// DecodeConfigStatus decodes one JSON text as ConfigStatus.
+func DecodeConfigStatus(b []byte) (ConfigStatus, error) {
+	v, err := Parse(b)
+	if err != nil {
+		var zero ConfigStatus
+		return zero, err
+	}
+	return decodeConfigStatus(v, "$")
+}
+
 // DecodeCount decodes one JSON text as Count.
 func DecodeCount(b []byte) (Count, error) {
 	v, err := Parse(b)
@@ -4107,6 +4447,16 @@ func DecodeNodeRecord(b []byte) (NodeRecord, error) {
 		return zero, err
 	}
 	return decodeNodeRecord(v, "$")
+}
+
+// DecodeNodeStatus decodes one JSON text as NodeStatus.
+func DecodeNodeStatus(b []byte) (NodeStatus, error) {
+	v, err := Parse(b)
+	if err != nil {
+		var zero NodeStatus
+		return zero, err
+	}
+	return decodeNodeStatus(v, "$")
 }
 
 // DecodeNodesUpdate decodes one JSON text as NodesUpdate.
@@ -4433,6 +4783,21 @@ func (x *ChannelCounters) UnmarshalJSON(b []byte) error {
 }
 
 // MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x ConfigStatus) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *ConfigStatus) UnmarshalJSON(b []byte) error {
+	v, err := DecodeConfigStatus(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
 func (x Count) MarshalJSON() ([]byte, error) {
 	return x.AppendJSON(nil), nil
 }
@@ -4710,6 +5075,21 @@ func (x NodeRecord) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON decodes b with every check of the contract, for encoding/json.
 func (x *NodeRecord) UnmarshalJSON(b []byte) error {
 	v, err := DecodeNodeRecord(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x NodeStatus) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *NodeStatus) UnmarshalJSON(b []byte) error {
+	v, err := DecodeNodeStatus(b)
 	if err != nil {
 		return err
 	}

@@ -354,6 +354,25 @@ export interface PeerStatus {
    * always sent by a 1.2 manager.
    */
   softwareVersion?: string | null;
+  /**
+   * What the link is doing now: connected (a connection is up), connecting (no failure since the
+   * last success), retrying (failures counted, backing off before the next attempt), given-up
+   * (retries exhausted: its queue was dropped and it is probed every broadcast.retry_max_delay; the
+   * peer is resynchronised by a snapshot once it answers), refused (the peer speaks another major
+   * contract version: probed every broadcast.version_probe_interval). Optional in the schema (added
+   * in 1.3.0), always sent by a 1.3 manager.
+   */
+  state?: "connected" | "connecting" | "retrying" | "given-up" | "refused";
+  /**
+   * When the peer last accepted a batch (2xx), in epoch milliseconds; null if it has not yet.
+   * Optional in the schema (added in 1.3.0), always sent by a 1.3 manager.
+   */
+  lastSuccessAt?: EpochMillis | null;
+  /**
+   * How many times the link gave up (retries exhausted: its queue dropped, see state given-up).
+   * Optional in the schema (added in 1.3.0), always sent by a 1.3 manager.
+   */
+  givenUp?: Count;
 }
 
 /**
@@ -377,8 +396,21 @@ export interface JournalStatus {
 }
 
 /**
+ * The running configuration: generation counts the configurations the node has run with (1 at
+ * start, one more for each reload that applied a change: SIGHUP re-reads the --config file),
+ * loadedAt is when the current one was loaded. StatusResult.config since 1.3.0: optional in the
+ * schema, so that a status from a 1.2 manager stays valid; a 1.3 manager always sends it.
+ */
+export interface ConfigStatus {
+  /** 1 at start, one more for each reload that changed something. */
+  generation: number;
+  /** When this configuration was loaded (epoch milliseconds). */
+  loadedAt: EpochMillis;
+}
+
+/**
  * The result of manager:status: this node's version, identity and bound port, one PeerStatus per
- * current peer, the counters and the journal's state.
+ * current peer, the counters, the journal's state and the running configuration's generation.
  */
 export interface StatusResult {
   /** nvpair-wm version (as in ready). */
@@ -402,6 +434,7 @@ export interface StatusResult {
   peers: PeerStatus[];
   counters: Counters;
   journal?: JournalStatus;
+  config?: ConfigStatus;
 }
 
 /** Answer to manager:status: the SuccessResponse whose result is a StatusResult. */
@@ -436,6 +469,34 @@ export interface NodeRecord {
  * dialect.
  */
 export type Fingerprint = string;
+
+/**
+ * What a running node says of itself to an operator: the JSON of GET /status on its --metrics
+ * listener, which `nvpair-wm status --json` prints as it is. The members of a manager:status result
+ * (manager-status.schema.json), each required here, and the contract version the node speaks. Tools
+ * read it as part of the contract: a minor version may add members, and a reader ignores those it
+ * does not know.
+ */
+export interface NodeStatus {
+  /** nvpair-wm version (as in ready). */
+  version: string;
+  /** The contract version the node speaks (as in ready), MAJOR.MINOR.PATCH. */
+  contractVersion: string;
+  /** Whether the cluster directory holds a usable node.crt/node.key. */
+  hasIdentity: boolean;
+  /** This node's certificate fingerprint; null without identity. */
+  fingerprint: Fingerprint | null;
+  /** The bound inter-node port; null when not listening. */
+  port: number | null;
+  /**
+   * One entry per current peer, ordered by nodeId: its link's state, versions, queue, last success,
+   * retries and give-ups.
+   */
+  peers: PeerStatus[];
+  counters: Counters;
+  journal: JournalStatus;
+  config: ConfigStatus;
+}
 
 /**
  * Broker to manager: the full current list of cluster node records. Each snapshot replaces the
@@ -693,10 +754,12 @@ export interface Types {
   Count: Count;
   PeerStatus: PeerStatus;
   JournalStatus: JournalStatus;
+  ConfigStatus: ConfigStatus;
   StatusResult: StatusResult;
   StatusResponse: StatusResponse;
   NodeRecord: NodeRecord;
   Fingerprint: Fingerprint;
+  NodeStatus: NodeStatus;
   NodesUpdate: NodesUpdate;
   NodesUpdateParams: NodesUpdateParams;
   PeerFrame: PeerFrame;

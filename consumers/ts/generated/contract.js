@@ -551,6 +551,15 @@ function decodePeerStatus(v, p) {
       case "softwareVersion":
         f.softwareVersion = inline6(o["softwareVersion"], `${p}.softwareVersion`);
         break;
+      case "state":
+        f.state = literal(o["state"], `${p}.state`, ["connected", "connecting", "retrying", "given-up", "refused"]);
+        break;
+      case "lastSuccessAt":
+        f.lastSuccessAt = inline7(o["lastSuccessAt"], `${p}.lastSuccessAt`);
+        break;
+      case "givenUp":
+        f.givenUp = decodeCount(o["givenUp"], `${p}.givenUp`);
+        break;
       default:
         break; // not in the schema: dropped
     }
@@ -571,6 +580,9 @@ function decodePeerStatus(v, p) {
     lastErrorAt: f.lastErrorAt,
     ...("contractVersion" in f ? { contractVersion: f.contractVersion } : {}),
     ...("softwareVersion" in f ? { softwareVersion: f.softwareVersion } : {}),
+    ...("state" in f ? { state: f.state } : {}),
+    ...("lastSuccessAt" in f ? { lastSuccessAt: f.lastSuccessAt } : {}),
+    ...("givenUp" in f ? { givenUp: f.givenUp } : {}),
   };
 }
 
@@ -600,6 +612,28 @@ function decodeJournalStatus(v, p) {
   };
 }
 
+function decodeConfigStatus(v, p) {
+  const o = object(v, p);
+  const f = {};
+  for (const k of Object.keys(o)) {
+    switch (k) {
+      case "generation":
+        f.generation = integer(o["generation"], `${p}.generation`, 1, 9007199254740991);
+        break;
+      case "loadedAt":
+        f.loadedAt = decodeEpochMillis(o["loadedAt"], `${p}.loadedAt`);
+        break;
+      default:
+        break; // not in the schema: dropped
+    }
+  }
+  required(f, ["generation", "loadedAt"], p);
+  return {
+    generation: f.generation,
+    loadedAt: f.loadedAt,
+  };
+}
+
 function decodeStatusResult(v, p) {
   const o = object(v, p);
   const f = {};
@@ -626,6 +660,9 @@ function decodeStatusResult(v, p) {
       case "journal":
         f.journal = decodeJournalStatus(o["journal"], `${p}.journal`);
         break;
+      case "config":
+        f.config = decodeConfigStatus(o["config"], `${p}.config`);
+        break;
       default:
         break; // not in the schema: dropped
     }
@@ -639,6 +676,7 @@ function decodeStatusResult(v, p) {
     peers: f.peers,
     counters: f.counters,
     ...("journal" in f ? { journal: f.journal } : {}),
+    ...("config" in f ? { config: f.config } : {}),
   };
 }
 
@@ -700,6 +738,56 @@ function decodeNodeRecord(v, p) {
 
 function decodeFingerprint(v, p) {
   return string(v, p, 64, 64, /^[0-9a-f]{64}$/u, "^[0-9a-f]{64}$");
+}
+
+function decodeNodeStatus(v, p) {
+  const o = object(v, p);
+  const f = {};
+  for (const k of Object.keys(o)) {
+    switch (k) {
+      case "version":
+        f.version = string(o["version"], `${p}.version`, null, null, null, null);
+        break;
+      case "contractVersion":
+        f.contractVersion = string(o["contractVersion"], `${p}.contractVersion`, null, null, /^1\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$/u, "^1\\.(0|[1-9][0-9]*)\\.(0|[1-9][0-9]*)$");
+        break;
+      case "hasIdentity":
+        f.hasIdentity = boolean(o["hasIdentity"], `${p}.hasIdentity`);
+        break;
+      case "fingerprint":
+        f.fingerprint = inline8(o["fingerprint"], `${p}.fingerprint`);
+        break;
+      case "port":
+        f.port = inline9(o["port"], `${p}.port`);
+        break;
+      case "peers":
+        f.peers = array(o["peers"], `${p}.peers`, null, null, decodePeerStatus);
+        break;
+      case "counters":
+        f.counters = decodeCounters(o["counters"], `${p}.counters`);
+        break;
+      case "journal":
+        f.journal = decodeJournalStatus(o["journal"], `${p}.journal`);
+        break;
+      case "config":
+        f.config = decodeConfigStatus(o["config"], `${p}.config`);
+        break;
+      default:
+        break; // not in the schema: dropped
+    }
+  }
+  required(f, ["version", "contractVersion", "hasIdentity", "fingerprint", "port", "peers", "counters", "journal", "config"], p);
+  return {
+    version: f.version,
+    contractVersion: f.contractVersion,
+    hasIdentity: f.hasIdentity,
+    fingerprint: f.fingerprint,
+    port: f.port,
+    peers: f.peers,
+    counters: f.counters,
+    journal: f.journal,
+    config: f.config,
+  };
 }
 
 function decodeNodesUpdate(v, p) {
@@ -1166,10 +1254,12 @@ const DECODERS = {
   Count: decodeCount,
   PeerStatus: decodePeerStatus,
   JournalStatus: decodeJournalStatus,
+  ConfigStatus: decodeConfigStatus,
   StatusResult: decodeStatusResult,
   StatusResponse: decodeStatusResponse,
   NodeRecord: decodeNodeRecord,
   Fingerprint: decodeFingerprint,
+  NodeStatus: decodeNodeStatus,
   NodesUpdate: decodeNodesUpdate,
   NodesUpdateParams: decodeNodesUpdateParams,
   PeerFrame: decodePeerFrame,
