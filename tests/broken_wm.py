@@ -18,7 +18,7 @@ import msgspec
 from nvpair_wm_schema.contract import INVALID_PARAMS
 from nvpair_wm_schema.nodes_update_schema import NodesUpdate
 
-from nvpair_wm import cli, codec, dedup, dispatch, endpoint, events, node, outbox, sync
+from nvpair_wm import cli, codec, dedup, dispatch, endpoint, events, node, outbox, peerlink, sync
 from nvpair_wm.http.core import Request, Response, error_response
 from nvpair_wm.io import client
 from nvpair_wm.proto import h1
@@ -214,10 +214,9 @@ def _never_gives_up() -> None:
     """A peer that keeps failing is retried for ever: nothing queued is ever given up."""
     failure = outbox.RetryRun.failure
 
-    def broken(self: outbox.RetryRun, *a: Any, **kw: Any) -> bool:
-        failure(self, *a, **kw)
-        self.exhausted = False
-        return False
+    def broken(self: outbox.RetryRun, *a: Any, **kw: Any) -> peerlink.LinkEvent | None:
+        event = failure(self, *a, **kw)
+        return peerlink.LinkEvent.FAILED if event is peerlink.LinkEvent.EXHAUSTED else event
 
     outbox.RetryRun.failure = broken  # type: ignore[method-assign]
 
