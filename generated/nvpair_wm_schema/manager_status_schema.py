@@ -404,6 +404,18 @@ class StatusResult(Struct):
     """
     counters: Counters
     journal: JournalStatus | UnsetType = UNSET
+    fastPaths: (
+        Annotated[
+            dict[str, bool],
+            Meta(
+                description="Which fast paths that reach into another library's internals are on (true) or off (false: the public path, slower, with the same behaviour), by name: openssl-direct (TLS records through OpenSSL's binding), loop-run-queue (writes gathered at the end of the event loop's batch), transport-read-size (reads kept under the allocator's mmap threshold). Checked once at start. Since 1.2.0: optional in the schema, always sent by a 1.2 manager."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Which fast paths that reach into another library's internals are on (true) or off (false: the public path, slower, with the same behaviour), by name: openssl-direct (TLS records through OpenSSL's binding), loop-run-queue (writes gathered at the end of the event loop's batch), transport-read-size (reads kept under the allocator's mmap threshold). Checked once at start. Since 1.2.0: optional in the schema, always sent by a 1.2 manager.
+    """
 
 
 class StatusResponse(Struct):

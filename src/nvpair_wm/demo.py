@@ -141,7 +141,7 @@ class DemoNode:
         self._next_wid = itertools.count(1)
         self._next_id = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
-        self._ready = asyncio.Event()
+        self._started = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
 
     # -- the process ------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ class DemoNode:
         self.phase = "starting"
         self.remote.clear()
         self.last_remote = None
-        self._ready = asyncio.Event()
+        self._started = asyncio.Event()
         args = ["--cluster-dir", str(self.cluster_dir), "--bind", "127.0.0.1"]
         args += ["--port", str(port), "--log-level", "info"]
         with self.log_path.open("ab") as log:
@@ -173,7 +173,7 @@ class DemoNode:
         self.proc = proc
         self._reader = asyncio.get_running_loop().create_task(self._read(proc))
         try:
-            await asyncio.wait_for(self._ready.wait(), START_TIMEOUT)
+            await asyncio.wait_for(self._started.wait(), START_TIMEOUT)
             status = await self.request("manager:status")
         except (TimeoutError, ConnectionError) as exc:
             await self.kill()
@@ -217,7 +217,7 @@ class DemoNode:
         method = frame.get("method")
         params = frame.get("params")
         if method == "ready":
-            self._ready.set()
+            self._started.set()
         elif method == "workloads:upsert" and isinstance(params, dict):
             info = params["workloadInfo"]
             key = (str(info["originatedFrom"]), str(info["id"]))

@@ -101,7 +101,7 @@ class BrokerQueue:
     def __init__(self, limit: int = DEFAULT_QUEUE_FRAMES) -> None:
         self.limit = limit
         self._frames: collections.deque[bytes] = collections.deque()
-        self._ready = asyncio.Event()
+        self._has_frames = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
         self.written = 0
@@ -119,7 +119,7 @@ class BrokerQueue:
         if not self._frames and self.direct is not None and self.direct(frames):
             return
         self._frames.extend(frames)
-        self._ready.set()
+        self._has_frames.set()
         if self.full():
             self._room.clear()
 
@@ -129,8 +129,8 @@ class BrokerQueue:
     async def take(self) -> list[bytes]:
         """Everything queued, waiting until there is something."""
         while not self._frames:
-            self._ready.clear()
-            await self._ready.wait()
+            self._has_frames.clear()
+            await self._has_frames.wait()
         frames = list(self._frames)
         self._frames.clear()
         self._room.set()

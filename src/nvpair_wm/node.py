@@ -24,7 +24,7 @@ from nvpair_wm_schema.manager_status_schema import JournalStatus, PeerStatus, St
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
-from nvpair_wm import __version__, codec
+from nvpair_wm import __version__, codec, internals
 from nvpair_wm.broadcaster import Broadcaster
 from nvpair_wm.compactor import compact_in_child
 from nvpair_wm.config import Config, metrics_address
@@ -179,7 +179,7 @@ class Node:
             tls_policy=config.tls,
         )
         self._stop = asyncio.Event()
-        self._ready_sent = False  # GET /readyz
+        self._said_ready = False  # GET /readyz
 
     def _peers(self) -> list[PeerStatus]:
         return self.broadcaster.status()
@@ -216,6 +216,7 @@ class Node:
             peers=self._peers(),
             counters=counters,
             journal=self._journal_status(),
+            fastPaths=internals.report(),
         )
 
     def _journal_status(self) -> JournalStatus:
@@ -229,6 +230,7 @@ class Node:
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
+        internals.check(loop)  # once: which fast paths are on (manager:status, metrics)
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._on_signal, sig)
@@ -279,7 +281,7 @@ class Node:
         gc.freeze()
         params = ReadyParams(version=__version__, contractVersion=CONTRACT_VERSION)
         self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=params))])
-        self._ready_sent = True
+        self._said_ready = True
         tasks = [
             asyncio.create_task(channel.write_forever(), name="broker-writer"),
             asyncio.create_task(self._expire_forever(), name="expiry"),
@@ -307,6 +309,8 @@ class Node:
     async def start(self) -> None:
         """Start the inter-node parts: the port is bound whether or not there is an identity.
         Raises :class:`ListenFailed` naming the flag whose address cannot be listened on."""
+        if not internals.report():  # started without run() (tests): look now
+            internals.check(asyncio.get_running_loop())
         await self._start_metrics()
         if self._watch is not None:  # the loop drains its events: a pin check is no syscall
             self._watch.poll_with(asyncio.get_running_loop())
@@ -332,7 +336,7 @@ class Node:
         reasons: list[str] = []
         if self._stop.is_set():
             reasons.append("stopping")
-        elif not self._ready_sent:
+        elif not self._said_ready:
             reasons.append("starting: ready not sent to the broker yet")
         if not self._bound_port():
             reasons.append("the inter-node listener is not up")
