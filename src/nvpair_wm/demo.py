@@ -54,6 +54,7 @@ from rich.text import Text
 
 from nvpair_wm.cli import OneLineParser, int_in
 from nvpair_wm.clusterdir import cert_fingerprint, init_cluster
+from nvpair_wm.errors import DemoError  # defined there; still importable from here
 
 __all__ = ["main"]
 
@@ -79,10 +80,6 @@ ENDINGS: Final = (
 Key = tuple[str, str]  # (originatedFrom, id)
 Entry = tuple[str, int]  # (state, seq)
 Phase = Literal["starting", "up", "down"]
-
-
-class DemoError(Exception):
-    """The demo cannot go on (a node did not start); the message is for the user."""
 
 
 def _now_ms() -> int:

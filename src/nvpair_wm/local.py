@@ -39,6 +39,7 @@ from nvpair_wm_schema.node_record_schema import NodeRecord
 
 from nvpair_wm import codec
 from nvpair_wm.dispatch import Dispatcher, Outbound
+from nvpair_wm.errors import DialFailed  # defined there; still importable from here
 from nvpair_wm.io.batch import EndOfBatch, for_loop
 from nvpair_wm.io.readsize import cap_reads
 
@@ -82,10 +83,6 @@ class DialSchedule:
             return None
         pause = min(lim.dial_backoff_max, lim.dial_backoff * 2.0 ** min(self.attempts - 1, 60))
         return min(pause, left)
-
-
-class DialFailed(OSError):
-    """The broker's endpoint could not be reached within the dial budget."""
 
 
 class BrokerQueue:
