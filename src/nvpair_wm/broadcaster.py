@@ -306,9 +306,7 @@ class _Link:
             return None
         except ClientError as exc:
             # Said at info level once a connection is lost, the repeats at debug level.
-            outbox = self.outbox
-            lost = outbox.state is LinkState.CONNECTING and outbox.connections > 0
-            outbox.failed(None, str(exc))
+            lost = self.outbox.connect_failed(str(exc))
             # The run's count and the wait it chose, so that a reader of the log (and the tests)
             # can check the backoff without guessing how many failures went unlogged before.
             run = self.outbox.retry
@@ -328,8 +326,7 @@ class _Link:
         self._conn_identity = ident.fingerprint
         self._last_refusal = None
         # A reconnect after an idle close is routine (about once a minute on a quiet link).
-        outbox = self.outbox
-        routine = outbox.state is LinkState.CONNECTING and outbox.connections > 0
+        routine = self.outbox.connected()
         level = logging.DEBUG if routine else logging.INFO
         log.log(
             level,
@@ -338,7 +335,6 @@ class _Link:
             conn.protocol,
             extra=self.outbox.fields,
         )
-        self.outbox.connected()
         return conn
 
     def _forget(self, conn: PeerConnection, identity: str) -> None:

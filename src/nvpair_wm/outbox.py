@@ -284,6 +284,7 @@ class PeerOutbox:
         self.retry = RetryRun(limits, rng or random.Random())
         self.state = LinkState.CONNECTING  # moved only by _move (peerlink.TRANSITIONS)
         self.connections = 0  # connections made, ever
+        self.connect_failures = 0  # failed connection attempts since the last connection
         self._queue: OrderedDict[Key, Outbound] = OrderedDict()
         self._queued_bytes = 0
         self._inflight_frames = 0
@@ -427,12 +428,25 @@ class PeerOutbox:
 
     # -- snapshots -------------------------------------------------------------------------------
 
-    def connected(self) -> None:
-        """A new connection: resynchronise first (the peer may have missed anything)."""
+    def connected(self) -> bool:
+        """A new connection: resynchronise first (the peer may have missed anything). True
+        when it is routine: a reconnect whose previous attempt connected too (after an idle
+        close, say)."""
+        routine = self.connections > 0 and self.connect_failures == 0
         self._move(LinkEvent.CONNECTED)
         self.connections += 1
+        self.connect_failures = 0
         self.snapshot = None
         self._sync_now = True
+        return routine
+
+    def connect_failed(self, reason: str) -> bool:
+        """A connection attempt failed (a retryable failure). True when it is the first since
+        a connection was made (a lost peer, said louder than the probes that follow)."""
+        first = self.connections > 0 and self.connect_failures == 0
+        self.connect_failures += 1
+        self.failed(None, reason)
+        return first
 
     def _sync_pending(self) -> bool:
         if self.state in _NO_SNAPSHOTS:
