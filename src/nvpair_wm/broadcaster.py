@@ -5,7 +5,8 @@ The IO shell around three sans-IO parts:
 * :mod:`nvpair_wm.peers` decides who the peers are (``nodes:update`` records that are not us
   and are pinned now);
 * :mod:`nvpair_wm.outbox` decides what each peer is sent and when (coalescing bounded queue,
-  batching, retry with backoff);
+  batching, retry with backoff), and holds the link's state (:mod:`nvpair_wm.peerlink`: its
+  states, their transition table, and what a peer's answer means);
 * :mod:`nvpair_wm.sync` decides how a peer is brought up to date (a snapshot on every new
   connection; its docstring is the convergence design);
 

@@ -24,15 +24,17 @@ verdicts are reported (:func:`report`: ``manager:status`` ``fastPaths``, the met
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import enum
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from OpenSSL import SSL
+
+if TYPE_CHECKING:  # proto/tls imports this module: no asyncio at run time for it
+    import asyncio
 
 __all__ = [
     "OPENSSL",
