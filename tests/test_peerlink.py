@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 
@@ -21,6 +22,8 @@ from nvpair_wm.peerlink import (
 )
 from nvpair_wm.versions import CONTRACT_HEADER
 from tests.support.frames import info
+from tests.support.source_tree import ROOT
+from tests.support.transitions import reachable
 
 S, E = LinkState, LinkEvent
 
@@ -178,3 +181,19 @@ def test_draining_then_stopped() -> None:
     assert state(box) is S.DRAINING
     box.stop()
     assert state(box) is S.STOPPED and box.draining
+
+
+def test_every_state_is_reachable_from_connecting() -> None:
+    assert reachable(S.CONNECTING, E, lambda s, e: TRANSITIONS.get((s, e))) == set(S)
+
+
+def test_the_state_is_written_in_one_place() -> None:
+    """Moved only through the table: besides the initial state, one assignment, in
+    ``PeerOutbox._move``; none in the IO shell."""
+    source = (ROOT / "src" / "nvpair_wm").joinpath
+    writes = re.compile(r"self\.state\s*=[^=].*?(?:  #|$)", re.M)
+    assert writes.findall(source("outbox.py").read_text()) == [
+        "self.state = LinkState.CONNECTING  #",
+        "self.state = TRANSITIONS[before, event]",
+    ]
+    assert re.findall(r"\.state\s*=[^=]", source("broadcaster.py").read_text()) == []
