@@ -15,6 +15,7 @@ import socket
 import tomllib
 
 import pytest
+from nvpair_wm_schema.manager_status_schema import FastPaths
 from OpenSSL import SSL
 
 from nvpair_wm import internals
@@ -100,4 +101,5 @@ def test_manager_status_says_which_fast_paths_are_on() -> None:
     with WmProcess("--port", "0", "--log-level", "warn") as wm:
         assert wm.recv()["method"] == "ready"
         assert wm.status()["fastPaths"] == {path.value: True for path in FastPath}
+        assert set(FastPaths.__struct_fields__) == {path.value for path in FastPath}
         assert not [line for line in wm.stderr_log if "fast path" in line]

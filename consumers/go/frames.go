@@ -456,6 +456,16 @@ type StatusResult struct {
 	// Journal is optional in the schema (since 1.2.0; a 1.1 manager does not send it) and
 	// always sent by a 1.2 manager: absent stays absent.
 	Journal *JournalStatus `json:"journal,omitempty"`
+	// FastPaths is optional in the schema (since 1.3.0; a 1.2 manager does not send it) and
+	// always sent by a 1.3 manager: absent stays absent.
+	FastPaths *FastPaths `json:"fastPaths,omitempty"`
+}
+
+// FastPaths says which fast paths through another library's internals are on (since 1.3.0).
+type FastPaths struct {
+	OpensslDirect     bool `json:"opensslDirect"`
+	LoopRunQueue      bool `json:"loopRunQueue"`
+	TransportReadSize bool `json:"transportReadSize"`
 }
 
 // JournalStatus says whether the journal keeps what the node originated (since 1.2.0).

@@ -8,16 +8,16 @@ verdicts are reported (:func:`report`: ``manager:status`` ``fastPaths``, the met
 ``tests/test_internals.py`` fails when one is off with the dependency versions
 ``pyproject.toml`` allows.
 
-``openssl-direct``
+``opensslDirect``
     pyOpenSSL's cffi binding (``OpenSSL._util``: ``lib``, ``ffi``) and its ``Connection``'s
     ``_ssl``, ``_into_ssl``, ``_from_ssl`` and ``_raise_ssl_error``: TLS records go through
     ``SSL_read``/``SSL_write``/``BIO_read`` without pyOpenSSL's per-call checks and exceptions
     (:mod:`nvpair_wm.proto.tls`). Off: pyOpenSSL's public methods.
-``loop-run-queue``
+``loopRunQueue``
     CPython's event loop run queue (the loop's ready deque): where the end of the loop's
     batch of callbacks is (:mod:`nvpair_wm.io.batch`). Off (uvloop, Windows' proactor loop
     without it): nothing is deferred; each request writes on its own.
-``transport-read-size``
+``transportReadSize``
     The read size of asyncio's selector and pipe transports: one read stays under glibc's mmap
     threshold (:mod:`nvpair_wm.io.readsize`). Off (proactor transports): asyncio's default.
 """
@@ -52,9 +52,9 @@ log = logging.getLogger(__name__)
 
 
 class FastPath(enum.Enum):
-    OPENSSL_DIRECT = "openssl-direct"
-    LOOP_RUN_QUEUE = "loop-run-queue"
-    TRANSPORT_READ_SIZE = "transport-read-size"
+    OPENSSL_DIRECT = "opensslDirect"
+    LOOP_RUN_QUEUE = "loopRunQueue"
+    TRANSPORT_READ_SIZE = "transportReadSize"
 
 
 # -- pyOpenSSL -----------------------------------------------------------------------------------

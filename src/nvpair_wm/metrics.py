@@ -177,7 +177,7 @@ class StatusCollector(Collector):
 def _fast_path_metrics(s: StatusResult) -> Iterator[Metric]:
     """``StatusResult.fastPaths``: 1 for each fast path on, 0 for each off (its public path)."""
     paths = s.fastPaths
-    if isinstance(paths, UnsetType) or not paths:
+    if isinstance(paths, UnsetType):
         return
     gauge = GaugeMetricFamily(
         "nvpair_wm_fast_path",
@@ -185,8 +185,8 @@ def _fast_path_metrics(s: StatusResult) -> Iterator[Metric]:
         "(slower) path is used; checked once at start (nvpair_wm.internals).",
         labels=["path"],
     )
-    for name, on in sorted(paths.items()):
-        gauge.add_metric([name], int(on))
+    for name in paths.__struct_fields__:
+        gauge.add_metric([name], int(getattr(paths, name)))
     yield gauge
 
 

@@ -19,8 +19,14 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from msgspec import UNSET, UnsetType
 from nvpair_wm_schema.contract import CONTRACT_VERSION
-from nvpair_wm_schema.manager_status_schema import JournalStatus, PeerStatus, StatusResult
+from nvpair_wm_schema.manager_status_schema import (
+    FastPaths,
+    JournalStatus,
+    PeerStatus,
+    StatusResult,
+)
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
@@ -216,8 +222,13 @@ class Node:
             peers=self._peers(),
             counters=counters,
             journal=self._journal_status(),
-            fastPaths=internals.report(),
+            fastPaths=self._fast_paths(),
         )
+
+    @staticmethod
+    def _fast_paths() -> FastPaths | UnsetType:
+        on = internals.report()
+        return FastPaths(**on) if on else UNSET  # before the check (not started): unsaid
 
     def _journal_status(self) -> JournalStatus:
         journal = self.journal
