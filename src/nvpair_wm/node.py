@@ -185,7 +185,7 @@ class Node:
             tls_policy=config.tls,
         )
         self._stop = asyncio.Event()
-        self._said_ready = False  # GET /readyz
+        self._readiness_told = False  # GET /readyz
 
     def _peers(self) -> list[PeerStatus]:
         return self.broadcaster.status()
@@ -292,7 +292,7 @@ class Node:
         gc.freeze()
         params = ReadyParams(version=__version__, contractVersion=CONTRACT_VERSION)
         self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=params))])
-        self._said_ready = True
+        self._readiness_told = True
         tasks = [
             asyncio.create_task(channel.write_forever(), name="broker-writer"),
             asyncio.create_task(self._expire_forever(), name="expiry"),
@@ -347,7 +347,7 @@ class Node:
         reasons: list[str] = []
         if self._stop.is_set():
             reasons.append("stopping")
-        elif not self._said_ready:
+        elif not self._readiness_told:
             reasons.append("starting: ready not sent to the broker yet")
         if not self._bound_port():
             reasons.append("the inter-node listener is not up")
