@@ -103,3 +103,15 @@ def test_manager_status_says_which_fast_paths_are_on() -> None:
         assert wm.status()["fastPaths"] == {path.value: True for path in FastPath}
         assert set(FastPaths.__struct_fields__) == {path.value for path in FastPath}
         assert not [line for line in wm.stderr_log if "fast path" in line]
+
+
+def test_no_module_but_internals_names_a_private_api() -> None:
+    """``grep -rn "_ready|OpenSSL._util|max_size" src/nvpair_wm`` finds internals.py alone."""
+    pattern = re.compile(r"_ready|OpenSSL\._util|max_size")
+    package = ROOT / "src" / "nvpair_wm"
+    found = {
+        p.relative_to(package).as_posix()
+        for p in package.rglob("*.py")
+        if pattern.search(p.read_text())
+    }
+    assert found == {"internals.py"}
