@@ -18,7 +18,19 @@ import msgspec
 from nvpair_wm_schema.contract import INVALID_PARAMS
 from nvpair_wm_schema.nodes_update_schema import NodesUpdate
 
-from nvpair_wm import cli, codec, dedup, dispatch, endpoint, events, node, outbox, sync
+from nvpair_wm import (
+    cli,
+    codec,
+    dedup,
+    dispatch,
+    endpoint,
+    events,
+    node,
+    outbox,
+    outcomes,
+    peerlink,
+    sync,
+)
 from nvpair_wm.http.core import Request, Response, error_response
 from nvpair_wm.io import client
 from nvpair_wm.proto import h1
@@ -77,9 +89,9 @@ def _duplicates_applied() -> None:
     """A duplicate event is taken for a new one (answered, forwarded and re-sent as applied)."""
     observe = dedup.WorkloadTable.observe
 
-    def broken(self: dedup.WorkloadTable, *a: Any, **kw: Any) -> dedup.Outcome:
+    def broken(self: dedup.WorkloadTable, *a: Any, **kw: Any) -> outcomes.Outcome:
         outcome = observe(self, *a, **kw)
-        return "applied" if outcome == "duplicate" else outcome
+        return outcomes.Outcome.APPLIED if outcome is outcomes.Outcome.DUPLICATE else outcome
 
     dedup.WorkloadTable.observe = broken  # type: ignore[method-assign]
 
@@ -96,7 +108,7 @@ def _removal_not_narrowed() -> None:
         now: float,
         *,
         local: bool = False,
-    ) -> tuple[dedup.Outcome, dedup.Removal]:
+    ) -> tuple[outcomes.Outcome, dedup.Removal]:
         return remove(self, origin, workload_id, None, now, local=local)
 
     dedup.WorkloadTable.remove = broken  # type: ignore[method-assign]
@@ -214,10 +226,9 @@ def _never_gives_up() -> None:
     """A peer that keeps failing is retried for ever: nothing queued is ever given up."""
     failure = outbox.RetryRun.failure
 
-    def broken(self: outbox.RetryRun, *a: Any, **kw: Any) -> bool:
-        failure(self, *a, **kw)
-        self.exhausted = False
-        return False
+    def broken(self: outbox.RetryRun, *a: Any, **kw: Any) -> peerlink.LinkEvent | None:
+        event = failure(self, *a, **kw)
+        return peerlink.LinkEvent.FAILED if event is peerlink.LinkEvent.EXHAUSTED else event
 
     outbox.RetryRun.failure = broken  # type: ignore[method-assign]
 

@@ -17,12 +17,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from nvpair_wm.broadcaster import bad_frames, retry_after
 from nvpair_wm.clusterdir import cert_fingerprint
 from nvpair_wm.errors import ConnectFailed, ConnectionLost, PinRefused, ResponseTimeout
 from nvpair_wm.http.core import MIB, Limits, Request, Response, empty_response, error_response
 from nvpair_wm.io.client import PeerConnection, open_connection
 from nvpair_wm.io.client import Response as ClientResponse
+from nvpair_wm.peerlink import bad_frames, retry_after
 from nvpair_wm.pins import Identity, PinSet
 from tests.conftest import WAIT, TLSCluster, WmServer
 from tests.support.frames import batch, event, workload
@@ -156,7 +156,7 @@ def test_503_with_retry_after_is_returned_to_the_caller(
         return r
 
     r = run(go())
-    assert r.status == 503 and retry_after(r.header(b"retry-after")) == 1.0
+    assert r.status == 503 and retry_after(r.header(b"retry-after"), now=0.0) == 1.0
 
 
 def test_large_body_respects_flow_control(
@@ -382,10 +382,10 @@ def test_4xx_from_the_endpoint_are_answers_not_errors(
 
 
 def test_retry_after_parsing() -> None:
-    assert retry_after(None) is None
-    assert retry_after(b"7") == 7.0
+    assert retry_after(None, now=0.0) is None
+    assert retry_after(b"7", now=0.0) == 7.0
     assert retry_after(b"Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
-    assert retry_after(b"soon") is None
+    assert retry_after(b"soon", now=0.0) is None
 
 
 def test_bad_frames_parsing() -> None:

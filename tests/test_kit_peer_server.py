@@ -16,6 +16,7 @@ from nvpair_wm import clusterdir
 from nvpair_wm.conformance import peer
 from nvpair_wm.conformance.expect import CONTRACT_HEADER
 from nvpair_wm.conformance.peerserver import MAX_BODY_BYTES, PeerServer
+from nvpair_wm.errors import PeerError
 
 HOST = "127.0.0.1"
 EVENT = {
@@ -127,7 +128,7 @@ def test_frames_above_selects_large_batches(server: PeerServer, cluster: dict[st
 def test_only_the_subjects_certificate_gets_in(
     server: PeerServer, cluster: dict[str, Path]
 ) -> None:
-    with pytest.raises(peer.PeerError):
+    with pytest.raises(PeerError):
         _send(server, cluster, json.dumps(EVENT).encode(), member="other")
     assert server.wait_for(lambda s: s.failed_handshakes == 1, timeout=5)  # for the report
     assert server.last_handshake_error and server.requests() == []
@@ -138,7 +139,7 @@ def test_down_refuses_connections_and_up_listens_on_the_same_port(
 ) -> None:
     port = server.port
     server.down()
-    with pytest.raises(peer.PeerError):
+    with pytest.raises(PeerError):
         _send(server, cluster, json.dumps(EVENT).encode())
     server.up()
     assert server.port == port

@@ -256,7 +256,7 @@ def test_requests_in_flight_together_fail_as_one_failure_of_the_link() -> None:
     for b in batches:
         assert b is not None
         box.failed(b, "HTTP 503", retry_after=1.0)
-    assert box.retry.failures == 1 and not box.retry.exhausted
+    assert box.retry.failures == 1 and not box.given_up
     assert box.queued == 16 and box.dropped == 0
     assert box.ready_at() >= clock.now + 1.0  # the Retry-After of every failure is honoured
     # Sent again after that failure, each new round of failures counts once more.
@@ -266,7 +266,7 @@ def test_requests_in_flight_together_fail_as_one_failure_of_the_link() -> None:
         assert again is not None
         box.failed(again, "HTTP 503")
         assert box.retry.failures == attempt
-    assert box.retry.exhausted and box.dropped > 0
+    assert box.given_up and box.dropped > 0
 
 
 def test_a_failure_after_a_success_starts_a_new_run_even_for_an_older_request() -> None:
@@ -301,7 +301,7 @@ def test_exhausted_retries_drop_the_queue_then_resync_when_the_peer_answers() ->
     for _ in range(3):
         box.failed(None, "connection refused")
         clock.now = box.ready_at()
-    assert box.retry.exhausted and box.queued == 0 and box.dropped == 3
+    assert box.given_up and box.queued == 0 and box.dropped == 3
     box.push([ev("9")])  # the resync will carry it
     assert box.dropped == 4 and box.queued == 0
     box.failed(None, "connection refused")  # still probing, at the capped delay
@@ -312,7 +312,7 @@ def test_exhausted_retries_drop_the_queue_then_resync_when_the_peer_answers() ->
     assert sorted(ids(resync)) == [("0", 1), ("1", 1), ("2", 1)]
     assert resync is not None
     box.delivered(resync)
-    assert not box.retry.exhausted and box.sent == 3
+    assert not box.given_up and box.sent == 3
 
 
 def test_retries_are_exhausted_by_age_too() -> None:
@@ -322,10 +322,10 @@ def test_retries_are_exhausted_by_age_too() -> None:
     box.failed(None, "refused")
     clock.now += 9.9
     box.failed(None, "refused")
-    assert not box.retry.exhausted
+    assert not box.given_up
     clock.now += 0.2
     box.failed(None, "refused")
-    assert box.retry.exhausted and box.dropped == 1
+    assert box.given_up and box.dropped == 1
 
 
 def test_success_resets_the_run() -> None:
@@ -339,7 +339,7 @@ def test_success_resets_the_run() -> None:
     box.delivered(batch)
     assert box.retry.failures == 0 and box.ready_at() == 0
     box.failed(None, "refused")
-    assert not box.retry.exhausted
+    assert not box.given_up
 
 
 def test_final_rejection_drops_the_batch_without_backing_off() -> None:
@@ -428,7 +428,7 @@ def test_flush_only_skips_snapshots() -> None:
     box = make(table.originated)
     box.push([ev("2")])
     box.connected()
-    box.flush_only = True
+    box.drain()
     batch = box.next_batch()
     assert ids(batch) == [("2", 1)]
     assert batch is not None and not box.idle  # in flight

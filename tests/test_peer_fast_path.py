@@ -42,6 +42,7 @@ from nvpair_wm.events import (
     upsert_line,
     upsert_line_from,
 )
+from nvpair_wm.outcomes import RULES
 from tests.support.frames import (
     ABSENT,
     LIFECYCLE,
@@ -282,7 +283,7 @@ def _reference_peer(d: Dispatcher, body: bytes) -> PeerResult:
         d._count(ch, outcome)
         rid = getattr(item, "id", UNSET)
         if rid is not UNSET:
-            answers.append(codec.event_response(rid, outcome))
+            answers.append(codec.event_response(rid, RULES[outcome].answered))
     if not answers:
         return PeerResult(202, None, to_broker, forwarded)
     out = answers if decoded.batch else answers[0]

@@ -203,7 +203,7 @@ def test_a_refused_link_stops_keeps_nothing_logs_once_and_probes_with_a_snapshot
     probe = box.next_batch()
     assert probe is not None
     box.delivered(probe)  # the peer takes our version now
-    assert box.refused_by is None and not box.retry.exhausted
+    assert box.refused_by is None and not box.given_up
     warnings = [r for r in caplog.records if "speaks contract 2.0.0" in r.getMessage()]
     assert len(warnings) == 1
     assert warnings[0].levelno == logging.WARNING

@@ -1717,6 +1717,64 @@ func (x ConfigStatus) AppendJSON(buf []byte) []byte {
 	return append(buf, '}')
 }
 
+// FastPaths: Which fast paths that reach into another library's internals are on (true) or off
+// (false: the public path, slower, with the same behaviour), as checked once at start.
+// StatusResult.fastPaths since 1.3.0: optional in the schema, always sent by a 1.3 manager.
+type FastPaths struct {
+	// TLS records go through OpenSSL's cffi binding, past pyOpenSSL's per-call wrappers.
+	OpensslDirect bool
+	// Writes are gathered at the end of the event loop's batch of ready callbacks (read from the
+	// loop's run queue).
+	LoopRunQueue bool
+	// Reads stay under the allocator's mmap threshold (the transports' read size is set).
+	TransportReadSize bool
+}
+
+func decodeFastPaths(v *Value, path string) (x FastPaths, err error) {
+	if err := checkObject(v, path, -1); err != nil {
+		return x, err
+	}
+	for _, m := range v.Members {
+		switch m.Name {
+		case "opensslDirect":
+			if x.OpensslDirect, err = decBool(m.Value, path+".opensslDirect"); err != nil {
+				return x, err
+			}
+		case "loopRunQueue":
+			if x.LoopRunQueue, err = decBool(m.Value, path+".loopRunQueue"); err != nil {
+				return x, err
+			}
+		case "transportReadSize":
+			if x.TransportReadSize, err = decBool(m.Value, path+".transportReadSize"); err != nil {
+				return x, err
+			}
+		}
+	}
+	if v.Get("opensslDirect") == nil {
+		return x, missing(path, "opensslDirect")
+	}
+	if v.Get("loopRunQueue") == nil {
+		return x, missing(path, "loopRunQueue")
+	}
+	if v.Get("transportReadSize") == nil {
+		return x, missing(path, "transportReadSize")
+	}
+	return x, nil
+}
+
+// AppendJSON appends x as compact JSON: an absent member stays absent, a null one null.
+func (x FastPaths) AppendJSON(buf []byte) []byte {
+	buf = append(buf, '{')
+	start := len(buf)
+	buf = appendKey(buf, start, "opensslDirect")
+	buf = appendBool(buf, x.OpensslDirect)
+	buf = appendKey(buf, start, "loopRunQueue")
+	buf = appendBool(buf, x.LoopRunQueue)
+	buf = appendKey(buf, start, "transportReadSize")
+	buf = appendBool(buf, x.TransportReadSize)
+	return append(buf, '}')
+}
+
 // StatusResult: The result of manager:status: this node's version, identity and bound port, one
 // PeerStatus per current peer, the counters, the journal's state and the running configuration's
 // generation.
@@ -1733,10 +1791,11 @@ type StatusResult struct {
 	// listening.
 	Port Maybe[int64]
 	// One entry per current peer.
-	Peers    []PeerStatus
-	Counters Counters
-	Journal  Maybe[JournalStatus]
-	Config   Maybe[ConfigStatus]
+	Peers     []PeerStatus
+	Counters  Counters
+	Journal   Maybe[JournalStatus]
+	Config    Maybe[ConfigStatus]
+	FastPaths Maybe[FastPaths]
 }
 
 func decodeStatusResult(v *Value, path string) (x StatusResult, err error) {
@@ -1793,6 +1852,12 @@ func decodeStatusResult(v *Value, path string) (x StatusResult, err error) {
 				return x, err
 			}
 			x.Config = Some(it)
+		case "fastPaths":
+			var it FastPaths
+			if it, err = decodeFastPaths(m.Value, path+".fastPaths"); err != nil {
+				return x, err
+			}
+			x.FastPaths = Some(it)
 		}
 	}
 	if v.Get("version") == nil {
@@ -1859,6 +1924,14 @@ func (x StatusResult) AppendJSON(buf []byte) []byte {
 	case Present:
 		buf = appendKey(buf, start, "config")
 		buf = x.Config.Value.AppendJSON(buf)
+	}
+	switch x.FastPaths.State {
+	case Null:
+		buf = appendKey(buf, start, "fastPaths")
+		buf = append(buf, "null"...)
+	case Present:
+		buf = appendKey(buf, start, "fastPaths")
+		buf = x.FastPaths.Value.AppendJSON(buf)
 	}
 	return append(buf, '}')
 }
@@ -3918,6 +3991,13 @@ var Decoders = map[string]func([]byte) (Encoder, error){
 		}
 		return x, nil
 	},
+	"FastPaths": func(b []byte) (Encoder, error) {
+		x, err := DecodeFastPaths(b)
+		if err != nil {
+			return nil, err
+		}
+		return x, nil
+	},
 	"Fingerprint": func(b []byte) (Encoder, error) {
 		x, err := DecodeFingerprint(b)
 		if err != nil {
@@ -4347,6 +4427,16 @@ func DecodeEventsBody(b []byte) (EventsBody, error) {
 		return zero, err
 	}
 	return decodeEventsBody(v, "$")
+}
+
+// DecodeFastPaths decodes one JSON text as FastPaths.
+func DecodeFastPaths(b []byte) (FastPaths, error) {
+	v, err := Parse(b)
+	if err != nil {
+		var zero FastPaths
+		return zero, err
+	}
+	return decodeFastPaths(v, "$")
 }
 
 // DecodeFingerprint decodes one JSON text as Fingerprint.
@@ -4955,6 +5045,21 @@ func (x EventsBody) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON decodes b with every check of the contract, for encoding/json.
 func (x *EventsBody) UnmarshalJSON(b []byte) error {
 	v, err := DecodeEventsBody(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x FastPaths) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *FastPaths) UnmarshalJSON(b []byte) error {
+	v, err := DecodeFastPaths(b)
 	if err != nil {
 		return err
 	}

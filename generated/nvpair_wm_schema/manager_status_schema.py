@@ -41,6 +41,40 @@ A counter or a gauge: an integer from 0 to 2^53-1, the largest integer that ever
 """
 
 
+class FastPaths(Struct):
+    """
+    Which fast paths that reach into another library's internals are on (true) or off (false: the public path, slower, with the same behaviour), as checked once at start. StatusResult.fastPaths since 1.3.0: optional in the schema, always sent by a 1.3 manager.
+    """
+
+    opensslDirect: Annotated[
+        bool,
+        Meta(
+            description="TLS records go through OpenSSL's cffi binding, past pyOpenSSL's per-call wrappers."
+        ),
+    ]
+    """
+    TLS records go through OpenSSL's cffi binding, past pyOpenSSL's per-call wrappers.
+    """
+    loopRunQueue: Annotated[
+        bool,
+        Meta(
+            description="Writes are gathered at the end of the event loop's batch of ready callbacks (read from the loop's run queue)."
+        ),
+    ]
+    """
+    Writes are gathered at the end of the event loop's batch of ready callbacks (read from the loop's run queue).
+    """
+    transportReadSize: Annotated[
+        bool,
+        Meta(
+            description="Reads stay under the allocator's mmap threshold (the transports' read size is set)."
+        ),
+    ]
+    """
+    Reads stay under the allocator's mmap threshold (the transports' read size is set).
+    """
+
+
 Port: TypeAlias = Annotated[
     int,
     Meta(
@@ -467,6 +501,7 @@ class StatusResult(Struct):
     counters: Counters
     journal: JournalStatus | UnsetType = UNSET
     config: ConfigStatus | UnsetType = UNSET
+    fastPaths: FastPaths | UnsetType = UNSET
 
 
 class StatusResponse(Struct):

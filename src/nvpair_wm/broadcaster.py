@@ -5,7 +5,8 @@ The IO shell around three sans-IO parts:
 * :mod:`nvpair_wm.peers` decides who the peers are (``nodes:update`` records that are not us
   and are pinned now);
 * :mod:`nvpair_wm.outbox` decides what each peer is sent and when (coalescing bounded queue,
-  batching, retry with backoff);
+  batching, retry with backoff), and holds the link's state (:mod:`nvpair_wm.peerlink`: its
+  states, their transition table, and what a peer's answer means);
 * :mod:`nvpair_wm.sync` decides how a peer is brought up to date (a snapshot on every new
   connection; its docstring is the convergence design);
 
@@ -34,16 +35,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import email.utils
 import functools
 import logging
 import random
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-import msgspec
 from nvpair_wm_schema.manager_status_schema import PeerStatus
 from nvpair_wm_schema.node_record_schema import NodeRecord
 
@@ -52,62 +50,18 @@ from nvpair_wm.errors import ClientError, PinRefused, ResponseTimeout
 from nvpair_wm.io.client import Outcome, PeerConnection, Response, open_connection
 from nvpair_wm.io.pin_watch import Both, PerTick, TickIdentity, TickPins
 from nvpair_wm.outbox import Batch, BroadcastLimits, PeerOutbox
+from nvpair_wm.peerlink import LinkState, Verdict
 from nvpair_wm.peers import Peer, PeerDirectory, diff, is_peer_of
 from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource
 from nvpair_wm.sync import Originated
 from nvpair_wm.tls_contexts import TLSPolicy
-from nvpair_wm.versions import (
-    CONTRACT_HEADER,
-    CONTRACT_VERSION,
-    REFUSED_STATUS,
-    ContractVersion,
-    PeerVersions,
-)
+from nvpair_wm.versions import CONTRACT_HEADER, PeerVersions
 
 __all__ = ["EVENTS_PATH", "BroadcastLimits", "Broadcaster", "DeliveryObserver"]
 
 log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/v1/workloads/events"
-_LOG_BODY_MAX = 1000
-
-# Answers after which the same frames are sent again (see nvpair_wm.outbox).
-_RETRY_STATUSES = frozenset({403, 408, 429})
-
-_error_list = msgspec.json.Decoder(list[dict[str, Any]])
-
-
-def retry_after(value: bytes | None, now: float | None = None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP-date), None if absent."""
-    if value is None:
-        return None
-    text = value.decode("latin-1").strip()
-    if text.isdigit():
-        return float(text)
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-def bad_frames(body: bytes, count: int) -> frozenset[int] | None:
-    """Indexes of the frames a 400 refused (``error.data.index`` of each JSON-RPC error).
-
-    None when the body does not say (then the whole batch is taken as refused).
-    """
-    try:
-        errors = _error_list.decode(body)
-    except msgspec.DecodeError:
-        return None
-    bad: set[int] = set()
-    for err in errors:
-        data = err.get("error", {}).get("data") if isinstance(err.get("error"), dict) else None
-        index = data.get("index") if isinstance(data, dict) else None
-        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
-            return None
-        bad.add(index)
-    return frozenset(bad) if bad else None
 
 
 class DeliveryObserver(Protocol):
@@ -142,29 +96,14 @@ class _LinkContext:
     versions: PeerVersions  # what each peer said of its versions (the endpoint's too)
 
 
-def _text(body: bytes) -> str:
-    text = body.decode("utf-8", "replace")
-    return text if len(text) <= _LOG_BODY_MAX else text[:_LOG_BODY_MAX] + "..."
-
-
-def _other_major(response: Response) -> str | None:
-    """The peer's contract version when its response says it speaks another major."""
-    value = response.header(CONTRACT_HEADER)
-    if value is None:
-        return None
-    try:
-        theirs = ContractVersion.parse(value)
-    except ValueError:
-        return None
-    return None if theirs.served() else theirs.text
-
-
 class _Link:
     """One peer: its outbox, its connection, and what moves one into the other.
 
     A task keeps the connection (connecting, backing off, PINGs); requests need no task of
     their own: batches start from :meth:`_fill` (see :meth:`publish` and :meth:`_done`) and
-    end in :meth:`_done`, called by the connection.
+    end in :meth:`_done`, called by the connection. The link's state is the outbox's
+    (:class:`nvpair_wm.peerlink.LinkState`); what is kept here is IO: the connection, the
+    task, its wake-up and timers, and what was last logged.
     """
 
     def __init__(self, peer: Peer, ctx: _LinkContext) -> None:
@@ -183,14 +122,11 @@ class _Link:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # set by start()
-        self._sending = 0  # requests in progress on ``conn``
         self._keepalive_armed = False  # the task's sleep ends in time for the next PING
-        self._pump_pending = False
-        self._stopped = False
+        self._pump_pending = False  # a _pump is scheduled for the end of this tick
         self._ping: asyncio.Task[None] | None = None
         self._next_connect_at = 0.0
-        self._was_connected = False
-        self._last_refusal: str | None = None
+        self._last_refusal: str | None = None  # logged as a warning once
         self._heard: PeerConnection | None = None  # the connection whose versions are known
 
     # -- control --------------------------------------------------------------------------------
@@ -224,7 +160,7 @@ class _Link:
         fewer requests per frame under load. ``both``: our identity and the pins as the
         broadcaster looked at them for this publish (else the link looks itself)."""
         self.outbox.push(items)
-        if not self._sending and not self._pump_pending:
+        if not self.outbox.in_flight and not self._pump_pending:
             self._pump(both)
 
     def pump_soon(self) -> None:
@@ -252,7 +188,7 @@ class _Link:
 
     async def stop(self) -> None:
         """Stop now: cancel everything, close the connection, forget the queue."""
-        self._stopped = True
+        self.outbox.stop()
         tasks = [t for t in (self._task, self._ping) if t is not None]
         for task in tasks:
             task.cancel()
@@ -297,13 +233,13 @@ class _Link:
             if conn is not None and (
                 conn.closed or not conn.usable or self._conn_identity != ident.fingerprint
             ):
-                if self._sending:
+                if outbox.in_flight:
                     await self._sleep(None)  # let the requests in progress finish first
                     continue
                 self._forget(conn, ident.fingerprint)
                 conn = None
             if conn is None:
-                if outbox.flush_only and outbox.idle:
+                if outbox.draining and outbox.idle:
                     return
                 now = loop.time()
                 at = max(outbox.ready_at(), self._next_connect_at)
@@ -315,7 +251,7 @@ class _Link:
                 if conn is None:
                     continue
             self._fill(conn)
-            if outbox.flush_only and outbox.idle:
+            if outbox.draining and outbox.idle:
                 return
             await self._sleep(self._timers(conn, loop.time()))
 
@@ -377,12 +313,13 @@ class _Link:
             self.outbox.failed(None, f"pin check failed: {exc}")
             return None
         except ClientError as exc:
-            self.outbox.failed(None, str(exc))
+            # Said at info level once a connection is lost, the repeats at debug level.
+            lost = self.outbox.connect_failed(str(exc))
             # The run's count and the wait it chose, so that a reader of the log (and the tests)
             # can check the backoff without guessing how many failures went unlogged before.
             run = self.outbox.retry
             wait = max(run.retry_at, self._next_connect_at) - asyncio.get_running_loop().time()
-            level = logging.INFO if self._was_connected else logging.DEBUG
+            level = logging.INFO if lost else logging.DEBUG
             log.log(
                 level,
                 "peer %s: cannot connect (failure %d in a row; next attempt in %.3fs): %s",
@@ -392,13 +329,13 @@ class _Link:
                 exc,
                 extra=self.outbox.fields,
             )
-            self._was_connected = False
             return None
         self.conn = conn
         self._conn_identity = ident.fingerprint
         self._last_refusal = None
         # A reconnect after an idle close is routine (about once a minute on a quiet link).
-        level = logging.DEBUG if self._was_connected else logging.INFO
+        routine = self.outbox.connected()
+        level = logging.DEBUG if routine else logging.INFO
         log.log(
             level,
             "peer %s: connected (%s); resynchronising",
@@ -406,8 +343,6 @@ class _Link:
             conn.protocol,
             extra=self.outbox.fields,
         )
-        self._was_connected = True
-        self.outbox.connected()
         return conn
 
     def _forget(self, conn: PeerConnection, identity: str) -> None:
@@ -424,6 +359,7 @@ class _Link:
             self._ping.cancel()
             self._ping = None
         self.conn = None
+        self.outbox.disconnected()
 
     async def _keepalive(self, conn: PeerConnection) -> None:
         try:
@@ -444,7 +380,7 @@ class _Link:
         sort it out."""
         self._pump_pending = False
         conn = self.conn
-        if self._stopped or conn is None or not conn.usable:
+        if self.outbox.state is LinkState.STOPPED or conn is None or not conn.usable:
             self.wake()
             return
         # Still a peer: our identity is the connection's, and the peer is still pinned and not
@@ -459,7 +395,7 @@ class _Link:
             self.wake()
             return
         self._fill(conn, checked=True)
-        if not self._sending and self.outbox.has_work:
+        if not self.outbox.in_flight and self.outbox.has_work:
             self.wake()  # backing off: the task keeps the timer
 
     def _fill(self, conn: PeerConnection, *, checked: bool = False) -> None:
@@ -478,9 +414,9 @@ class _Link:
         cap = 0
         while checked or conn.usable:
             checked = False
-            if self._sending:
+            if sending := outbox.in_flight:
                 cap = cap or conn.capacity(lim.max_in_flight)
-                if self._sending >= cap:
+                if sending >= cap:
                     break
             batch = outbox.next_batch(window)
             if batch is None:
@@ -497,7 +433,6 @@ class _Link:
                 outbox.failed(batch, str(exc))
                 self.wake()
                 break
-            self._sending += 1
             started = True
             if not outbox.has_work:
                 break
@@ -506,26 +441,33 @@ class _Link:
 
     def _done(self, batch: Batch, outcome: Outcome) -> None:
         """A request ended (called by the connection): account for it, start the next."""
-        self._sending -= 1
+        outbox = self.outbox
         if isinstance(outcome, Response):
             if self._heard is not self.conn:  # a peer's versions hold for a connection's life
                 self._hear(outcome)
-            self._answered(batch, outcome)
+            verdict = outbox.answered(batch, outcome.status, outcome.headers, outcome.body).verdict
+            if verdict is Verdict.ACCEPTED:
+                observer = self._ctx.observer
+                if observer is not None:  # --metrics: delivery latency
+                    observer.delivered(batch.items)
+            elif verdict is Verdict.REFUSED:
+                self._hear(outcome)  # it may have been upgraded on this very connection's peer
         else:
-            self.outbox.failed(batch, str(outcome))
-        if self._stopped:
+            outbox.failed(batch, str(outcome))
+        state = outbox.state
+        if state is LinkState.STOPPED:
             return
-        if self.outbox.flush_only or self.conn is None or not self.conn.usable:
+        if state is LinkState.DRAINING or self.conn is None or not self.conn.usable:
             self.wake()
             return
-        if self.outbox.has_work:
+        if outbox.has_work:
             # The next batch starts at the end of this tick, not at once: what the broker wrote
             # meanwhile (read in the same tick) goes with it, in one request instead of two.
             self.pump_soon()
         # Nothing to send (the usual case at a low rate): no pump, so no callback and no extra
         # turn of the loop per response, and no look at the pins: the next batch looks before
         # it starts, and a link that is no longer a peer is dropped by the next reconcile.
-        if not self._sending and not self._keepalive_armed:
+        if not outbox.in_flight and not self._keepalive_armed:
             self.wake()  # the link went idle while the task slept without a PING timer
 
     def _hear(self, response: Response) -> None:
@@ -533,46 +475,6 @@ class _Link:
         self._heard = self.conn
         contract, server = response.header(CONTRACT_HEADER), response.header(b"server")
         self._ctx.versions.heard(self.peer.fingerprint, contract, server)
-
-    def _answered(self, batch: Batch, response: Response) -> None:
-        outbox = self.outbox
-        status = response.status
-        if status == REFUSED_STATUS and (theirs := _other_major(response)) is not None:
-            self._hear(response)  # it may have been upgraded on this very connection's peer
-            outbox.incompatible(batch, theirs, CONTRACT_VERSION)
-            return
-        if 200 <= status < 300:
-            outbox.delivered(batch)
-            observer = self._ctx.observer
-            if observer is not None:  # --metrics: delivery latency
-                observer.delivered(batch.items)
-        elif status == 400 and (bad := bad_frames(response.body, len(batch))) is not None:
-            log.warning(
-                "peer %s refused %d of %d frames: %s",
-                outbox.name,
-                len(bad),
-                len(batch),
-                _text(response.body),
-                extra=outbox.fields,
-            )
-            outbox.delivered(batch, bad, f"HTTP 400: {_text(response.body)}")
-        elif status == 413:
-            outbox.too_large(batch)
-        elif status in _RETRY_STATUSES or status >= 500:
-            wait = retry_after(response.header(b"retry-after"))
-            detail = f"HTTP {status}: {_text(response.body)}"
-            log.debug("peer %s: %s (retrying)", outbox.name, detail, extra=outbox.fields)
-            outbox.failed(batch, detail, wait)
-        else:
-            log.warning(
-                "peer %s refused a batch of %d frames with HTTP %d: %s",
-                outbox.name,
-                len(batch),
-                status,
-                _text(response.body),
-                extra={**outbox.fields, "frames": len(batch)},
-            )
-            outbox.rejected(batch, status, _text(response.body))
 
 
 class Broadcaster:
@@ -673,7 +575,7 @@ class Broadcaster:
             self._ticker.cancel()
         links = list(self._links.values())
         for link in links:
-            link.outbox.flush_only = True
+            link.outbox.drain()
             link.wake()
         tasks = [lk.task for lk in links if lk.task is not None and not lk.task.done()]
         if tasks and grace > 0:

@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from nvpair_wm_schema.contract import DEFAULT_PORT
 
+from nvpair_wm.errors import ClusterError  # defined there; still importable from here
 from nvpair_wm.pins import (
     CERT_FILE,
     KEY_FILE,
@@ -74,10 +75,6 @@ VALIDITY_DAYS = 3650
 _NAME_RE = re.compile(
     r"^(?=.{1,63}$)[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*$"
 )
-
-
-class ClusterError(Exception):
-    """An operation on a cluster directory failed; the message is one line."""
 
 
 def validate_name(name: str) -> str:

@@ -58,6 +58,8 @@ from nvpair_wm_schema.jsonrpc_schema import (
     RequestId,
 )
 
+from nvpair_wm.errors import InvalidFrame  # defined there; still importable from here
+
 # The error codes and messages are the contract's (generated); they are re-exported from here.
 __all__ = [
     "ERROR_MESSAGES",
@@ -186,15 +188,6 @@ class LineBuffer:
             line = line[:-1]
         if line and not line.isspace():
             out.append(line)
-
-
-class InvalidFrame(ValueError):
-    """A value refused by the generated validator, with where and why."""
-
-    def __init__(self, reason: str, path: str | None = None) -> None:
-        super().__init__(f"{reason} at {path}" if path else reason)
-        self.reason = reason
-        self.path = path
 
 
 @dataclass(slots=True, frozen=True)

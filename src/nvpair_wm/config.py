@@ -35,6 +35,7 @@ from nvpair_wm_schema.contract import DEFAULT_PORT
 
 from nvpair_wm import codec, logs
 from nvpair_wm.dedup import TableLimits
+from nvpair_wm.errors import ConfigError  # defined there; still importable from here
 from nvpair_wm.http.core import Limits
 from nvpair_wm.journal import JournalLimits
 from nvpair_wm.local import BrokerLimits
@@ -104,15 +105,6 @@ def metrics_address(text: str) -> tuple[str, int]:
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ValueError(f"not ADDR:PORT with a port from 0 to 65535: {text!r}")
     return host or METRICS_DEFAULT_HOST, int(port_text)
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot work: ``key`` (dotted) and what is wrong with it."""
-
-    def __init__(self, key: str, reason: str) -> None:
-        super().__init__(f"{key}: {reason}" if key else reason)
-        self.key = key
-        self.reason = reason
 
 
 # -- ranges: what every value must satisfy --------------------------------------------------------

@@ -66,13 +66,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, NamedTuple, Protocol, TypeAlias, TypeVar
 
-from nvpair_wm_schema.jsonrpc_schema import EventOutcome
-
 from nvpair_wm.events import TERMINAL, Outbound
+from nvpair_wm.outcomes import Outcome
 
-# What an event or a removal came to: the contract's EventOutcome, as generated.
-Outcome: TypeAlias = EventOutcome
-APPLIED: Final = "applied"
+# What an event or a removal came to (nvpair_wm.outcomes), bound here: one global load each.
+APPLIED: Final = Outcome.APPLIED
+DUPLICATE: Final = Outcome.DUPLICATE
+STALE: Final = Outcome.STALE
+REMOVED: Final = Outcome.REMOVED
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +247,7 @@ class WorkloadTable:
                 covered = _tomb_runs(tomb)
                 if "" in covered or run in covered:
                     self.suppressed += 1
-                    return "removed"
+                    return REMOVED
         key = (run, wid)
         live, done = self._live, self._done
         gen = live.cur
@@ -280,10 +281,10 @@ class WorkloadTable:
                 self._resend.discard(key)  # the first copy since the restart: forwarded again
                 return APPLIED
             self.duplicates += 1
-            return "duplicate"
+            return DUPLICATE
         if seq < newest:
             self.stale += 1
-            return "stale"
+            return STALE
         if self._resend:  # newer than what was reloaded: what it marks is told already
             self._resend.discard(key)
         new: _Value
@@ -374,7 +375,7 @@ class WorkloadTable:
         # neither be forwarded again nor narrow or widen the tombstone.
         if covered is not None and ("" in covered or run in covered):
             self.duplicates += 1
-            return "duplicate", removal
+            return DUPLICATE, removal
         if run is not None:
             key = (run, workload_id)
             for gen in (self._live.cur, self._live.prev, self._done.cur, self._done.prev):
@@ -750,7 +751,7 @@ class Reloader:
         if replay is not None and t._keep_frame(replay):
             return  # this node's event, older than a seq forwarded before it: its frame kept
         event = _Event(origin, wid, run, "completed" if k.terminal else "queued", seq)
-        if t.observe(event, now, replay=replay) == "removed":
+        if t.observe(event, now, replay=replay) is REMOVED:
             t._forget_tombstone(origin, wid)
             t.observe(event, now, replay=replay)
         if replay is None or self.forwarded:

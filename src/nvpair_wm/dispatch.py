@@ -9,7 +9,9 @@ Two entry points, one per channel:
   deduplicated, translated and returned as ``workloads:upsert`` / ``workloads:remove`` lines for
   the broker, with the HTTP status the body deserves.
 
-The IO layers own sockets, queues and time; this module owns what the frames mean.
+The IO layers own sockets, queues and time; this module owns what the frames mean. What an
+event's outcome entails (counted, forwarded, journaled, answered) is :mod:`nvpair_wm.outcomes`'
+table.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from nvpair_wm_schema.workloads_remove_schema import RemoveParams, WorkloadsRemo
 
 from nvpair_wm import codec
 from nvpair_wm.codec import METHOD_NOT_FOUND, RpcError
-from nvpair_wm.dedup import Outcome, Removal, WorkloadTable
+from nvpair_wm.dedup import Removal, WorkloadTable
 from nvpair_wm.events import (
     LIFECYCLE_TYPES,
     STATE_OF,
@@ -52,6 +54,7 @@ from nvpair_wm.events import (
     upsert_line,
     upsert_line_from,
 )
+from nvpair_wm.outcomes import COUNTED, FORWARDED, RULES, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +193,7 @@ class Dispatcher:
                     info = translate(item)
                     out = _outbound(info, codec.encode(lifecycle_frame(info)))
                 outcome = self.table.observe(info, now, replay=out)
-                if outcome == "applied":
+                if outcome in FORWARDED:
                     result.outbound.append(out)
                 self._count(ch, outcome)
                 self._answer(item, outcome, replies)
@@ -200,13 +203,13 @@ class Dispatcher:
                 outcome, removal = self.table.remove(
                     p.originatedFrom, p.workloadId, run, now, local=True
                 )
-                if outcome == "applied":
+                if outcome in FORWARDED:
                     result.outbound.append(outbound_removal(removal))
                 self._count(ch, outcome)
                 self._answer(item, outcome, replies)
             elif isinstance(item, NodesUpdate):
                 result.nodes = list(item.params.nodes)
-                self._answer(item, "applied", replies)
+                self._answer(item, Outcome.APPLIED, replies)
             elif isinstance(item, ManagerStatus):
                 replies.append(StatusResponse(jsonrpc="2.0", id=item.id, result=self.status()))
         if replies:
@@ -248,7 +251,7 @@ class Dispatcher:
                 info = translate(item)
                 out = _outbound(info, codec.encode(lifecycle_frame(info)))
             outcome = observe(info, now, replay=out)
-            if outcome == "applied":
+            if outcome in FORWARDED:
                 outbound.append(out)
                 applied += 1
             else:
@@ -327,7 +330,7 @@ class Dispatcher:
                     info = translate(item)
                     encoded = None  # the frame relayed is not the one received
                 outcome = observe(info, now)
-                if outcome == "applied":
+                if outcome in FORWARDED:
                     line = None
                     if encoded is not None and item.id is UNSET:
                         line = upsert_line_from(type(item), encoded)
@@ -349,7 +352,7 @@ class Dispatcher:
             p = item.params
             run = p.runId if isinstance(p.runId, str) else None
             outcome, removal = table.remove(p.originatedFrom, p.workloadId, run, now)
-            if outcome == "applied":
+            if outcome in FORWARDED:
                 to_broker.append(codec.encode_line(removal_frame(removal)))
                 forwarded.append(
                     Forwarded(
@@ -378,7 +381,7 @@ class Dispatcher:
         self.counters.framesIn += 1
         ch.framesIn += 1
         outcome = self.table.observe(info, self._clock())
-        if outcome != "applied":
+        if outcome not in FORWARDED:
             self._count(ch, outcome)
             return PeerResult(202, None, [])
         ch.applied += 1
@@ -403,18 +406,14 @@ class Dispatcher:
     def _answer(self, item: Any, outcome: Outcome, answers: list[Any]) -> None:
         rid: RequestId | msgspec.UnsetType = getattr(item, "id", msgspec.UNSET)
         if rid is not msgspec.UNSET:
-            answers.append(codec.event_response(rid, outcome))
+            answers.append(codec.event_response(rid, RULES[outcome].answered))
 
     @staticmethod
     def _count(ch: ChannelCounters, outcome: Outcome) -> None:
-        if outcome == "applied":
-            ch.applied += 1
-        elif outcome == "duplicate":
-            ch.duplicate += 1
-        elif outcome == "stale":
-            ch.stale += 1
-        else:  # "removed": counted as suppressed, like Counters.suppressed
-            ch.suppressed += 1
+        """One frame of ``outcome`` on channel ``ch`` (the field :data:`~nvpair_wm.outcomes.RULES`
+        names)."""
+        name = COUNTED[outcome]
+        setattr(ch, name, getattr(ch, name) + 1)
 
     def _refused(self, err: RpcError, ch: ChannelCounters, channel: str) -> None:
         self.counters.invalid += 1

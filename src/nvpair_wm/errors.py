@@ -1,4 +1,4 @@
-"""The one error hierarchy of nvpair-wm (no IO, no dependencies).
+r"""The one error hierarchy of nvpair-wm (no IO, no dependencies).
 
 Modelled on h11's: a protocol error is either *remote* (the peer broke the protocol: answer it
 with the hinted status or a GOAWAY, log at debug, keep serving others) or *local* (we tried to
@@ -15,12 +15,25 @@ is never caught here.
     ├── TLSError                      handshake refused, TLS protocol error (also a ConnectionError)
     ├── ClusterDirInUse               another process holds the cluster directory's lock
     ├── ListenFailed                  a listener cannot bind: names the flag to fix
+    ├── ConfigError                   a configuration value that cannot work (also a ValueError)
+    ├── ClusterError                  an operation on a cluster directory failed (nvpair-wm-cluster)
+    ├── InvalidFrame                  a value the generated validator refused (also a ValueError)
+    ├── DialFailed                    the broker's --ipc endpoint unreachable (also an OSError)
+    ├── JournalFormatError            a journal of a newer format (defined in nvpair_wm.journal,
+    │                                 whose formats its message names)
+    ├── DemoError                     the demo cannot go on (a node did not start)
+    ├── KitError                      the conformance kit found no answer where one was due
+    │   ├── BrokerError               the implementation misbehaved on the broker channel
+    │   └── PeerError                 no HTTP response from the implementation
     └── ClientError                   an outbound request got no response: safe to retry
         ├── ConnectFailed             TCP connect or TLS handshake failed, or timed out
         │   └── PinRefused            the server's certificate is not the record's, or not pinned
         ├── ConnectionLost            the connection ended before the response was complete
         ├── ResponseTimeout           no complete response (or PING answer) in time
         └── StreamRefused             HTTP/2: the server reset the stream or excluded it (GOAWAY)
+
+An error that callers caught by a built-in base keeps it (``ConfigError`` and ``InvalidFrame``
+are ``ValueError``\ s, ``DialFailed`` an ``OSError``), so moving it here changed no ``except``.
 """
 
 from __future__ import annotations
@@ -28,14 +41,22 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = [
+    "BrokerError",
     "ClientError",
     "ClusterDirInUse",
+    "ClusterError",
+    "ConfigError",
     "ConnectFailed",
     "ConnectionClosed",
     "ConnectionLost",
+    "DemoError",
+    "DialFailed",
     "H2ConnectionError",
+    "InvalidFrame",
+    "KitError",
     "ListenFailed",
     "LocalProtocolError",
+    "PeerError",
     "PinRefused",
     "ProtocolError",
     "RemoteProtocolError",
@@ -137,3 +158,45 @@ class ResponseTimeout(ClientError):
 
 class StreamRefused(ClientError):
     """HTTP/2: the server reset the stream or excluded it with GOAWAY (never processed)."""
+
+
+class ConfigError(WmError, ValueError):
+    """A configuration value that cannot work: ``key`` (dotted) and what is wrong with it."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}" if key else reason)
+        self.key = key
+        self.reason = reason
+
+
+class ClusterError(WmError):
+    """An operation on a cluster directory failed; the message is one line."""
+
+
+class InvalidFrame(WmError, ValueError):
+    """A value refused by the generated validator, with where and why."""
+
+    def __init__(self, reason: str, path: str | None = None) -> None:
+        super().__init__(f"{reason} at {path}" if path else reason)
+        self.reason = reason
+        self.path = path
+
+
+class DialFailed(WmError, OSError):
+    """The broker's endpoint could not be reached within the dial budget."""
+
+
+class DemoError(WmError):
+    """The demo cannot go on (a node did not start); the message is for the user."""
+
+
+class KitError(WmError):
+    """The conformance kit could not get what it needed from the implementation under test."""
+
+
+class BrokerError(KitError):
+    """The implementation did not behave as a process on the broker channel must."""
+
+
+class PeerError(KitError):
+    """No HTTP response: the connection or the handshake failed, or the server went silent."""

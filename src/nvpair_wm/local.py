@@ -39,6 +39,7 @@ from nvpair_wm_schema.node_record_schema import NodeRecord
 
 from nvpair_wm import codec
 from nvpair_wm.dispatch import Dispatcher, Outbound
+from nvpair_wm.errors import DialFailed  # defined there; still importable from here
 from nvpair_wm.io.batch import EndOfBatch, for_loop
 from nvpair_wm.io.readsize import cap_reads
 
@@ -84,10 +85,6 @@ class DialSchedule:
         return min(pause, left)
 
 
-class DialFailed(OSError):
-    """The broker's endpoint could not be reached within the dial budget."""
-
-
 class BrokerQueue:
     """Frames waiting to be written to the broker, bounded in count.
 
@@ -101,7 +98,7 @@ class BrokerQueue:
     def __init__(self, limit: int = DEFAULT_QUEUE_FRAMES) -> None:
         self.limit = limit
         self._frames: collections.deque[bytes] = collections.deque()
-        self._ready = asyncio.Event()
+        self._has_frames = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
         self.written = 0
@@ -119,7 +116,7 @@ class BrokerQueue:
         if not self._frames and self.direct is not None and self.direct(frames):
             return
         self._frames.extend(frames)
-        self._ready.set()
+        self._has_frames.set()
         if self.full():
             self._room.clear()
 
@@ -129,8 +126,8 @@ class BrokerQueue:
     async def take(self) -> list[bytes]:
         """Everything queued, waiting until there is something."""
         while not self._frames:
-            self._ready.clear()
-            await self._ready.wait()
+            self._has_frames.clear()
+            await self._has_frames.wait()
         frames = list(self._frames)
         self._frames.clear()
         self._room.set()

@@ -52,6 +52,7 @@ from nvpair_wm.config import METRICS_DEFAULT_HOST as DEFAULT_HOST
 from nvpair_wm.config import metrics_address as parse_address
 from nvpair_wm.events import Outbound
 from nvpair_wm.http.core import Handler, Request, Response
+from nvpair_wm.outcomes import COUNTED
 from nvpair_wm.versions import CONTRACT_VERSION
 
 __all__ = [
@@ -75,6 +76,8 @@ READY_PATH: Final = "/readyz"
 STATUS_PATH: Final = "/status"
 NOT_FOUND: Final = b"not found: /metrics, /healthz, /readyz and /status are served here\n"
 _JSON: Final = "application/json"
+#: The ChannelCounters fields of nvpair_wm_frame_outcomes: one per outcome, then invalid.
+_OUTCOME_COUNTERS: Final = (*COUNTED.values(), "invalid")
 
 # Inter-node requests are served in well under a millisecond when healthy; a slow broker queue
 # or a big batch shows up in the upper buckets.
@@ -153,14 +156,8 @@ class StatusCollector(Collector):
             for channel, ch in (("broker", by_channel.broker), ("peer", by_channel.peer)):
                 frames.add_metric([channel, "in"], ch.framesIn)
                 frames.add_metric([channel, "out"], ch.framesOut)
-                for outcome, value in (
-                    ("applied", ch.applied),
-                    ("duplicate", ch.duplicate),
-                    ("stale", ch.stale),
-                    ("suppressed", ch.suppressed),
-                    ("invalid", ch.invalid),
-                ):
-                    outcomes.add_metric([channel, outcome], value)
+                for counted in _OUTCOME_COUNTERS:  # nvpair_wm.outcomes' table, and invalid
+                    outcomes.add_metric([channel, counted], getattr(ch, counted))
         yield frames
         yield outcomes
         for name, value, text in (
@@ -180,6 +177,23 @@ class StatusCollector(Collector):
         yield from _journal_metrics(s)
         yield from _config_metrics(s)
         yield from _peer_metrics(s)
+        yield from _fast_path_metrics(s)
+
+
+def _fast_path_metrics(s: StatusResult) -> Iterator[Metric]:
+    """``StatusResult.fastPaths``: 1 for each fast path on, 0 for each off (its public path)."""
+    paths = s.fastPaths
+    if isinstance(paths, UnsetType):
+        return
+    gauge = GaugeMetricFamily(
+        "nvpair_wm_fast_path",
+        "1 when the fast path through another library's internals is on, 0 when the public "
+        "(slower) path is used; checked once at start (nvpair_wm.internals).",
+        labels=["path"],
+    )
+    for name in paths.__struct_fields__:
+        gauge.add_metric([name], int(getattr(paths, name)))
+    yield gauge
 
 
 def _config_metrics(s: StatusResult) -> Iterator[Metric]:

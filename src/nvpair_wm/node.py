@@ -20,9 +20,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from msgspec import UNSET, UnsetType
 from nvpair_wm_schema.contract import CONTRACT_VERSION
 from nvpair_wm_schema.manager_status_schema import (
     ConfigStatus,
+    FastPaths,
     JournalStatus,
     PeerStatus,
     StatusResult,
@@ -30,7 +32,7 @@ from nvpair_wm_schema.manager_status_schema import (
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
-from nvpair_wm import __version__, codec, logs
+from nvpair_wm import __version__, codec, internals, logs
 from nvpair_wm.broadcaster import Broadcaster
 from nvpair_wm.config import Config, metrics_address
 from nvpair_wm.dedup import WorkloadTable
@@ -206,7 +208,7 @@ class Node:
             tls_policy=config.tls,
         )
         self._stop = asyncio.Event()
-        self._ready_sent = False  # GET /readyz
+        self._readiness_told = False  # GET /readyz
         self._ready_notified = False  # READY=1 told to systemd: when /readyz first says 200
 
     def _peers(self) -> list[PeerStatus]:
@@ -247,7 +249,13 @@ class Node:
             config=ConfigStatus(
                 generation=self.config_generation, loadedAt=int(self.config_loaded_at * 1000)
             ),
+            fastPaths=self._fast_paths(),
         )
+
+    @staticmethod
+    def _fast_paths() -> FastPaths | UnsetType:
+        on = internals.report()
+        return FastPaths(**on) if on else UNSET  # before the check (not started): unsaid
 
     def _journal_status(self) -> JournalStatus:
         journal = self.journal
@@ -276,6 +284,7 @@ class Node:
 
     async def _run(self) -> int:
         loop = asyncio.get_running_loop()
+        internals.check(loop)  # once: which fast paths are on (manager:status, metrics)
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._on_signal, sig)
@@ -329,7 +338,7 @@ class Node:
         gc.freeze()
         params = ReadyParams(version=__version__, contractVersion=CONTRACT_VERSION)
         self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=params))])
-        self._ready_sent = True
+        self._readiness_told = True
         self._notify_ready()
         tasks = [
             asyncio.create_task(channel.write_forever(), name="broker-writer"),
@@ -358,6 +367,8 @@ class Node:
     async def start(self) -> None:
         """Start the inter-node parts: the port is bound whether or not there is an identity.
         Raises :class:`ListenFailed` naming the flag whose address cannot be listened on."""
+        if not internals.report():  # started without run() (tests): look now
+            internals.check(asyncio.get_running_loop())
         await self._start_metrics()
         if self._watch is not None:  # the loop drains its events: a pin check is no syscall
             self._watch.poll_with(asyncio.get_running_loop())
@@ -383,7 +394,7 @@ class Node:
         reasons: list[str] = []
         if self._stop.is_set():
             reasons.append("stopping")
-        elif not self._ready_sent:
+        elif not self._readiness_told:
             reasons.append("starting: ready not sent to the broker yet")
         if not self._bound_port():
             reasons.append("the inter-node listener is not up")
@@ -551,7 +562,7 @@ class Node:
         """What the node is doing, in one line (systemd's STATUS=, ``systemctl status``)."""
         if self._stop.is_set():
             return "stopping"
-        if not self._ready_sent:
+        if not self._readiness_told:
             ipc = self.config.ipc
             return f"waiting for the broker on --ipc {ipc}" if ipc else "starting"
         peers = self._peers()
@@ -571,7 +582,7 @@ class Node:
         interval = NOTIFY_STATUS_INTERVAL if every is None else min(every, NOTIFY_STATUS_INTERVAL)
         while True:
             self.notifier.watchdog()
-            if self._ready_sent and not self._stop.is_set():
+            if self._readiness_told and not self._stop.is_set():
                 self._notify_ready()
                 self.notifier.status(self.status_line())
             await asyncio.sleep(interval)

@@ -41,6 +41,12 @@ not of the frames, that a cluster-directory change ends). 413 halves this link's
 retries. Other 4xx are final: the frames are dropped and counted, and the body is logged; a 400
 names the bad frames of a batch (``data.index``), and the others were applied by the peer.
 
+Link state
+    The link's state (:class:`nvpair_wm.peerlink.LinkState`: connecting, sending, backing off,
+    given up, refused for its contract version, draining, stopped) lives here and moves only
+    through :data:`nvpair_wm.peerlink.TRANSITIONS`; what a peer's answer means is
+    :func:`nvpair_wm.peerlink.judge`, applied by :meth:`PeerOutbox.answered`.
+
 Version refusal
     A peer that answers 409 with another major contract version (:mod:`nvpair_wm.versions`)
     cannot read anything we send: the link stops at once as if its retries were exhausted (the
@@ -62,8 +68,18 @@ from typing import Final, Literal
 from nvpair_wm_schema.manager_status_schema import PeerStatus
 
 from nvpair_wm.dispatch import Outbound
+from nvpair_wm.peerlink import (
+    HOLDING,
+    TRANSITIONS,
+    Answer,
+    LinkEvent,
+    LinkState,
+    Verdict,
+    body_text,
+    judge,
+)
 from nvpair_wm.sync import Key, Originated, Snapshot
-from nvpair_wm.versions import Seen
+from nvpair_wm.versions import CONTRACT_VERSION, Seen
 
 __all__ = [
     "Backoff",
@@ -74,6 +90,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_NO_SNAPSHOTS: Final = frozenset({LinkState.DRAINING, LinkState.STOPPED})
 
 MIB: Final = 1024 * 1024
 _ERROR_TEXT_MAX: Final = 300
@@ -141,13 +159,13 @@ class RetryRun:
         self.failures = 0
         self.since: float | None = None
         self.retry_at = 0.0
-        self.exhausted = False
         self.generation = 0  # counted failures so far, ever: batches remember it when sent
 
     def failure(
         self, now: float, retry_after: float | None = None, generation: int | None = None
-    ) -> bool:
-        """Count a failure and schedule the next attempt; True when this one exhausts the run.
+    ) -> LinkEvent | None:
+        """Count a failure and schedule the next attempt: EXHAUSTED when the run has used up
+        the retry budget, else FAILED; None when it is not counted.
 
         ``generation``: that of the failed request's batch. A request sent before the last
         counted failure failed with it (they were in flight together): it moves the next
@@ -156,7 +174,7 @@ class RetryRun:
         if generation is not None and generation != self.generation:
             if retry_after is not None:
                 self.retry_at = max(self.retry_at, now + min(retry_after, lim.max_retry_after))
-            return False
+            return None
         self.generation += 1
         self.failures += 1
         if self.since is None:
@@ -165,21 +183,17 @@ class RetryRun:
         if retry_after is not None:
             delay = max(delay, min(retry_after, lim.max_retry_after))
         self.retry_at = now + delay
-        if self.exhausted:
-            return False
         if self.failures >= lim.retry_max_attempts or now - self.since >= lim.retry_max_age:
-            self.exhausted = True
-            return True
-        return False
+            return LinkEvent.EXHAUSTED
+        return LinkEvent.FAILED
 
     def refused(self, now: float, wait: float) -> None:
-        """The peer cannot read us (another major version): exhausted at once, next try in
-        ``wait`` seconds."""
+        """The peer cannot read us (another major version): counted, next try in ``wait``
+        seconds."""
         self.generation += 1
         self.failures += 1
         if self.since is None:
             self.since = now
-        self.exhausted = True
         self.retry_at = now + wait
 
     def set_limits(self, limits: BroadcastLimits) -> None:
@@ -192,7 +206,6 @@ class RetryRun:
         self.failures = 0
         self.since = None
         self.retry_at = 0.0
-        self.exhausted = False
 
 
 @dataclass(slots=True, init=False)
@@ -258,7 +271,7 @@ def _short(text: str) -> str:
 
 
 class PeerOutbox:
-    """Queue, snapshot cursor, retry run and counters of one peer link."""
+    """Queue, snapshot cursor, retry run, state and counters of one peer link."""
 
     def __init__(
         self,
@@ -279,6 +292,9 @@ class PeerOutbox:
         self._clock = clock
         self._wall = wall
         self.retry = RetryRun(limits, rng or random.Random())
+        self.state = LinkState.CONNECTING  # moved only by _move (peerlink.TRANSITIONS)
+        self.connections = 0  # connections made, ever
+        self.connect_failures = 0  # failed connection attempts since the last connection
         self._queue: OrderedDict[Key, Outbound] = OrderedDict()
         self._queued_bytes = 0
         self._inflight_frames = 0
@@ -287,7 +303,6 @@ class PeerOutbox:
         self.snapshot: Snapshot | None = None
         self._sync_now = False  # take a snapshot before the next batch
         self._sync_when_idle = False  # take one once the queue is empty (after drops)
-        self.flush_only = False  # shutting down: send the queue, skip snapshots
         self.batch_bytes = limits.max_batch_bytes  # halved on 413
         self._overflow_dropped = 0  # frames dropped in the current overflow episode
         # counters (PeerStatus)
@@ -298,9 +313,39 @@ class PeerOutbox:
         self.snapshots = 0
         self.last_error: str | None = None
         self.last_error_at: int | None = None
-        self.refused_by: str | None = None  # the peer's contract version while it refuses ours
+        self.refused_by: str | None = None  # VERSION_REFUSED: the contract version it speaks
         self.gave_up = 0  # runs of failures that exhausted the retries (PeerStatus.givenUp)
         self.last_success_at: int | None = None  # the last 2xx, epoch ms (lastSuccessAt)
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def _move(self, event: LinkEvent) -> LinkState:
+        """The one place the link's state changes; returns the state it leaves."""
+        before = self.state
+        self.state = TRANSITIONS[before, event]
+        return before
+
+    @property
+    def draining(self) -> bool:
+        """Shutting down (or stopped): send the queue, skip snapshots."""
+        return self.state in _NO_SNAPSHOTS
+
+    @property
+    def given_up(self) -> bool:
+        """Retries exhausted, or the peer refuses our contract version: the queue takes
+        nothing, the link probes, and a resync repairs the peer when it answers."""
+        return self.state in HOLDING
+
+    def drain(self) -> None:
+        """Shutdown began: send what is queued, skip snapshots."""
+        self._move(LinkEvent.DRAIN)
+
+    def stop(self) -> None:
+        self._move(LinkEvent.STOP)
+
+    def disconnected(self) -> None:
+        """The connection ended (with no request in flight)."""
+        self._move(LinkEvent.DISCONNECTED)
 
     # -- queue ---------------------------------------------------------------------------------
 
@@ -333,7 +378,7 @@ class PeerOutbox:
             self._push(item)
 
     def _push(self, item: Outbound) -> None:
-        if self.retry.exhausted and not self.flush_only:
+        if self.state in HOLDING:
             # The peer is unreachable and the resync on its return carries this state.
             self._drop(1, "retries exhausted")
             return
@@ -395,13 +440,28 @@ class PeerOutbox:
 
     # -- snapshots -------------------------------------------------------------------------------
 
-    def connected(self) -> None:
-        """A new connection: resynchronise first (the peer may have missed anything)."""
+    def connected(self) -> bool:
+        """A new connection: resynchronise first (the peer may have missed anything). True
+        when it is routine: a reconnect whose previous attempt connected too (after an idle
+        close, say)."""
+        routine = self.connections > 0 and self.connect_failures == 0
+        self._move(LinkEvent.CONNECTED)
+        self.connections += 1
+        self.connect_failures = 0
         self.snapshot = None
         self._sync_now = True
+        return routine
+
+    def connect_failed(self, reason: str) -> bool:
+        """A connection attempt failed (a retryable failure). True when it is the first since
+        a connection was made (a lost peer, said louder than the probes that follow)."""
+        first = self.connections > 0 and self.connect_failures == 0
+        self.connect_failures += 1
+        self.failed(None, reason)
+        return first
 
     def _sync_pending(self) -> bool:
-        if self.flush_only:
+        if self.state in _NO_SNAPSHOTS:
             return False
         return self._sync_now or (self._sync_when_idle and not self._queue and not self.snapshot)
 
@@ -449,7 +509,7 @@ class PeerOutbox:
         max_bytes = self.batch_bytes if max_bytes is None else min(max_bytes, self.batch_bytes)
         snap = self.snapshot
         frames = 0
-        if snap is not None and not self.flush_only:
+        if snap is not None and self.state not in _NO_SNAPSHOTS:
             while (item := snap.pop()) is not None:
                 if not batch.room(item, max_frames, max_bytes):
                     snap.unpop([item])
@@ -495,6 +555,45 @@ class PeerOutbox:
 
     # -- outcomes --------------------------------------------------------------------------------
 
+    def answered(
+        self, batch: Batch, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> Answer:
+        """The peer answered ``batch``: account for it as :func:`~nvpair_wm.peerlink.judge`
+        says, and return that judgement (the shell tells its observers)."""
+        answer = judge(status, headers, body, len(batch), self._wall())
+        verdict = answer.verdict
+        if verdict is Verdict.ACCEPTED:
+            self.delivered(batch)
+        elif verdict is Verdict.RETRY:
+            log.debug("peer %s: %s (retrying)", self.name, answer.detail, extra=self.fields)
+            self.failed(batch, answer.detail, answer.retry_after)
+        elif verdict is Verdict.PARTLY:
+            log.warning(
+                "peer %s refused %d of %d frames: %s",
+                self.name,
+                len(answer.bad),
+                len(batch),
+                body_text(body),
+                extra=self.fields,
+            )
+            self.delivered(batch, answer.bad, answer.detail)
+        elif verdict is Verdict.SPLIT:
+            self.too_large(batch)
+        elif verdict is Verdict.REFUSED:
+            assert answer.theirs is not None
+            self.incompatible(batch, answer.theirs, CONTRACT_VERSION)
+        else:
+            log.warning(
+                "peer %s refused a batch of %d frames with HTTP %d: %s",
+                self.name,
+                len(batch),
+                status,
+                answer.detail,
+                extra={**self.fields, "frames": len(batch)},
+            )
+            self.rejected(batch, status, answer.detail)
+        return answer
+
     def delivered(self, batch: Batch, bad: frozenset[int] = frozenset(), detail: str = "") -> None:
         """The peer took the batch (2xx), or applied all of it but the frames at ``bad`` (a 400
         names them: they are refused for good and counted as dropped)."""
@@ -504,9 +603,7 @@ class PeerOutbox:
         if bad:
             self.dropped += len(bad)
             self._error(detail or f"{len(bad)} frames refused")
-        self.retry.success()
-        if self.refused_by is not None:
-            self._accepted_again()
+        self._answered()
 
     def failed(self, batch: Batch | None, reason: str, retry_after: float | None = None) -> None:
         """A retryable failure (``batch`` None: no request was made, e.g. connect failed)."""
@@ -515,7 +612,10 @@ class PeerOutbox:
             self._settle(batch)
             self._requeue(batch)
         generation = batch.generation if batch is not None else None
-        if self.retry.failure(self._clock(), retry_after, generation):
+        event = self.retry.failure(self._clock(), retry_after, generation)
+        if event is None:
+            return  # failed with a counted one: the state has moved already
+        if self._move(event) not in HOLDING and event is LinkEvent.EXHAUSTED:
             self._exhausted()
 
     def rejected(self, batch: Batch, status: int, detail: str) -> None:
@@ -524,7 +624,12 @@ class PeerOutbox:
         self._error(f"HTTP {status}: {detail}")
         self.dropped += len(batch)
         # The peer is reachable and answering: this is not a failure of the link.
+        self._answered()
+
+    def _answered(self) -> None:
         self.retry.success()
+        if self._move(LinkEvent.ANSWERED) is LinkState.VERSION_REFUSED:
+            self._accepted_again()
 
     def incompatible(self, batch: Batch, theirs: str, ours: str) -> None:
         """The peer refused our contract version (it speaks ``theirs``, another major): stop
@@ -548,6 +653,7 @@ class PeerOutbox:
         self.snapshot = None
         self._sync_now = True
         self.retry.refused(self._clock(), wait)
+        self._move(LinkEvent.REFUSED)
 
     def _accepted_again(self) -> None:
         log.info(
@@ -624,13 +730,13 @@ class PeerOutbox:
 
     # -- status ----------------------------------------------------------------------------------
 
-    def state(self, connected: bool) -> PeerState:
-        """What the link does now (PeerStatus.state)."""
-        if self.refused_by is not None:
+    def peer_state(self, connected: bool) -> PeerState:
+        """What the link does now, in the contract's words (PeerStatus.state)."""
+        if self.state is LinkState.VERSION_REFUSED:
             return "refused"
         if connected:
             return "connected"
-        if self.retry.exhausted:
+        if self.state is LinkState.GIVEN_UP:
             return "given-up"
         return "retrying" if self.retry.failures else "connecting"
 
@@ -659,7 +765,7 @@ class PeerOutbox:
             lastErrorAt=self.last_error_at,
             contractVersion=seen.contract if seen is not None else None,
             softwareVersion=seen.software if seen is not None else None,
-            state=self.state(connected),
+            state=self.peer_state(connected),
             lastSuccessAt=self.last_success_at,
             givenUp=self.gave_up,
         )

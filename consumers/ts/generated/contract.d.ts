@@ -376,6 +376,23 @@ export interface PeerStatus {
 }
 
 /**
+ * Which fast paths that reach into another library's internals are on (true) or off (false: the
+ * public path, slower, with the same behaviour), as checked once at start. StatusResult.fastPaths
+ * since 1.3.0: optional in the schema, always sent by a 1.3 manager.
+ */
+export interface FastPaths {
+  /** TLS records go through OpenSSL's cffi binding, past pyOpenSSL's per-call wrappers. */
+  opensslDirect: boolean;
+  /**
+   * Writes are gathered at the end of the event loop's batch of ready callbacks (read from the
+   * loop's run queue).
+   */
+  loopRunQueue: boolean;
+  /** Reads stay under the allocator's mmap threshold (the transports' read size is set). */
+  transportReadSize: boolean;
+}
+
+/**
  * The journal (what this node originated, kept in its cluster directory so that a restart forgets
  * nothing): state is off (only by configuration: no cluster directory, or journal.enabled false),
  * healthy, or failing (opening it, a write, an fsync, a rename or a compaction's install failed, at
@@ -435,6 +452,7 @@ export interface StatusResult {
   counters: Counters;
   journal?: JournalStatus;
   config?: ConfigStatus;
+  fastPaths?: FastPaths;
 }
 
 /** Answer to manager:status: the SuccessResponse whose result is a StatusResult. */
@@ -753,6 +771,7 @@ export interface Types {
   ChannelCounters: ChannelCounters;
   Count: Count;
   PeerStatus: PeerStatus;
+  FastPaths: FastPaths;
   JournalStatus: JournalStatus;
   ConfigStatus: ConfigStatus;
   StatusResult: StatusResult;

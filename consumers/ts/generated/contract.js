@@ -586,6 +586,32 @@ function decodePeerStatus(v, p) {
   };
 }
 
+function decodeFastPaths(v, p) {
+  const o = object(v, p);
+  const f = {};
+  for (const k of Object.keys(o)) {
+    switch (k) {
+      case "opensslDirect":
+        f.opensslDirect = boolean(o["opensslDirect"], `${p}.opensslDirect`);
+        break;
+      case "loopRunQueue":
+        f.loopRunQueue = boolean(o["loopRunQueue"], `${p}.loopRunQueue`);
+        break;
+      case "transportReadSize":
+        f.transportReadSize = boolean(o["transportReadSize"], `${p}.transportReadSize`);
+        break;
+      default:
+        break; // not in the schema: dropped
+    }
+  }
+  required(f, ["opensslDirect", "loopRunQueue", "transportReadSize"], p);
+  return {
+    opensslDirect: f.opensslDirect,
+    loopRunQueue: f.loopRunQueue,
+    transportReadSize: f.transportReadSize,
+  };
+}
+
 function decodeJournalStatus(v, p) {
   const o = object(v, p);
   const f = {};
@@ -663,6 +689,9 @@ function decodeStatusResult(v, p) {
       case "config":
         f.config = decodeConfigStatus(o["config"], `${p}.config`);
         break;
+      case "fastPaths":
+        f.fastPaths = decodeFastPaths(o["fastPaths"], `${p}.fastPaths`);
+        break;
       default:
         break; // not in the schema: dropped
     }
@@ -677,6 +706,7 @@ function decodeStatusResult(v, p) {
     counters: f.counters,
     ...("journal" in f ? { journal: f.journal } : {}),
     ...("config" in f ? { config: f.config } : {}),
+    ...("fastPaths" in f ? { fastPaths: f.fastPaths } : {}),
   };
 }
 
@@ -1253,6 +1283,7 @@ const DECODERS = {
   ChannelCounters: decodeChannelCounters,
   Count: decodeCount,
   PeerStatus: decodePeerStatus,
+  FastPaths: decodeFastPaths,
   JournalStatus: decodeJournalStatus,
   ConfigStatus: decodeConfigStatus,
   StatusResult: decodeStatusResult,

@@ -26,12 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from nvpair_wm.errors import BrokerError  # defined there; still importable from here
+
 WAIT: Final = 10.0
 BARRIER_PREFIX: Final = "conformance-barrier-"
-
-
-class BrokerError(Exception):
-    """The implementation did not behave as a process on the broker channel must."""
 
 
 class Implementation:

@@ -23,13 +23,11 @@ import h2.events
 import h2.exceptions
 import h11
 
+from nvpair_wm.errors import PeerError  # defined there; still importable from here
+
 H2: Final = "h2"
 H1: Final = "http/1.1"
 CHUNK: Final = 16 * 1024
-
-
-class PeerError(Exception):
-    """No HTTP response: the connection or the handshake failed, or the server went silent."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,8 +32,9 @@ from nvpair_wm_schema.contract import INTERNAL_ERROR
 
 from nvpair_wm import clusterdir
 from nvpair_wm.conformance import expect, peer, vectors
-from nvpair_wm.conformance.broker import WAIT, BrokerError, Implementation
+from nvpair_wm.conformance.broker import WAIT, Implementation
 from nvpair_wm.conformance.peerserver import PeerServer
+from nvpair_wm.errors import BrokerError, PeerError
 
 SUBJECT: Final = "subject"
 PEER: Final = "peer"
@@ -344,7 +345,7 @@ class GroupRun:
             else:
                 try:
                     problems = kind(case, suffix)
-                except peer.PeerError as exc:
+                except PeerError as exc:
                     problems = [str(exc)]
                 except BrokerError as exc:
                     # Out of step with the process (a timeout, a closed channel): the rest of
@@ -423,7 +424,7 @@ class GroupRun:
                     resp = peer.request(
                         HOST, self.port, identity, protocol, req, timeout=self.http_timeout
                     )
-                except peer.PeerError:
+                except PeerError:
                     break
                 problems.append(f"expected no HTTP response, got {resp.status}")
                 break

@@ -5,14 +5,15 @@ request used to cost its own write to the broker pipe, then its own socket send.
 to the end of the batch turns the pipe writes into one (the socket sends stay one per
 connection), and keeps their order: every broker write of the batch, then the answers.
 
-"The end of the batch" is read from asyncio's run queue (CPython's ``loop._ready``: the
-callbacks of this iteration still to run). A callback with nothing queued behind it is the
-batch's last: it runs what was deferred when it ends, so a lone request (one connection, one
-stream) still goes out in the iteration that read it, and the requests of one read (HTTP/2
-streams in one TLS record) share one broker write too. When other callbacks are still queued,
-one ``call_soon`` handle makes sure the work runs after them, and the last of our own
-callbacks runs it earlier when it finds that handle alone in the queue. On a loop without that
-queue (uvloop), nothing is deferred.
+"The end of the batch" is read from asyncio's run queue (CPython's, through
+:func:`nvpair_wm.internals.run_queue`: the callbacks of this iteration still to run). A
+callback with nothing queued behind it is the batch's last: it runs what was deferred when it
+ends, so a lone request (one connection, one stream) still goes out in the iteration that read
+it, and the requests of one read (HTTP/2 streams in one TLS record) share one broker write too.
+When other callbacks are still queued, one ``call_soon`` handle makes sure the work runs after
+them, and the last of our own callbacks runs it earlier when it finds that handle alone in the
+queue. On a loop without that queue (uvloop, a proactor loop), nothing is deferred, and
+``manager:status`` says so.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import collections
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from nvpair_wm.internals import run_queue
 
 __all__ = ["EndOfBatch", "for_loop"]
 
@@ -48,15 +51,12 @@ class EndOfBatch:
     connection, say).
     """
 
-    __slots__ = ("__weakref__", "_handle", "_ready", "active", "defer", "loop", "queue")
+    __slots__ = ("__weakref__", "_handle", "_run_queue", "active", "defer", "loop", "queue")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        ready: Any = getattr(loop, "_ready", None)
         #: CPython's run queue, or None: then nothing is deferred.
-        self._ready: collections.deque[Any] | None = (
-            ready if isinstance(ready, collections.deque) else None
-        )
+        self._run_queue: collections.deque[Any] | None = run_queue(loop)
         #: What was deferred, in order: always this one list (run() empties it in place).
         self.queue: list[Callable[[], None]] = []
         #: Run ``fn`` at the end of the batch, after what was deferred before it: the queue's
@@ -70,7 +70,7 @@ class EndOfBatch:
     def deferring(self) -> bool:
         """True when a write now should be deferred instead: something is deferred already
         (order), or an IO callback runs (its writes, and its batch's, are gathered)."""
-        return bool(self.queue) or (self.active and self._ready is not None)
+        return bool(self.queue) or (self.active and self._run_queue is not None)
 
     @property
     def pending(self) -> bool:
@@ -80,7 +80,7 @@ class EndOfBatch:
         """An IO callback ends: run the deferred work if it is the batch's last callback."""
         if not self.queue:
             return
-        ready = self._ready
+        ready = self._run_queue
         if not ready or (len(ready) == 1 and ready[0] is self._handle):
             self.run()
         elif self._handle is None:

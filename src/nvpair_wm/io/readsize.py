@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
+from nvpair_wm.internals import set_read_size
+
 READ_SIZE: Final = 64 * 1024  # bytes per read
 
 
 def cap_reads(transport: asyncio.BaseTransport, size: int = READ_SIZE) -> None:
     """Read at most ``size`` bytes per read (a no-op for transports without a read size)."""
-    if hasattr(transport, "max_size"):  # the selector and pipe transports' read size
-        transport.max_size = size
+    set_read_size(transport, size)

@@ -9,8 +9,9 @@ Once the handshake is done, records go through OpenSSL's ``SSL_read`` / ``SSL_wr
 ``BIO_read`` directly (the cffi binding pyOpenSSL itself uses): pyOpenSSL's wrappers check
 three callback helpers and raise ``WantReadError`` on every call that finds nothing more, which
 cost a quarter of the TLS time per request. Errors still go through pyOpenSSL's own mapping
-(``_raise_ssl_error``), so they raise exactly what they did before. Without those internals (a
-pyOpenSSL that renamed them) the public methods are used.
+(:func:`nvpair_wm.internals.raise_ssl_error`), so they raise exactly what they did before.
+Those internals are reached only through :mod:`nvpair_wm.internals`; without them (a pyOpenSSL
+that renamed them) the public methods are used, and ``manager:status`` says so.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from cryptography.hazmat.primitives import serialization
 from OpenSSL import SSL
 
 from nvpair_wm.errors import TLSError
+from nvpair_wm.internals import OPENSSL, raise_ssl_error, ssl_parts
 from nvpair_wm.pins import fingerprint_der
 
 __all__ = ["TLSMachine", "describe_ssl_error", "pointer_to"]
@@ -32,15 +34,12 @@ _RECORD = 16 * 1024
 #: Plaintext read per copy: the records of one read are decrypted into one such buffer.
 _READ_BUFFER = 2 * _RECORD
 
-try:  # the cffi binding pyOpenSSL calls OpenSSL through (see the module docstring)
-    from OpenSSL._util import ffi as _ffi
-    from OpenSSL._util import lib as _lib
-
-    _WANT_READ: int = _lib.SSL_ERROR_WANT_READ
-    _alloc: Any = _ffi.new_allocator(should_clear_after_alloc=False)
-    _NULL: Any = _ffi.NULL
-except (ImportError, AttributeError):  # pragma: no cover - another pyOpenSSL
-    _lib = None
+# The cffi binding pyOpenSSL calls OpenSSL through (nvpair_wm.internals), bound to module
+# globals: the record path looks each up once per call, as it did its own import.
+_lib: Any = None
+if OPENSSL is not None:
+    _lib, _ffi, _alloc, _NULL = OPENSSL.lib, OPENSSL.ffi, OPENSSL.alloc, OPENSSL.null
+    _WANT_READ: int = OPENSSL.want_read
 
 
 def pointer_to(buffer: bytearray) -> Any:
@@ -75,12 +74,10 @@ class TLSMachine:
     def __init__(self, conn: SSL.Connection) -> None:
         self._ssl = conn
         # OpenSSL's SSL* and memory BIOs, for the direct record path (None: public methods).
-        raw = getattr(conn, "_ssl", None)
-        self._raw: Any = raw if _lib is not None else None
-        self._bio_in: Any = getattr(conn, "_into_ssl", None)
-        self._bio_out: Any = getattr(conn, "_from_ssl", None)
-        if self._bio_in is None or self._bio_out is None:
-            self._raw = None
+        parts = ssl_parts(conn)
+        self._raw: Any = None if parts is None else parts[0]
+        self._bio_in: Any = None if parts is None else parts[1]
+        self._bio_out: Any = None if parts is None else parts[2]
         self.handshake_done = False
         self.peer_closed = False  # close_notify or an unclean EOF seen
         self.sent_close = False
@@ -231,7 +228,7 @@ class TLSMachine:
     def _read_error(self, result: int) -> None:
         """An ``SSL_read`` failed: pyOpenSSL's mapping says how (close_notify, EOF, error)."""
         try:
-            self._ssl._raise_ssl_error(self._raw, result)
+            raise_ssl_error(self._ssl, self._raw, result)
         except (SSL.ZeroReturnError, SSL.SysCallError):
             self.peer_closed = True  # close_notify, or EOF without one: the same to us
         except SSL.WantReadError:
@@ -244,7 +241,7 @@ class TLSMachine:
     def _write_error(self, result: int) -> None:
         """An ``SSL_write`` failed: raise what pyOpenSSL's mapping makes of it, as TLSError."""
         try:
-            self._ssl._raise_ssl_error(self._raw, result)
+            raise_ssl_error(self._ssl, self._raw, result)
         except SSL.Error as exc:
             raise TLSError(f"TLS write failed: {describe_ssl_error(exc)}") from exc
 
