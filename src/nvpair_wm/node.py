@@ -209,7 +209,7 @@ class Node:
         )
         self._stop = asyncio.Event()
         self._readiness_told = False  # GET /readyz
-        self._ready_notified = False  # READY=1 told to systemd: when /readyz first says 200
+        self._systemd_told = False  # READY=1 told to systemd: when /readyz first says 200
 
     def _peers(self) -> list[PeerStatus]:
         return self.broadcaster.status()
@@ -339,7 +339,7 @@ class Node:
         params = ReadyParams(version=__version__, contractVersion=CONTRACT_VERSION)
         self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=params))])
         self._readiness_told = True
-        self._notify_ready()
+        self._tell_systemd_readiness()
         tasks = [
             asyncio.create_task(channel.write_forever(), name="broker-writer"),
             asyncio.create_task(self._expire_forever(), name="expiry"),
@@ -461,7 +461,7 @@ class Node:
                 log.error("reload failed: %s: %s; the node runs on", type(exc).__name__, exc)
                 return None
             finally:
-                if self._ready_notified and not self._stop.is_set():
+                if self._systemd_told and not self._stop.is_set():
                     self.notifier.ready(self.status_line())
 
     async def _reload(self, reread: Callable[[], Config]) -> ReloadPlan | None:
@@ -583,18 +583,18 @@ class Node:
         while True:
             self.notifier.watchdog()
             if self._readiness_told and not self._stop.is_set():
-                self._notify_ready()
+                self._tell_systemd_readiness()
                 self.notifier.status(self.status_line())
             await asyncio.sleep(interval)
 
-    def _notify_ready(self) -> None:
+    def _tell_systemd_readiness(self) -> None:
         """READY=1 the first time the node is ready as ``GET /readyz`` says it (``ready`` sent,
         listener up, identity and journal as configured): at once, or, say, once node.crt and
         node.key appear; STATUS= says meanwhile why not."""
-        if not self._ready_notified and not self.readiness():
-            self._ready_notified = True
+        if not self._systemd_told and not self.readiness():
+            self._systemd_told = True
             self.notifier.ready(self.status_line())
-        elif not self._ready_notified:
+        elif not self._systemd_told:
             self.notifier.status(self.status_line())
 
     async def _expire_forever(self) -> None:
