@@ -14,6 +14,8 @@ import signal
 import sys
 from types import FrameType
 
+from nvpair_wm import platforms
+
 __all__ = ["StartupInterrupted", "main"]
 
 
@@ -31,7 +33,7 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in platforms.STOP_SIGNALS:
         signal.signal(sig, _interrupt)
     try:
         from nvpair_wm import cli  # noqa: PLC0415 - after the handlers: see the docstring

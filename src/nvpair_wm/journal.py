@@ -130,7 +130,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import gc
 import logging
 import math
@@ -146,7 +145,7 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from nvpair_wm import __version__, codec
+from nvpair_wm import __version__, codec, platforms
 from nvpair_wm.dedup import MAX_TOMB_RUNS, TableLimits, WorkloadTable
 from nvpair_wm.errors import WmError
 from nvpair_wm.events import FRAME_OF, LIFECYCLE_TYPES, STATE_OF, TERMINAL, Forwarded, Outbound
@@ -955,11 +954,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    platforms.sync_directory(directory)
 
 
 def _temp_of(path: Path) -> Path:
@@ -989,7 +984,7 @@ def _copy_range(src: Path, start: int, end: int, dst: Path) -> int:
         try:
             pos = start
             while pos < end:
-                chunk = os.pread(fin, min(_COPY_CHUNK, end - pos), pos)
+                chunk = platforms.read_at(fin, min(_COPY_CHUNK, end - pos), pos)
                 if not chunk:
                     raise OSError(errno.EIO, f"{src} is shorter than {end} bytes")
                 _write_all(fout, chunk)
@@ -1555,13 +1550,7 @@ def open_journal(
 
 def _lock(directory: Path) -> int:
     """The directory, flocked for this process (BlockingIOError: another one holds it)."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
+    return platforms.lock_directory(directory)
 
 
 def _open_locked(

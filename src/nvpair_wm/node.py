@@ -24,7 +24,7 @@ from nvpair_wm_schema.manager_status_schema import JournalStatus, PeerStatus, St
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
-from nvpair_wm import __version__, codec
+from nvpair_wm import __version__, codec, platforms
 from nvpair_wm.broadcaster import Broadcaster
 from nvpair_wm.compactor import compact_in_child
 from nvpair_wm.config import Config, metrics_address
@@ -229,9 +229,7 @@ class Node:
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self._on_signal, sig)
+        platforms.on_stop_signals(loop, self._on_signal)
         try:  # first, so that the probes answer while the node waits for its broker
             await self._start_metrics()
         except ListenFailed as exc:
