@@ -143,7 +143,8 @@ if sys.platform == "win32":
         (the proactor loop wakes up for a signal)."""
 
         def handler(signum: int, _frame: FrameType | None) -> None:
-            loop.call_soon_threadsafe(stop, signal.Signals(signum))
+            with contextlib.suppress(RuntimeError):  # the loop closed: the node is ending
+                loop.call_soon_threadsafe(stop, signal.Signals(signum))
 
         for sig in STOP_SIGNALS:
             signal.signal(sig, handler)

@@ -1,0 +1,207 @@
+"""The daemon's Windows build, run here under Wine: the embeddable Windows CPython with the
+Windows wheels (:mod:`tests.support.wine`, prepared once into a cache), this tree's code.
+
+* the broker on stdio, and on a named pipe (``--ipc \\\\.\\pipe\\NAME``, served by a stand-in
+  broker itself under Wine), with Ctrl+C and the broker's end of the channel as clean stops;
+* the conformance kit, from the Linux side, against the Windows daemon in both roles;
+* a cluster of a Linux node and a Windows node: events both ways, the Windows node killed and
+  its journal reloaded when it starts again.
+
+Wine is Debian's ``wine64`` (``.ci/run`` installs it); without it these tests are skipped with
+one line. Wine starts a process in a few seconds: one prepared environment and one persistent
+``wineserver`` serve the whole session, and the waits here allow for that start.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvpair_wm.journal import JOURNAL_FILE
+from tests.support.cluster import Cluster, Node, event, is_upsert, workload
+from tests.support.wine import WineEnv, prepare, wine_binary
+from tests.support.wm_process import WmProcess
+
+#: A Windows process's start under Wine (and the daemon's imports), on a loaded host.
+START = 90.0
+CONVERGE_WITHIN = 30.0
+PIPE_BROKER = Path(__file__).parent / "support" / "pipe_broker.py"
+#: The kit's groups that apply: all but local-ipc (a Unix socket; the named pipe is tested here).
+KIT_GROUPS = (
+    *("local-requests", "local-errors", "local-framing", "local-batches", "local-dedup"),
+    *("http-*", "peer-*"),
+)
+
+
+@pytest.fixture(scope="session")
+def windows() -> Iterator[WineEnv]:
+    wine = wine_binary()
+    if wine is None:
+        pytest.skip(
+            "Wine is missing (apt-get install -y wine64; .ci/run installs it): the Windows "
+            "build is not checked"
+        )
+    env = prepare(wine)
+    # One wineserver for the session: each process would otherwise start (and end) its own.
+    env.start_server()
+    try:
+        yield env
+    finally:
+        env.stop_server()
+
+
+def windows_node(node: Node, windows: WineEnv) -> Node:
+    node.program = windows.program("-m", "nvpair_wm")
+    return node
+
+
+def start(node: Node) -> None:
+    node.spawn()
+    ready = node.recv(timeout=START)
+    assert ready["method"] == "ready", ready
+    node.port = node.status()["port"]
+
+
+def test_runs_on_stdio_and_stops_on_ctrl_c_and_on_eof(windows: WineEnv) -> None:
+    """The platform is what the daemon says it is, its broker on stdio gets ``ready`` and
+    answers, and both ways of stopping it end with status 0 after the stop is logged."""
+    probe = subprocess.run(
+        windows.program(
+            "-c",
+            "import sys, asyncio; print(sys.platform, type(asyncio.get_event_loop_policy()))",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=START,
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert probe.stdout.split()[0] == "win32", probe
+    assert "WindowsProactorEventLoopPolicy" in probe.stdout, probe
+    for stop in ("eof", "ctrl-c"):
+        with WmProcess(
+            "--port", "0", "--bind", "127.0.0.1", program=windows.program("-m", "nvpair_wm")
+        ) as wm:
+            ready = wm.recv(timeout=START)
+            assert ready["method"] == "ready", ready
+            status = wm.status()
+            assert status["port"] > 0 and status["counters"]["framesIn"] == 1, status
+            if stop == "eof":
+                wm.close_stdin()
+                wm.wait_stderr("broker closed the channel; shutting down", timeout=START)
+            else:
+                wm.terminate(signal.SIGINT)  # Wine hands it to the process as Ctrl+C
+                wm.wait_stderr("SIGINT received; shutting down", timeout=START)
+            assert wm.wait(timeout=START) == 0, wm.stderr_log
+            assert not [line for line in wm.stderr_log if "Traceback" in line], wm.stderr_log
+
+
+def test_named_pipe_broker_and_a_mixed_cluster_with_a_kill(
+    windows: WineEnv, tmp_path: Path
+) -> None:
+    """A Windows node dials its broker's named pipe (started first: the node retries until it
+    listens), a Linux node runs beside it; events go both ways; the Windows node is killed,
+    starts again on its cluster directory and reloads what it originated from its journal."""
+    cluster = Cluster(tmp_path / "cluster", 2)
+    linux, win = cluster["node-a"], cluster["node-b"]
+    pipe = f"\\\\.\\pipe\\nvpair-wm-test-{uuid.uuid4().hex[:8]}"
+    # The node first, the broker after: the node dials with backoff until the pipe exists.
+    daemon = subprocess.Popen(
+        windows.program(
+            "-m",
+            "nvpair_wm",
+            "--ipc",
+            pipe,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--cluster-dir",
+            str(win.cluster_dir),
+            "--log-level",
+            "debug",
+        ),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        win.program = windows.program(str(PIPE_BROKER), pipe)
+        win.spawn()
+        try:
+            ready = win.recv(timeout=START)
+        except AssertionError:
+            daemon.kill()
+            raise AssertionError(
+                daemon.communicate(timeout=START)[1].decode(errors="replace")
+            ) from None
+        assert ready["method"] == "ready", ready
+        win.port = win.status()["port"]
+        start(linux)
+        cluster.announce()
+        linux.send(event("workload:submitted", workload("node-a", "from-linux")))
+        win.send(event("workload:submitted", workload("node-b", "from-windows")))
+        win.send(event("workload:started", workload("node-b", "from-windows", 2, startedAt=2)))
+        win.wait_for(is_upsert("from-linux"), timeout=CONVERGE_WITHIN)
+        linux.wait_for(is_upsert("from-windows", 2), timeout=CONVERGE_WITHIN)
+        win.status()  # answered after both events were journaled
+        # The broker closes its end of the pipe: the node stops cleanly.
+        win.wm.close_stdin()
+        _, err = daemon.communicate(timeout=START)
+        log = err.decode(errors="replace")
+        assert daemon.returncode == 0, log
+        assert "broker closed the channel; shutting down" in log, log
+        win.wm.wait(timeout=START)
+        win.proc = None
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait(timeout=START)
+    try:
+        # Now on stdio, killed mid-run: the journal holds what it originated.
+        windows_node(win, windows)
+        start(win)
+        assert win.status()["counters"]["workloads"] == 2
+        cluster.announce(to=[win])
+        win.send(event("workload:completed", workload("node-b", "from-windows", 3, completedAt=3)))
+        linux.wait_for(is_upsert("from-windows", 3), timeout=CONVERGE_WITHIN)
+        win.status()
+        win.kill()
+        assert (win.cluster_dir / JOURNAL_FILE).exists()
+        start(win)
+        win.wait_log("journal: reloaded 2 workloads", timeout=START)
+        status = win.status()
+        assert status["counters"]["workloads"] == 2, status
+        cluster.announce(to=[win])
+        # What it reloaded stands: the newest it originated is a duplicate now.
+        win.send(event("workload:completed", workload("node-b", "from-windows", 3, completedAt=3)))
+        assert win.status()["counters"]["duplicates"] == 1
+        assert cluster.errors() == []
+    finally:
+        cluster.close()
+
+
+def test_conformance_kit_passes_against_the_windows_daemon(windows: WineEnv) -> None:
+    """The kit from the Linux side, the daemon under Wine: local channel, server and client."""
+    only = [arg for group in KIT_GROUPS for arg in ("--only", group)]
+    kit = Path(sys.executable).with_name("nvpair-wm-conformance")
+    run = subprocess.run(
+        [str(kit), "--json", "--timeout", "30", *only, "--", *windows.program("-m", "nvpair_wm")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert run.stdout, run.stderr[-4000:]
+    results: Any = json.loads(run.stdout)
+    failed = [r for r in results["results"] if not r["passed"]] if isinstance(results, dict) else []
+    assert run.returncode == 0 and not failed, (failed, run.stderr[-4000:])
