@@ -33,6 +33,8 @@ from tests.support.wm_process import WmProcess
 #: A Windows process's start under Wine (and the daemon's imports), on a loaded host.
 START = 90.0
 CONVERGE_WITHIN = 30.0
+#: The kit's whole run against the Windows daemon (one Wine start per group).
+KIT_TIMEOUT = 420.0
 PIPE_BROKER = Path(__file__).parent / "support" / "pipe_broker.py"
 #: The kit's groups that apply: all but local-ipc (a Unix socket; the named pipe is tested here).
 KIT_GROUPS = (
@@ -189,6 +191,7 @@ def test_named_pipe_broker_and_a_mixed_cluster_with_a_kill(
         cluster.close()
 
 
+@pytest.mark.timeout(KIT_TIMEOUT + 60)
 def test_conformance_kit_passes_against_the_windows_daemon(windows: WineEnv) -> None:
     """The kit from the Linux side, the daemon under Wine: local channel, server and client."""
     only = [arg for group in KIT_GROUPS for arg in ("--only", group)]
@@ -197,7 +200,7 @@ def test_conformance_kit_passes_against_the_windows_daemon(windows: WineEnv) -> 
         [str(kit), "--json", "--timeout", "30", *only, "--", *windows.program("-m", "nvpair_wm")],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=KIT_TIMEOUT,
         check=False,
         stdin=subprocess.DEVNULL,
     )
