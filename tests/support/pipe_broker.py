@@ -6,6 +6,13 @@ arrives on its stdin goes to the node. So a test drives a node on a named pipe e
 stdio (``WmProcess(program=...)`` around this script). Its stdin's end closes the pipe (the
 broker closing the channel: the node stops); the node's end of the pipe ends this process.
 
+``python.exe pipe_broker.py \\\\.\\pipe\\NAME -- COMMAND ARGS...`` also starts the node,
+``COMMAND ARGS... --ipc \\\\.\\pipe\\NAME``, before it listens (the node dials until it does),
+and exits with the node's status: the conformance kit runs it as the implementation, and so
+checks the channel over the named pipe as it checks stdio. The relay writes the node's output
+with blocking writes from the loop: while its reader does not read, the loop stops reading the
+pipe, and the node's writes to the pipe wait (backpressure reaches the node).
+
 Lines on stderr say what happens (``listening``, ``connected``, ``node closed``) for the test's
 log. Windows only: the proactor loop's ``start_serving_pipe``.
 """
@@ -14,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import threading
 
@@ -48,7 +56,7 @@ def pump_stdin(loop: asyncio.AbstractEventLoop, transport: asyncio.WriteTranspor
         loop.call_soon_threadsafe(transport.write, data)
 
 
-async def main(address: str) -> None:
+async def relay(address: str) -> None:
     loop = asyncio.get_running_loop()
     connected: asyncio.Future[asyncio.WriteTransport] = loop.create_future()
     done = asyncio.Event()
@@ -63,5 +71,14 @@ async def main(address: str) -> None:
     await done.wait()
 
 
+def main(argv: list[str]) -> int:
+    address, command = argv[0], argv[2:] if argv[1:2] == ["--"] else []
+    node = None
+    if command:
+        node = subprocess.Popen([*command, "--ipc", address], stdin=subprocess.DEVNULL)
+    asyncio.run(relay(address))
+    return 0 if node is None else node.wait()
+
+
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1:]))
