@@ -1436,6 +1436,7 @@ class Journal:
                 job.damage.offset,
                 job.damage.reason,
             )
+        old: int | None = self._fd
         try:
             with self.path.open("rb") as f:
                 f.seek(job.upto)
@@ -1447,14 +1448,19 @@ class Journal:
                     os.fsync(fd)
             finally:
                 os.close(fd)
+            if platforms.WINDOWS and old is not None:  # an open file cannot be replaced there
+                close_quietly(old)
+                self._fd = old = None
             fd = _install(tmp, self.path, sync=sync)
         except OSError as exc:
             self._fail("compact", exc)
             return
-        if sync:
-            close_quietly(self._fd)
+        if old is None:
+            pass
+        elif sync:
+            close_quietly(old)
         else:  # the last descriptor of the old log: closing it frees it (~20 ms for 170 MB)
-            self._retired = self._fd
+            self._retired = old
         self._fd = fd
         self._size = job.size + len(since)
         self._kept, self._appended = job.kept, self._appended - job.appended

@@ -116,8 +116,9 @@ class WineEnv:
 
     def variables(self) -> dict[str, str]:
         """What a Windows process needs in its environment: this prefix, Wine quiet, the
-        wheels and this tree on its path."""
-        path = (self.directory / "site", ROOT / "src", ROOT / "generated")
+        wheels and this tree on its path (and the tree's root: ``tests.support``'s helpers
+        that need only the daemon's code)."""
+        path = (self.directory / "site", ROOT / "src", ROOT / "generated", ROOT)
         return {
             "WINEPREFIX": str(self.prefix),
             "WINEDEBUG": "-all",
