@@ -3,6 +3,7 @@ Windows wheels (:mod:`tests.support.wine`, prepared once into a cache), this tre
 
 * the broker on stdio, and on a named pipe (``--ipc \\\\.\\pipe\\NAME``, served by a stand-in
   broker itself under Wine), with Ctrl+C and the broker's end of the channel as clean stops;
+* platforms.py's Windows side (``tests/support/windows_checks.py``);
 * the conformance kit, from the Linux side, against the Windows daemon in both roles;
 * a cluster of a Linux node and a Windows node: events both ways, the Windows node killed and
   its journal reloaded when it starts again.
@@ -29,7 +30,6 @@ import pytest
 from nvpair_wm.journal import JOURNAL_FILE
 from tests.support.cluster import Cluster, Node, event, is_upsert, workload
 from tests.support.wine import WineEnv, prepare, wine_binary, zpath
-from tests.support.wm_process import WmProcess
 
 #: A Windows process's start under Wine (and the daemon's imports), on a loaded host.
 START = 90.0
@@ -86,27 +86,6 @@ def start(node: Node) -> None:
     node.port = node.status()["port"]
 
 
-def test_runs_on_stdio_and_stops_on_ctrl_c_and_on_eof(windows: WineEnv) -> None:
-    """The broker on stdio gets ``ready`` and answers, and both ways of stopping the node end
-    with status 0 after the stop is logged."""
-    for stop in ("eof", "ctrl-c"):
-        with WmProcess(
-            "--port", "0", "--bind", "127.0.0.1", program=windows.program("-m", "nvpair_wm")
-        ) as wm:
-            ready = wm.recv(timeout=START)
-            assert ready["method"] == "ready", ready
-            status = wm.status()
-            assert status["port"] > 0 and status["counters"]["framesIn"] == 1, status
-            if stop == "eof":
-                wm.close_stdin()
-                wm.wait_stderr("broker closed the channel; shutting down", timeout=START)
-            else:
-                wm.terminate(signal.SIGINT)  # Wine hands it to the process as Ctrl+C
-                wm.wait_stderr("SIGINT received; shutting down", timeout=START)
-            assert wm.wait(timeout=START) == 0, wm.stderr_log
-            assert not [line for line in wm.stderr_log if "Traceback" in line], wm.stderr_log
-
-
 def test_platform_pieces_on_windows(windows: WineEnv, tmp_path: Path) -> None:
     """platforms.py's Windows side on Windows: locks between two processes (and freed by a
     kill), binary files, positioned IO, Ctrl+C and Ctrl+Break on the proactor loop, and the
@@ -128,8 +107,9 @@ def test_named_pipe_broker_and_a_mixed_cluster_with_a_kill(
     windows: WineEnv, tmp_path: Path
 ) -> None:
     """A Windows node dials its broker's named pipe (started first: the node retries until it
-    listens), a Linux node runs beside it; events go both ways; the Windows node is killed,
-    starts again on its cluster directory and reloads what it originated from its journal."""
+    listens), a Linux node runs beside it; events go both ways; the broker's close stops the
+    node. Then on stdio: the Windows node is killed, starts again on its cluster directory and
+    reloads what it originated from its journal, and Ctrl+C stops it cleanly."""
     cluster = Cluster(tmp_path / "cluster", 2)
     linux, win = cluster["node-a"], cluster["node-b"]
     pipe = f"\\\\.\\pipe\\nvpair-wm-test-{uuid.uuid4().hex[:8]}"
@@ -204,6 +184,10 @@ def test_named_pipe_broker_and_a_mixed_cluster_with_a_kill(
         # What it reloaded stands: the newest it originated is a duplicate now.
         win.send(event("workload:completed", workload("node-b", "from-windows", 3, completedAt=3)))
         assert win.status()["counters"]["duplicates"] == 1
+        # Ctrl+C (Wine hands SIGINT to a Windows process as one): a clean stop.
+        win.signal(signal.SIGINT)
+        win.wait_log("SIGINT received; shutting down", timeout=START)
+        assert win.wm.wait(timeout=START) == 0
         assert cluster.errors() == []
     finally:
         cluster.close()
