@@ -31,6 +31,13 @@ from nvpair_wm.journal import JOURNAL_FILE
 from tests.support.cluster import Cluster, Node, event, is_upsert, workload
 from tests.support.wine import WineEnv, prepare, wine_binary, zpath
 
+if wine_binary() is None:  # one line in the summary, as for h2spec
+    pytest.skip(
+        "Wine is missing (apt-get install -y wine64; .ci/run installs it): the Windows build "
+        "is not checked",
+        allow_module_level=True,
+    )
+
 #: A Windows process's start under Wine (and the daemon's imports), on a loaded host.
 START = 90.0
 CONVERGE_WITHIN = 30.0
@@ -60,11 +67,7 @@ PIPE_KIT_CANNOT = {"local-framing/exit": "expected 1 line(s), got 0"}
 @pytest.fixture(scope="session")
 def windows() -> Iterator[WineEnv]:
     wine = wine_binary()
-    if wine is None:
-        pytest.skip(
-            "Wine is missing (apt-get install -y wine64; .ci/run installs it): the Windows "
-            "build is not checked"
-        )
+    assert wine is not None  # the module is skipped without it
     env = prepare(wine)
     # One wineserver for the session: each process would otherwise start (and end) its own.
     env.start_server()
