@@ -30,6 +30,7 @@ import pytest
 from nvpair_wm.journal import JOURNAL_FILE
 from tests.support.cluster import Cluster, Node, event, is_upsert, workload
 from tests.support.wine import WineEnv, prepare, wine_binary, zpath
+from tests.support.wm_process import WmProcess
 
 if wine_binary() is None:  # one line in the summary, as for h2spec
     pytest.skip(
@@ -116,36 +117,15 @@ def test_named_pipe_broker_and_a_mixed_cluster_with_a_kill(
     cluster = Cluster(tmp_path / "cluster", 2)
     linux, win = cluster["node-a"], cluster["node-b"]
     pipe = f"\\\\.\\pipe\\nvpair-wm-test-{uuid.uuid4().hex[:8]}"
-    # The node first, the broker after: the node dials with backoff until the pipe exists.
-    daemon = subprocess.Popen(
-        windows.program(
-            "-m",
-            "nvpair_wm",
-            "--ipc",
-            pipe,
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--cluster-dir",
-            str(win.cluster_dir),
-            "--log-level",
-            "debug",
-        ),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
+    # The node first, the broker once the node has failed to dial it: the node dials again
+    # with backoff until the pipe exists.
+    flags = ["--ipc", pipe, "--bind", "127.0.0.1", "--port", "0", "--log-level", "debug"]
+    flags += ["--cluster-dir", str(win.cluster_dir)]
+    with WmProcess(*flags, program=windows.program("-m", "nvpair_wm")) as daemon:
+        daemon.wait_stderr(f"waiting for the broker to listen on --ipc {pipe}", timeout=START)
         win.program = windows.program(str(PIPE_BROKER), pipe)
         win.spawn()
-        try:
-            ready = win.recv(timeout=START)
-        except AssertionError:
-            daemon.kill()
-            raise AssertionError(
-                daemon.communicate(timeout=START)[1].decode(errors="replace")
-            ) from None
+        ready = win.recv(timeout=START)
         assert ready["method"] == "ready", ready
         win.port = win.status()["port"]
         start(linux)
@@ -158,16 +138,10 @@ def test_named_pipe_broker_and_a_mixed_cluster_with_a_kill(
         win.status()  # answered after both events were journaled
         # The broker closes its end of the pipe: the node stops cleanly.
         win.wm.close_stdin()
-        _, err = daemon.communicate(timeout=START)
-        log = err.decode(errors="replace")
-        assert daemon.returncode == 0, log
-        assert "broker closed the channel; shutting down" in log, log
-        win.wm.wait(timeout=START)
+        daemon.wait_stderr("broker closed the channel; shutting down", timeout=START)
+        assert daemon.wait(timeout=START) == 0, daemon.stderr_log
+        assert win.wm.wait(timeout=START) == 0, win.wm.stderr_log
         win.proc = None
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait(timeout=START)
     try:
         # Now on stdio, killed mid-run: the journal holds what it originated.
         windows_node(win, windows)
