@@ -513,9 +513,9 @@ async def open_stdio() -> tuple[asyncio.StreamReader, Writer]:
     # Nothing else may write to stdout: it is the protocol.
     sys.stdout = sys.stderr
     if not _pollable(stdout.fileno()):
-        if stat.S_ISREG(os.fstat(stdout.fileno()).st_mode):
-            return reader, FileWriter(stdout)
-        return reader, ThreadWriter(stdout, loop)
+        if platforms.WINDOWS and not stat.S_ISREG(os.fstat(stdout.fileno()).st_mode):
+            return reader, ThreadWriter(stdout, loop)  # a pipe: the broker may stop reading
+        return reader, FileWriter(stdout)
     wtransport, wproto = await loop.connect_write_pipe(
         lambda: asyncio.streams.FlowControlMixin(loop), stdout
     )
