@@ -7,6 +7,8 @@ Windows side, and the rest of the daemon calls only these functions.
   (:data:`DIRECTORY_LOCK_FILE`), and its entries are not fsynced (NTFS journals its metadata;
   Python has no call that flushes a directory there).
 * Positioned reads and writes (``pread``/``pwrite`` are POSIX only).
+* A file that is open cannot be replaced by a rename on Windows: the journal closes the
+  descriptor it appends to before a compaction's file takes the log's name (``WINDOWS``).
 * Files opened with ``os.open`` are binary on Windows (the C runtime's default is text, which
   turns every ``\\n`` written to the journal into ``\\r\\n``): set once, when this module loads,
   for the whole process (the node and its compaction child both import it through the
