@@ -208,6 +208,18 @@ class FileWriter:
         self._file.close()
 
 
+def _call_soon(
+    loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: object
+) -> bool:
+    """Hand ``callback`` to ``loop`` from a thread; False when the loop has closed (the node
+    stopped while the thread waited on the broker's pipe: nothing is left to tell)."""
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        return False
+    return True
+
+
 class ThreadWriter:
     """stdout written by a thread: where asyncio cannot drive the pipe (Windows' anonymous
     pipes are not overlapped, so the proactor loop cannot write them), a blocking write must
@@ -262,11 +274,12 @@ class ThreadWriter:
                     view = view[self._file.write(view) or 0 :]
             except OSError as exc:  # the broker closed its end: drain() says so
                 self._error = exc
-                self._loop.call_soon_threadsafe(self._room.set)
+                _call_soon(self._loop, self._room.set)
                 return
             with self._cond:
                 self._bytes -= len(data)
-            self._loop.call_soon_threadsafe(self._wake)
+            if not _call_soon(self._loop, self._wake):
+                return
 
     def _wake(self) -> None:
         if self._bytes <= THREAD_BUFFER_BYTES:
@@ -543,12 +556,13 @@ def _feed_from_thread(
             try:
                 data = read(READ_CHUNK)
             except OSError as exc:  # not an EOF: the channel failed, and the reader says so
-                loop.call_soon_threadsafe(reader.set_exception, exc)
+                _call_soon(loop, reader.set_exception, exc)
                 return
             if not data:
-                loop.call_soon_threadsafe(reader.feed_eof)
+                _call_soon(loop, reader.feed_eof)
                 return
-            loop.call_soon_threadsafe(feed, data)
+            if not _call_soon(loop, feed, data):
+                return
 
     fed.set()
     threading.Thread(target=pump, name="stdin-reader", daemon=True).start()
