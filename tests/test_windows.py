@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from nvpair_wm.config import dumps
 from nvpair_wm.journal import JOURNAL_FILE
 from tests.support.cluster import Cluster, Node, event, is_upsert, workload
 from tests.support.wine import WineEnv, prepare, wine_binary, zpath
@@ -107,6 +108,7 @@ def test_platform_pieces_on_windows(windows: WineEnv, tmp_path: Path) -> None:
     assert run.stdout.split("\n")[:4] == checks, run.stdout
 
 
+@pytest.mark.timeout(6 * START)
 def test_named_pipe_broker_and_a_mixed_cluster_with_a_kill(
     windows: WineEnv, tmp_path: Path
 ) -> None:
@@ -119,13 +121,21 @@ def test_named_pipe_broker_and_a_mixed_cluster_with_a_kill(
     pipe = f"\\\\.\\pipe\\nvpair-wm-test-{uuid.uuid4().hex[:8]}"
     # The node first, the broker once the node has failed to dial it: the node dials again
     # with backoff until the pipe exists.
+    # The broker's start under Wine may take longer than the default dial budget (10 s).
+    config = tmp_path / "dial.toml"
+    config.write_text(dumps({"broker.dial_timeout": START}))
     flags = ["--ipc", pipe, "--bind", "127.0.0.1", "--port", "0", "--log-level", "debug"]
-    flags += ["--cluster-dir", str(win.cluster_dir)]
+    flags += ["--cluster-dir", str(win.cluster_dir), "--config", str(config)]
     with WmProcess(*flags, program=windows.program("-m", "nvpair_wm")) as daemon:
         daemon.wait_stderr(f"waiting for the broker to listen on --ipc {pipe}", timeout=START)
         win.program = windows.program(str(PIPE_BROKER), pipe)
         win.spawn()
-        ready = win.recv(timeout=START)
+        try:
+            ready = win.recv(timeout=START)
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}\nthe node's log:\n" + "\n".join(daemon.stderr_log)
+            ) from None
         assert ready["method"] == "ready", ready
         win.port = win.status()["port"]
         start(linux)

@@ -1455,12 +1455,10 @@ class Journal:
         except OSError as exc:
             self._fail("compact", exc)
             return
-        if old is None:
-            pass
-        elif sync:
+        if old is not None and sync:
             close_quietly(old)
-        else:  # the last descriptor of the old log: closing it frees it (~20 ms for 170 MB)
-            self._retired = old
+        elif old is not None:  # the last descriptor of the old log: closing it frees it (~20 ms
+            self._retired = old  # for 170 MB)
         self._fd = fd
         self._size = job.size + len(since)
         self._kept, self._appended = job.kept, self._appended - job.appended
@@ -1555,7 +1553,7 @@ def open_journal(
 
 
 def _lock(directory: Path) -> int:
-    """The directory, flocked for this process (BlockingIOError: another one holds it)."""
+    """The directory, locked for this process (BlockingIOError: another one holds it)."""
     return platforms.lock_directory(directory)
 
 
