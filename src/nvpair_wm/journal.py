@@ -1457,8 +1457,9 @@ class Journal:
             return
         if old is not None and sync:
             close_quietly(old)
-        elif old is not None:  # the last descriptor of the old log: closing it frees it (~20 ms
-            self._retired = old  # for 170 MB)
+        elif old is not None:
+            # The last descriptor of the old log: closing it frees it (~20 ms for 170 MB).
+            self._retired = old
         self._fd = fd
         self._size = job.size + len(since)
         self._kept, self._appended = job.kept, self._appended - job.appended
