@@ -142,7 +142,10 @@ if sys.platform == "win32":
     ) -> None:
         """Ctrl+C, Ctrl+Break (and SIGTERM, raised in-process) call ``stop`` on ``loop``: the
         handler runs between two bytecodes of the main thread and hands over to the loop
-        (the proactor loop wakes up for a signal)."""
+        (the proactor loop wakes up for a signal: it set its self-pipe as the wakeup fd).
+
+        The wakeup fd is set again without the warning on a full buffer: a full self-pipe
+        already holds a wakeup, yet the warning printed a traceback under Wine."""
 
         def handler(signum: int, _frame: FrameType | None) -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed: the node is ending
@@ -150,6 +153,9 @@ if sys.platform == "win32":
 
         for sig in STOP_SIGNALS:
             signal.signal(sig, handler)
+        wakeup = signal.set_wakeup_fd(-1)
+        if wakeup != -1:
+            signal.set_wakeup_fd(wakeup, warn_on_full_buffer=False)
 
 else:
     import fcntl

@@ -116,6 +116,9 @@ def check_signals() -> None:
                 stopped.set()
 
             platforms.on_stop_signals(loop, stop)
+            wakeup = signal.set_wakeup_fd(-1)  # still the loop's self-pipe
+            assert wakeup != -1
+            signal.set_wakeup_fd(wakeup, warn_on_full_buffer=False)
             signal.raise_signal(sig)
             await asyncio.wait_for(stopped.wait(), 10)
 
