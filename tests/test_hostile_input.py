@@ -30,7 +30,7 @@ from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 
 from nvpair_wm import codec
 from nvpair_wm.codec import MAX_DEPTH, PARSE_ERROR, RpcError
-from nvpair_wm.local import _feed_from_thread
+from nvpair_wm.local import BrokerReader, _feed_from_thread
 from tests.support.frames import dumps, event_frame, workload
 from tests.support.wm_process import WAIT, WmProcess
 
@@ -337,7 +337,7 @@ def test_a_read_error_in_the_stdin_thread_fails_the_reader() -> None:
     stream = client.makefile("rb", buffering=0)
 
     async def main() -> None:
-        reader = asyncio.StreamReader()
+        reader = BrokerReader()
         _feed_from_thread(asyncio.get_running_loop(), reader, stream)
         with pytest.raises(ConnectionResetError):
             await asyncio.wait_for(reader.read(10), WAIT)

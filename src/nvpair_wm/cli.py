@@ -18,7 +18,6 @@ import ipaddress
 import logging
 import os
 import re
-import resource
 import socket
 import stat
 import sys
@@ -28,7 +27,7 @@ from typing import NoReturn
 
 from nvpair_wm_schema.contract import DEFAULT_PORT
 
-from nvpair_wm import __version__, allocator, config, dirlock, logs
+from nvpair_wm import __version__, allocator, config, dirlock, logs, platforms
 from nvpair_wm.config import Config, ConfigError
 from nvpair_wm.dirlock import ClusterDirLock
 from nvpair_wm.errors import ClusterDirInUse, ConfigInvalid
@@ -157,14 +156,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def raise_fd_limit() -> None:
-    """Soft RLIMIT_NOFILE up to the hard limit: every connection is a descriptor, and the
-    default soft limit (often 1,024) is below ``max_connections`` plus what the node needs."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError) as exc:  # e.g. an infinite hard limit the kernel caps
-            logging.getLogger(__name__).warning("cannot raise the open-file limit: %s", exc)
+    """The descriptor limit as high as it goes (POSIX; Windows has none for sockets): every
+    connection is a descriptor (:func:`nvpair_wm.platforms.raise_descriptor_limit`)."""
+    if (why := platforms.raise_descriptor_limit()) is not None:
+        logging.getLogger(__name__).warning("%s", why)
 
 
 # -- checks of values that parse but cannot work ------------------------------------------------
@@ -250,8 +245,12 @@ def cluster_dir_problem(path: Path) -> str | None:
 
 def ipc_problem(path: str) -> str | None:
     """Why ``path`` can never be a broker socket to dial, or None."""
-    if sys.platform == "win32":  # pragma: no cover - named pipes have no directory
-        return None
+    if platforms.WINDOWS:  # named pipes have no directory; asyncio dials no Unix socket there
+        if platforms.is_named_pipe(path):
+            return None
+        return "not a named pipe (\\\\.\\pipe\\NAME): the only --ipc endpoint on Windows"
+    if platforms.is_named_pipe(path):
+        return "a Windows named pipe: on this system --ipc dials a Unix socket"
     if len(os.fsencode(path)) > _MAX_UNIX_PATH:
         return f"longer than a Unix socket path may be ({_MAX_UNIX_PATH} bytes)"
     parent = Path(path).parent

@@ -2,18 +2,19 @@
 
 Two daemons on one cluster directory would run with one identity (its peers could not tell
 them apart) and race over its journal, so the second one is refused before it starts. The lock
-is an ``flock`` (the kernel releases it when the holder ends, however it ends: there is never a
-stale lock to clean up) on a file that holds the holder's pid, so that the refusal can name it.
+is an ``flock`` (``LockFileEx`` on Windows: :mod:`nvpair_wm.platforms`; the system releases it
+when the holder ends, however it ends: there is never a stale lock to clean up) on a file that
+holds the holder's pid, so that the refusal can name it.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 from pathlib import Path
 from typing import Final
 
 from nvpair_wm.errors import ClusterDirInUse
+from nvpair_wm.platforms import lock_file, read_at, write_at
 
 __all__ = ["LOCK_FILE", "ClusterDirLock", "acquire"]
 
@@ -37,7 +38,7 @@ class ClusterDirLock:
 
 def _holder(fd: int) -> int | None:
     """The pid the holder wrote, or None (not written yet, or not a pid)."""
-    text = os.pread(fd, _PID_TEXT_BYTES, 0).decode("ascii", "replace").strip()
+    text = read_at(fd, _PID_TEXT_BYTES, 0).decode("ascii", "replace").strip()
     return int(text) if text.isdigit() else None
 
 
@@ -48,9 +49,9 @@ def acquire(directory: Path) -> ClusterDirLock:
     process holds it, and OSError when the lock file cannot be opened. Nothing is written when
     the lock is refused."""
     path = directory / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited (PEP 446)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock_file(fd)
     except BlockingIOError:
         holder = _holder(fd)
         os.close(fd)
@@ -60,7 +61,7 @@ def acquire(directory: Path) -> ClusterDirLock:
         raise
     try:
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        write_at(fd, f"{os.getpid()}\n".encode(), 0)
     except OSError:
         os.close(fd)
         raise

@@ -15,6 +15,8 @@ import signal
 import sys
 from types import FrameType
 
+from nvpair_wm import platforms
+
 __all__ = ["StartupInterrupted", "main"]
 
 
@@ -37,11 +39,12 @@ def main(argv: list[str] | None = None) -> None:
         from nvpair_wm import status_command  # noqa: PLC0415
 
         sys.exit(status_command.main(args[1:]))
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in platforms.STOP_SIGNALS:
         signal.signal(sig, _interrupt)
     # A reload asked for during start-up (SIGHUP's default would end the process): the file was
     # read a moment ago; the running node's handler takes over (node.py).
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if hasattr(signal, "SIGHUP"):  # not on Windows
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         from nvpair_wm import cli  # noqa: PLC0415 - after the handlers: see the docstring
 

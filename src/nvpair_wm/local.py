@@ -37,7 +37,7 @@ from typing import Final, Protocol, SupportsIndex
 
 from nvpair_wm_schema.node_record_schema import NodeRecord
 
-from nvpair_wm import codec
+from nvpair_wm import codec, platforms
 from nvpair_wm.dispatch import Dispatcher, Outbound
 from nvpair_wm.errors import DialFailed  # defined there; still importable from here
 from nvpair_wm.io.batch import EndOfBatch, for_loop
@@ -50,6 +50,9 @@ READ_CHUNK: Final = 64 * 1024
 _STATUS: Final = b'"manager:status"'
 _NODES: Final = b'"nodes:update"'
 DEFAULT_QUEUE_FRAMES: Final = 10_000
+#: A thread between the broker and the loop (stdio that asyncio cannot watch, e.g. any pipe on
+#: Windows) holds at most this many bytes unread or unwritten before it waits.
+THREAD_BUFFER_BYTES: Final = 4 * READ_CHUNK
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,22 +146,38 @@ class BrokerQueue:
 class BrokerReader(asyncio.StreamReader):
     """The broker channel's reader: while :attr:`consumer` is set (the reading task waits for
     data, and the queue has room), what arrives is handed to it in the same callback, with no
-    hop through the task; otherwise it is buffered as usual and the task reads it."""
+    hop through the task; otherwise it is buffered as usual and the task reads it.
+
+    :attr:`room` is clear while more than :data:`THREAD_BUFFER_BYTES` wait to be read: a thread
+    feeding the reader (:func:`_feed_from_thread`) waits for it, as a transport pauses reading."""
 
     def __init__(self) -> None:
         super().__init__(limit=2**31 - 1)
         self.consumer: Callable[[bytes], None] | None = None
+        self.buffered = 0  # bytes fed and not read yet
+        self.room = threading.Event()
+        self.room.set()
 
     def feed_data(self, data: Iterable[SupportsIndex]) -> None:
         consumer = self.consumer
         if consumer is None or not data:
             super().feed_data(data)
+            self.buffered += len(data)  # type: ignore[arg-type]  # transports feed bytes
+            if self.buffered > THREAD_BUFFER_BYTES:
+                self.room.clear()
             return
         try:
             consumer(data)  # type: ignore[arg-type]  # transports feed bytes
         except Exception as exc:  # our bug, not the broker's: the reading task fails with it
             self.consumer = None
             self.set_exception(exc)
+
+    async def read(self, n: int = -1) -> bytes:
+        data = await super().read(n)
+        self.buffered -= len(data)
+        if self.buffered <= THREAD_BUFFER_BYTES:
+            self.room.set()
+        return data
 
 
 class Writer(Protocol):
@@ -183,6 +202,92 @@ class FileWriter:
         return None
 
     def close(self) -> None:
+        self._file.close()
+
+
+def _call_soon(
+    loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: object
+) -> bool:
+    """Hand ``callback`` to ``loop`` from a thread; False when the loop has closed (the node
+    stopped while the thread waited on the broker's pipe: nothing is left to tell)."""
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        return False
+    return True
+
+
+class ThreadWriter:
+    """stdout written by a thread: where asyncio cannot drive the pipe (Windows' anonymous
+    pipes are not overlapped, so the proactor loop cannot write them), a blocking write must
+    not stop the loop. :meth:`drain` waits while more than :data:`THREAD_BUFFER_BYTES` wait to
+    be written, as a pipe transport's does: the broker's backpressure reaches the queue."""
+
+    def __init__(self, file: io.RawIOBase, loop: asyncio.AbstractEventLoop) -> None:
+        self._file = file
+        self._loop = loop
+        self._pending: collections.deque[bytes] = collections.deque()
+        self._bytes = 0  # written by write() and not by the thread yet
+        self._cond = threading.Condition()
+        self._closing = False
+        self._error: OSError | None = None
+        self._room = asyncio.Event()
+        self._room.set()
+        self._thread = threading.Thread(target=self._run, name="stdout-writer", daemon=True)
+        self._thread.start()
+
+    def write(self, data: bytes) -> None:
+        with self._cond:
+            self._pending.append(bytes(data))
+            self._bytes += len(data)
+            if self._bytes > THREAD_BUFFER_BYTES:
+                self._room.clear()
+            self._cond.notify()
+
+    def get_write_buffer_size(self) -> int:
+        return self._bytes
+
+    def is_closing(self) -> bool:
+        return self._closing or self._error is not None
+
+    async def drain(self) -> None:
+        while not self._room.is_set() and self._error is None:
+            await self._room.wait()
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                data = b"".join(self._pending)
+                self._pending.clear()
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[self._file.write(view) or 0 :]
+            except OSError as exc:  # the broker closed its end: drain() says so
+                self._error = exc
+                _call_soon(self._loop, self._room.set)
+                return
+            with self._cond:
+                self._bytes -= len(data)
+            if not _call_soon(self._loop, self._wake):
+                return
+
+    def _wake(self) -> None:
+        if self._bytes <= THREAD_BUFFER_BYTES:
+            self._room.set()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is pending (for up to ``timeout`` seconds), then close the file."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join(timeout)
         self._file.close()
 
 
@@ -216,7 +321,11 @@ class BrokerChannel:
         self._batch: EndOfBatch | None = None
         self._batched: list[bytes] | None = None  # frames for the end of the loop's batch
         #: The pipe's transport, asked before a direct write (a plain file has none).
-        self._transport = writer.transport if isinstance(writer, asyncio.StreamWriter) else None
+        self._transport: asyncio.WriteTransport | ThreadWriter | None = None
+        if isinstance(writer, asyncio.StreamWriter):
+            self._transport = writer.transport
+        elif isinstance(writer, ThreadWriter):
+            self._transport = writer
         queue.direct = self._write_now
 
     async def read_until_eof(self) -> None:
@@ -390,7 +499,10 @@ class BrokerChannel:
 
 def _pollable(fd: int) -> bool:
     """Only pipes and sockets can be watched by epoll; files, /dev/null and TTYs are not
-    reliably (epoll refuses regular files and /dev/null outright)."""
+    reliably (epoll refuses regular files and /dev/null outright). On Windows nothing is:
+    the proactor loop drives only overlapped handles, and stdio's pipes are not."""
+    if platforms.WINDOWS:
+        return False
     mode = os.fstat(fd).st_mode
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
@@ -411,6 +523,8 @@ async def open_stdio() -> tuple[asyncio.StreamReader, Writer]:
     # Nothing else may write to stdout: it is the protocol.
     sys.stdout = sys.stderr
     if not _pollable(stdout.fileno()):
+        if platforms.WINDOWS and not stat.S_ISREG(os.fstat(stdout.fileno()).st_mode):
+            return reader, ThreadWriter(stdout, loop)  # a pipe: the broker may stop reading
         return reader, FileWriter(stdout)
     wtransport, wproto = await loop.connect_write_pipe(
         lambda: asyncio.streams.FlowControlMixin(loop), stdout
@@ -419,21 +533,35 @@ async def open_stdio() -> tuple[asyncio.StreamReader, Writer]:
 
 
 def _feed_from_thread(
-    loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader, stream: object
+    loop: asyncio.AbstractEventLoop, reader: BrokerReader, stream: object
 ) -> None:
+    """Read ``stream`` in a thread into ``reader``, at most :data:`THREAD_BUFFER_BYTES` ahead
+    of the reading task: each chunk is fed before the next is read, and the thread waits for
+    :attr:`BrokerReader.room`."""
+    fed = threading.Event()
+
+    def feed(data: bytes) -> None:
+        reader.feed_data(data)
+        fed.set()
+
     def pump() -> None:
         read = stream.read  # type: ignore[attr-defined]
         while True:
+            fed.wait()
+            reader.room.wait()
+            fed.clear()
             try:
                 data = read(READ_CHUNK)
             except OSError as exc:  # not an EOF: the channel failed, and the reader says so
-                loop.call_soon_threadsafe(reader.set_exception, exc)
+                _call_soon(loop, reader.set_exception, exc)
                 return
             if not data:
-                loop.call_soon_threadsafe(reader.feed_eof)
+                _call_soon(loop, reader.feed_eof)
                 return
-            loop.call_soon_threadsafe(reader.feed_data, data)
+            if not _call_soon(loop, feed, data):
+                return
 
+    fed.set()
     threading.Thread(target=pump, name="stdin-reader", daemon=True).start()
 
 
@@ -443,7 +571,7 @@ async def open_ipc(path: str) -> tuple[asyncio.StreamReader, Writer]:
     loop = asyncio.get_running_loop()
     reader = BrokerReader()
     proto = asyncio.StreamReaderProtocol(reader)
-    if sys.platform == "win32":  # pragma: no cover - no Windows here; see README
+    if platforms.WINDOWS:  # the proactor loop's; a named pipe is the only endpoint there
         transport, _ = await loop.create_pipe_connection(lambda: proto, path)  # type: ignore[attr-defined]
     else:  # as asyncio.open_unix_connection, with our reader
         transport, _ = await loop.create_unix_connection(lambda: proto, path)
@@ -489,7 +617,7 @@ async def dial_ipc(path: str, limits: BrokerLimits) -> tuple[asyncio.StreamReade
 
 async def close_writer(writer: Writer) -> None:
     with contextlib.suppress(OSError, RuntimeError):
-        if isinstance(writer, FileWriter):
+        if isinstance(writer, FileWriter | ThreadWriter):
             writer.close()
             return
         assert isinstance(writer, asyncio.StreamWriter)

@@ -32,7 +32,7 @@ from nvpair_wm_schema.manager_status_schema import (
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
-from nvpair_wm import __version__, codec, internals, logs
+from nvpair_wm import __version__, codec, internals, logs, platforms
 from nvpair_wm.broadcaster import Broadcaster
 from nvpair_wm.config import Config, metrics_address
 from nvpair_wm.dedup import WorkloadTable
@@ -285,11 +285,9 @@ class Node:
     async def _run(self) -> int:
         loop = asyncio.get_running_loop()
         internals.check(loop)  # once: which fast paths are on (manager:status, metrics)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self._on_signal, sig)
+        platforms.on_stop_signals(loop, self._on_signal)
         with contextlib.suppress(NotImplementedError, RuntimeError, AttributeError):
-            loop.add_signal_handler(signal.SIGHUP, self._on_reload)
+            loop.add_signal_handler(signal.SIGHUP, self._on_reload)  # no SIGHUP on Windows
         try:  # first, so that the probes answer while the node waits for its broker
             await self._start_metrics()
         except ListenFailed as exc:

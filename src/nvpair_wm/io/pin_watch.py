@@ -17,8 +17,9 @@ watched source re-reads when the generation moved since it last looked (a change
 the other re-check by ``stat``, which is cheap and rare).
 
 Falls back to reading on every call where that guarantee does not hold: no inotify (not Linux,
-out of watches), a watched path missing or unwatchable, or a symlink among the files (its target
-can change unseen).
+e.g. Windows, or out of watches), a watched path missing or unwatchable, or a symlink among the
+files (its target can change unseen). Reading is then what :class:`~nvpair_wm.pins.PinSet` and
+:class:`~nvpair_wm.pins.Identity` do on each use: compare ``stat`` signatures, parse on change.
 
 :class:`PerTick` is the broadcaster's look at both before each batch: one check of the shared
 descriptor, or one read per event-loop tick of sources that are not watched.
@@ -28,14 +29,16 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import fcntl
 import logging
 import os
 import stat
 import sys
-import termios
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+if sys.platform != "win32":  # inotify is Linux's; elsewhere open_watch() answers None
+    import fcntl
+    import termios
 
 if TYPE_CHECKING:
     from nvpair_wm.pins import IdentitySource, NodeIdentity, PinSource

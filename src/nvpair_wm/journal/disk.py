@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 from pathlib import Path
 from typing import Final
+
+from nvpair_wm import platforms
 
 __all__ = [
     "close_quietly",
@@ -34,11 +35,8 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """A rename in ``directory`` made durable (nothing to do on Windows: ``platforms``)."""
+    platforms.sync_directory(directory)
 
 
 def temp_of(path: Path) -> Path:
@@ -68,7 +66,7 @@ def copy_range(src: Path, start: int, end: int, dst: Path) -> int:
         try:
             pos = start
             while pos < end:
-                chunk = os.pread(fin, min(_COPY_CHUNK, end - pos), pos)
+                chunk = platforms.read_at(fin, min(_COPY_CHUNK, end - pos), pos)
                 if not chunk:
                     raise OSError(errno.EIO, f"{src} is shorter than {end} bytes")
                 write_all(fout, chunk)
@@ -117,11 +115,5 @@ def fsync_and_close(fd: int) -> OSError | None:
 
 
 def lock_directory(directory: Path) -> int:
-    """The directory, flocked for this process (BlockingIOError: another one holds it)."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
+    """The directory, locked for this process (BlockingIOError: another one holds it)."""
+    return platforms.lock_directory(directory)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
+from nvpair_wm import platforms
 from nvpair_wm.dedup import TableLimits, WorkloadTable
 from nvpair_wm.events import Forwarded, Outbound
 from nvpair_wm.journal.compaction import Compaction
@@ -488,6 +489,7 @@ class Journal:
                 job.damage.offset,
                 job.damage.reason,
             )
+        old = self._fd
         try:
             with self.path.open("rb") as f:
                 f.seek(job.upto)
@@ -499,16 +501,20 @@ class Journal:
                     os.fsync(fd)
             finally:
                 os.close(fd)
+            if platforms.WINDOWS and old >= 0:  # an open file cannot be replaced there
+                close_quietly(old)
+                self._fd = old = -1
             fd = install(tmp, self.path, sync=sync)
         except OSError as exc:
             self._fail("compact", exc)
             return
         health.move(Event.INSTALLED)
-        if sync:
-            close_quietly(self._fd)
+        if sync or old < 0:
+            if old >= 0:
+                close_quietly(old)
             health.move(Event.COMMITTED)
         else:  # the last descriptor of the old log: closing it frees it (~20 ms for 170 MB)
-            self._retired = self._fd
+            self._retired = old
         self._fd = fd
         self._size = job.size + len(since)
         self._kept, self._appended = job.kept, self._appended - job.appended
