@@ -17,6 +17,7 @@ import tomllib
 import pytest
 from nvpair_wm_schema.manager_status_schema import FastPaths
 from OpenSSL import SSL
+from packaging.requirements import Requirement
 
 from nvpair_wm import internals
 from nvpair_wm.internals import FastPath
@@ -31,10 +32,15 @@ BOUNDED = ("pyOpenSSL", "cryptography")
 
 
 def _requirement(name: str) -> str:
+    """``name``'s requirement on this platform (a win32-only line does not apply here)."""
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    found = [d for d in deps if re.match(rf"{re.escape(name)}\b", d, re.IGNORECASE)]
+    found = [
+        str(req.specifier)
+        for req in map(Requirement, deps)
+        if req.name.lower() == name.lower() and (req.marker is None or req.marker.evaluate())
+    ]
     assert len(found) == 1, f"{name} in pyproject.toml's dependencies: {found}"
-    return str(found[0])
+    return found[0]
 
 
 def _release(version: str) -> tuple[int, ...]:
