@@ -259,7 +259,9 @@ def run(ctx: Context) -> BenchResult:
             ("req", "node CPU per request sent", "us/request", bc["cpu_per_request_s"] * 1e6),
             ("mem", "RSS per member held", "B/member", r["rss_per_member"]),
         ):
-            res.measurements.append(Measurement(f"{key}/{n}", f"{label}, {n} members", unit, [value]))
+            res.measurements.append(
+                Measurement(f"{key}/{n}", f"{label}, {n} members", unit, [value], False)
+            )
     res.tables.append(_table(runs))
     big = max(runs)
     r = runs[big]
@@ -297,43 +299,74 @@ def _table(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
         return [label, *(get(r) for r in runs.values())]
 
     mib = 1024 * 1024
+
+    def ms(x: float) -> str:
+        return f"{x * 1e3:.1f} ms"
+
+    def s2(x: float) -> str:
+        return f"{x:.2f} s"
+
+    def us(x: float) -> str:
+        return f"{x * 1e6:,.0f} us"
+
+    def pair(a: float, b: float) -> str:
+        return f"{a:.2f} / {b:.2f} s"
+
     rows = [
-        row("keys + trusted/ written (bench)", lambda r: f"{r['keys_s']:.2f} s"),
-        row("start: spawn -> ready, wall / CPU", lambda r: f"{r['start_s']:.2f} / {r['start_cpu_s']:.2f} s"),
-        row("nodes:update answered", lambda r: f"{r['update_s'] * 1e3:.1f} ms"),
-        row("links to every member", lambda r: f"{r['links_s']:.2f} s"),
-        row("mesh up both ways", lambda r: f"{r['mesh_s']:.2f} s"),
-        row("RSS ready -> mesh", lambda r: f"{r['rss_ready'] / mib:.0f} -> {r['rss_mesh'] / mib:.0f} MiB"),
+        row("keys + trusted/ written (bench)", lambda r: s2(r["keys_s"])),
+        row("start: spawn -> ready, wall / CPU", lambda r: pair(r["start_s"], r["start_cpu_s"])),
+        row("nodes:update answered", lambda r: ms(r["update_s"])),
+        row("links to every member", lambda r: s2(r["links_s"])),
+        row("mesh up both ways", lambda r: s2(r["mesh_s"])),
+        row(
+            "RSS ready -> mesh",
+            lambda r: f"{r['rss_ready'] / mib:.0f} -> {r['rss_mesh'] / mib:.0f} MiB",
+        ),
         row("RSS per member held", lambda r: f"{fmt(r['rss_per_member'] / 1024)} KiB"),
         row("descriptors ready -> mesh", lambda r: f"{r['fds_ready']} -> {r['fds_mesh']}"),
         row("idle CPU with the mesh up", lambda r: f"{r['idle_cpu'] * 1e3:.1f} ms/s"),
-        row("CPU per event received", lambda r: f"{r['received']['cpu_per_event_s'] * 1e6:.0f} us"),
-        row("CPU per local event broadcast", lambda r: f"{r['broadcast']['cpu_per_event_s'] * 1e6:,.0f} us"),
+        row("CPU per event received", lambda r: us(r["received"]["cpu_per_event_s"])),
+        row("CPU per local event broadcast", lambda r: us(r["broadcast"]["cpu_per_event_s"])),
         row(
             "... per request it became",
-            lambda r: f"{r['broadcast']['cpu_per_request_s'] * 1e6:.0f} us "
-            f"({r['broadcast']['requests'] / r['broadcast']['events']:.0f}/event)",
+            lambda r: (
+                f"{us(r['broadcast']['cpu_per_request_s'])} "
+                f"({r['broadcast']['requests'] / r['broadcast']['events']:.0f}/event)"
+            ),
         ),
         row(
             "restart: spawn -> ready, wall / CPU",
-            lambda r: f"{r['restart']['start_s']:.2f} / {r['restart']['start_cpu_s']:.2f} s",
+            lambda r: pair(r["restart"]["start_s"], r["restart"]["start_cpu_s"]),
         ),
-        row("restart: every member's snapshot in", lambda r: f"{r['restart']['members_snapshots_in_s']:.2f} s"),
-        row("restart: own snapshot at every member", lambda r: f"{r['restart']['node_snapshot_out_s']:.2f} s"),
+        row(
+            "restart: every member's snapshot in, broker has all",
+            lambda r: s2(r["restart"]["members_snapshots_in_s"]),
+        ),
+        row(
+            "restart: own snapshot at every member",
+            lambda r: s2(r["restart"]["node_snapshot_out_s"]),
+        ),
         row(
             "restart: upserts again (max each) / 503s",
-            lambda r: f"{r['restart']['upserts_again']} ({r['restart']['upserts_max']}) / "
-            f"{r['restart']['http_503']}",
+            lambda r: (
+                f"{r['restart']['upserts_again']} ({r['restart']['upserts_max']}) / "
+                f"{r['restart']['http_503']}"
+            ),
         ),
-        row("partition healed: first link / all, snapshots both ways", lambda r: f"{r['partition']['first_link_s']:.2f} / {r['partition']['heal_s']:.2f} s"),
         row(
-            "partition healed: 503s / upserts at the broker",
+            "healed: first link / all, snapshots both ways",
+            lambda r: pair(r["partition"]["first_link_s"], r["partition"]["heal_s"]),
+        ),
+        row(
+            "healed: 503s / upserts at the broker",
             lambda r: f"{r['partition']['http_503']} / {r['partition']['upserts_at_broker']}",
         ),
         row(
-            "partition healed: RSS before -> peak, CPU",
-            lambda r: f"{r['partition']['rss_before'] / mib:.0f} -> {r['partition']['rss_peak'] / mib:.0f} MiB, "
-            f"{r['partition']['cpu_s']:.2f} s",
+            "healed: RSS before -> peak, CPU",
+            lambda r: (
+                f"{r['partition']['rss_before'] / mib:.0f} -> "
+                f"{r['partition']['rss_peak'] / mib:.0f} MiB, {r['partition']['cpu_s']:.2f} s"
+            ),
         ),
     ]
     return {

@@ -38,15 +38,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from nvpair_wm_schema.contract import CONTRACT_VERSION
+
+from bench.harness import ROOT
 from nvpair_wm.clusterdir import cert_fingerprint, make_self_signed
 from nvpair_wm.outbox import BroadcastLimits, RetryRun
 
-from bench.harness import ROOT
-
-__all__ = ["Cluster", "Member", "NodeProc", "Identity", "make_identities", "write_node_dir"]
+__all__ = ["Cluster", "Identity", "Member", "NodeProc", "make_identities", "write_node_dir"]
 
 EVENTS_PATH: Final = b"/v1/workloads/events"
-CONTRACT: Final = b"1.2.0"
+CONTRACT: Final = CONTRACT_VERSION.encode()
 _ACCEPTED: Final = (
     b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\nserver: nvpair-sim/1\r\n"
     b"nvpair-contract-version: " + CONTRACT + b"\r\n\r\n"
@@ -195,7 +196,7 @@ class _ClientConn(asyncio.Protocol):
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result((status, headers))
 
-    async def post(self, body: bytes, timeout: float) -> tuple[int, dict[bytes, bytes]]:
+    async def post(self, body: bytes, within: float) -> tuple[int, dict[bytes, bytes]]:
         assert self.transport is not None
         self.waiter = asyncio.get_running_loop().create_future()
         self.transport.write(
@@ -203,7 +204,7 @@ class _ClientConn(asyncio.Protocol):
             b"content-type: application/json\r\nnvpair-contract-version: " + CONTRACT + b"\r\n"
             b"user-agent: nvpair-sim/1\r\ncontent-length: %d\r\n\r\n" % len(body) + body
         )
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(within):
             return await self.waiter
 
 
@@ -340,6 +341,9 @@ class Member:
                 if wait > 0:
                     await asyncio.sleep(wait)
                 next_connect = loop.time() + _LIMITS.min_reconnect_interval
+                if cluster.partitioned:  # the network is down: the attempt fails
+                    self.retry.failure(loop.time())
+                    continue
                 try:
                     async with asyncio.timeout(_LIMITS.connect_timeout):
                         _, client = await loop.create_connection(
@@ -428,11 +432,14 @@ class NodeProc:
         self._next = 0
         self.on_upsert: Callable[[], None] = lambda: None
 
+    def _log(self) -> Any:
+        return open(self.log_path, "ab")
+
     async def start(self) -> float:
         """Spawn and wait for ``ready``; returns the wall seconds it took."""
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
-        with open(self.log_path, "ab") as log:
+        with self._log() as log:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
@@ -480,7 +487,7 @@ class NodeProc:
         assert self.proc is not None and self.proc.stdin is not None
         self.proc.stdin.write(frame + b"\n")
 
-    async def request(self, method: str, params: Any = None, timeout: float = 60) -> Any:
+    async def request(self, method: str, params: Any = None, within: float = 60) -> Any:
         self._next += 1
         rid = f"sim-{self._next}"
         fut = asyncio.get_running_loop().create_future()
@@ -489,7 +496,7 @@ class NodeProc:
         if params is not None:
             frame["params"] = params
         self.send(json.dumps(frame, separators=(",", ":")).encode())
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(within):
             answer = await fut
         if "error" in answer:
             raise RuntimeError(f"{method}: {answer['error']}")
@@ -548,6 +555,7 @@ class Cluster:
     members: list[Member] = field(init=False)
     proc: NodeProc = field(init=False)
     requests_in: int = 0  # requests the members' servers took
+    partitioned: bool = False  # members can neither be reached nor reach the node
     statuses: Counter[int] = field(default_factory=Counter)  # what the node answered members
     _progress: asyncio.Event = field(init=False)
     _links: set[str] = field(default_factory=set)
@@ -578,14 +586,14 @@ class Cluster:
         self._links.add(member.name)
         self._progress.set()
 
-    async def until(self, cond: Callable[[], bool], timeout: float, what: str) -> float:
+    async def until(self, cond: Callable[[], bool], within: float, what: str) -> float:
         """Wait (woken by progress, else every 50 ms) until ``cond()``; seconds it took."""
         t0 = time.perf_counter()
-        deadline = t0 + timeout
+        deadline = t0 + within
         while not cond():
             left = deadline - time.perf_counter()
             if left <= 0:
-                raise TimeoutError(f"not within {timeout:g}s: {what}")
+                raise TimeoutError(f"not within {within:g}s: {what}")
             self._progress.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(left, 0.05)):
@@ -625,11 +633,13 @@ class Cluster:
         return sum(1 for m in self.members if m.client is not None and m.snapshots_done)
 
     def partition(self) -> None:
+        self.partitioned = True
         for m in self.members:
             m.cut()
 
     async def heal(self) -> None:
         await self.listen()
+        self.partitioned = False
 
     async def close(self) -> None:
         await asyncio.gather(*(m.stop() for m in self.members), return_exceptions=True)

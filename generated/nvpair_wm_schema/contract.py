@@ -17,7 +17,7 @@ from . import (
     workloads_upsert_schema,
 )
 
-CONTRACT_VERSION: Final = "1.2.0"
+CONTRACT_VERSION: Final = "1.3.0"
 """schema/VERSION: the contract version sent in ready.params.contractVersion."""
 DEFAULT_PORT: Final = 14320
 """The inter-node port when none is given (NodeRecord.port's default)."""

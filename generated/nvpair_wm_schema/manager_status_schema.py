@@ -41,6 +41,39 @@ A counter or a gauge: an integer from 0 to 2^53-1, the largest integer that ever
 """
 
 
+class CapacityShortfall(Struct):
+    """
+    A limit that caps this node below its current member count (the certificates pinned in trusted/): the full mesh needs per member two inbound connections (its link, and its old one while a reconnect overlaps it), a listen backlog entry (every member may reconnect in the same second) and descriptors for both directions. key names what raises it: a configuration key (http.max_connections, http.listen_backlog) or a system setting (RLIMIT_NOFILE, net.core.somaxconn). StatusResult.capacity since 1.3.0: optional in the schema, so that a status from a 1.2 manager stays valid; a 1.3 manager always sends it.
+    """
+
+    key: Annotated[
+        str,
+        Meta(
+            description="The configuration key or system setting that raises the limit."
+        ),
+    ]
+    """
+    The configuration key or system setting that raises the limit.
+    """
+    limit: Annotated[Count, Meta(description="The limit in force.")]
+    """
+    The limit in force.
+    """
+    needed: Annotated[Count, Meta(description="What the current member count needs.")]
+    """
+    What the current member count needs.
+    """
+    members: Annotated[
+        Count,
+        Meta(
+            description="The member count it was computed for (certificates pinned now)."
+        ),
+    ]
+    """
+    The member count it was computed for (certificates pinned now).
+    """
+
+
 Port: TypeAlias = Annotated[
     int,
     Meta(
@@ -358,7 +391,7 @@ class Counters(Struct):
 
 class StatusResult(Struct):
     """
-    The result of manager:status: this node's version, identity and bound port, one PeerStatus per current peer, the counters and the journal's state.
+    The result of manager:status: this node's version, identity and bound port, one PeerStatus per current peer, the counters and the journal's state, and the limits that cap it below its member count.
     """
 
     version: Annotated[str, Meta(description="nvpair-wm version (as in ready).")]
@@ -404,6 +437,18 @@ class StatusResult(Struct):
     """
     counters: Counters
     journal: JournalStatus | UnsetType = UNSET
+    capacity: (
+        Annotated[
+            list[CapacityShortfall],
+            Meta(
+                description="Each limit that caps this node below its member count, with the key that raises it; empty when none does (the defaults follow the member count)."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Each limit that caps this node below its member count, with the key that raises it; empty when none does (the defaults follow the member count).
+    """
 
 
 class StatusResponse(Struct):

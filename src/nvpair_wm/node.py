@@ -20,11 +20,16 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nvpair_wm_schema.contract import CONTRACT_VERSION
-from nvpair_wm_schema.manager_status_schema import JournalStatus, PeerStatus, StatusResult
+from nvpair_wm_schema.manager_status_schema import (
+    CapacityShortfall,
+    JournalStatus,
+    PeerStatus,
+    StatusResult,
+)
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
-from nvpair_wm import __version__, codec
+from nvpair_wm import __version__, capacity, codec
 from nvpair_wm.broadcaster import Broadcaster
 from nvpair_wm.compactor import compact_in_child
 from nvpair_wm.config import Config, metrics_address
@@ -168,7 +173,10 @@ class Node:
             limits=config.http,
             is_pinned=pins.is_pinned,
             tls_policy=config.tls,
+            members=self._members,
         )
+        # Limits that cap this node below its member count: logged when they appear, in status.
+        self._capacity = capacity.Watch(config.http)
         self.broadcaster = Broadcaster(  # the same inotify-watched sources as the server
             identity,
             pins,
@@ -203,6 +211,19 @@ class Node:
     def update_nodes(self, nodes: list[NodeRecord]) -> None:
         log.info("nodes:update with %d records", len(nodes), extra={"nodes": len(nodes)})
         self.broadcaster.update_nodes(nodes)
+        self._check_capacity()
+
+    def _members(self) -> int:
+        """The members this node serves: the certificates pinned now."""
+        return len(self.pins.current())
+
+    def _check_capacity(self) -> list[capacity.Shortfall]:
+        """Fit the listen backlog to the member count; log each limit that newly caps it."""
+        self.server.fit()
+        members = self._members()
+        for short in self._capacity.check(members, capacity.open_files(), capacity.somaxconn()):
+            log.warning(short.message(), extra={"key": short.key, "members": members})
+        return self._capacity.current
 
     def _status(self) -> StatusResult:
         has_identity, fingerprint = self._identity()
@@ -216,6 +237,10 @@ class Node:
             peers=self._peers(),
             counters=counters,
             journal=self._journal_status(),
+            capacity=[
+                CapacityShortfall(key=s.key, limit=s.limit, needed=s.needed, members=s.members)
+                for s in self._check_capacity()
+            ],
         )
 
     def _journal_status(self) -> JournalStatus:
@@ -315,6 +340,7 @@ class Node:
         except OSError as exc:
             where = f"--bind {self.config.bind}" if self.config.bind else "every interface"
             raise ListenFailed(f"--port {self.config.port} ({where})", exc) from exc
+        self._check_capacity()
         await self.broadcaster.start()
 
     async def _start_metrics(self) -> None:
@@ -379,6 +405,7 @@ class Node:
         while True:
             await asyncio.sleep(self.config.table.expire_interval)
             self.table.expire(time.monotonic())
+            self._check_capacity()  # trusted/ may have grown
 
     async def _journal_forever(self, journal: Journal) -> None:
         """The journal's group commit (fsync in a worker thread) and compaction (in a child

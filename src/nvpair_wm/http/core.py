@@ -78,7 +78,11 @@ class Limits:
     idle_timeout: float = 60.0  # keep-alive: response sent → first byte of the next request
     body_timeout: float = 30.0  # headers done → complete body
     write_timeout: float = 30.0  # one drain() waiting for a slow reader
-    max_connections: int = 1024  # open connections; more are closed right after accept
+    # Both unset by default: they follow the member count (certificates pinned), see
+    # nvpair_wm.capacity; a value set is used as is (more connections are closed at accept),
+    # and the node says when it caps the cluster below its members.
+    max_connections: int | None = None  # open connections (unset: 2/member + strangers, >= 1024)
+    listen_backlog: int | None = None  # accept queue (unset: members + strangers, >= 128)
     # Connections still in the handshake or whose certificate is not pinned have their own small
     # budget and short timers, so that pinned peers always find a slot.
     max_unauthenticated_connections: int = 128  # strangers at once; the oldest goes for a new one

@@ -10,8 +10,9 @@ Admission: every connection starts *unauthenticated* (in the TLS handshake, or h
 a certificate that is not pinned). Those live in their own small budget
 (``max_unauthenticated_connections``) with short timers (``unauthenticated_timeout`` for the
 handshake and as their idle timeout); a new connection past that budget, or past
-``max_connections``, evicts the oldest unauthenticated one. Connections whose certificate is
-pinned at handshake time take the other slots, so idle strangers cannot lock peers out.
+``max_connections`` (unset: it follows the member count, :mod:`nvpair_wm.capacity`), evicts
+the oldest unauthenticated one. Connections whose certificate is pinned at handshake time take
+the other slots, so idle strangers cannot lock peers out.
 
 Protocol choice by ALPN: ``h2`` → HTTP/2, ``http/1.1`` → HTTP/1.1, none → HTTP/2 if the client
 opens with the HTTP/2 preface (prior knowledge), else HTTP/1.1.
@@ -35,6 +36,7 @@ in-flight requests finish within ``grace`` seconds, then what is left is aborted
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import socket
@@ -45,6 +47,7 @@ from typing import Self, cast
 from nvpair_wm_schema.contract import DEFAULT_PORT
 
 from nvpair_wm import allocator
+from nvpair_wm.capacity import connection_limit, listen_backlog
 from nvpair_wm.errors import TLSError
 from nvpair_wm.http.core import Handler, Limits
 from nvpair_wm.io.batch import EndOfBatch, for_loop
@@ -119,8 +122,9 @@ def bind_sockets(hosts: Sequence[str] | None, port: int, backlog: int = 128) -> 
 class _Admission:
     """Who holds a connection slot: pinned peers, and a small bounded set of strangers."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, members: Callable[[], int]) -> None:
         self.limits = limits
+        self.members = members  # pinned members now: the unset max_connections follows them
         self.unauthenticated: dict[ServerConnection, None] = {}  # oldest first
         self.authenticated: set[ServerConnection] = set()
         self.evicted = 0
@@ -132,7 +136,7 @@ class _Admission:
     def admit(self, conn: ServerConnection) -> bool:
         """Take a slot for a new (unauthenticated) connection, evicting a stranger if needed."""
         limits = self.limits
-        over_total = len(self) >= limits.max_connections
+        over_total = len(self) >= connection_limit(limits, self.members())
         over_strangers = len(self.unauthenticated) >= limits.max_unauthenticated_connections
         if over_total or over_strangers:
             if not self.unauthenticated:
@@ -578,8 +582,10 @@ class InterNodeServer:
         plain_fingerprint: str | None = None,
         plain_alpn: str | None = None,
         tls_policy: TLSPolicy | None = None,
+        members: Callable[[], int] = lambda: 0,
     ) -> None:
         self.handler = handler
+        self.members = members  # how many members the node has now (its pins)
         self.limits = limits or Limits()
         lim = self.limits
         short = lim.unauthenticated_timeout
@@ -600,7 +606,9 @@ class InterNodeServer:
         self._requested_port = port
         self._hosts = hosts
         self._servers: list[asyncio.Server] = []
-        self._admission = _Admission(lim)
+        self._admission = _Admission(lim, members)
+        self._socks: list[socket.socket] = []
+        self._backlog = 0
         self._closing = False
         self._drained: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -647,11 +655,13 @@ class InterNodeServer:
     async def start(self) -> None:
         """Bind and start accepting. Raises OSError if the port cannot be bound."""
         loop = self._loop = asyncio.get_running_loop()
-        socks = bind_sockets(self._hosts, self._requested_port)
+        self._backlog = listen_backlog(self.limits, self.members())
+        socks = self._socks = bind_sockets(self._hosts, self._requested_port, self._backlog)
         self.port = socks[0].getsockname()[1]
         try:
             for sock in socks:
-                srv = await loop.create_server(self._new_protocol, sock=sock)
+                # asyncio listens again, with its own backlog (100) unless told ours.
+                srv = await loop.create_server(self._new_protocol, sock=sock, backlog=self._backlog)
                 self._servers.append(srv)
         except BaseException:
             for srv in self._servers:
@@ -665,6 +675,16 @@ class InterNodeServer:
         )
         if self.tls is not None and not self.tls.has_identity():
             log.warning("no cluster identity yet: TLS handshakes fail until node.crt/key appear")
+
+    def fit(self) -> None:
+        """Grow the listen backlog to the member count now (a second ``listen`` on a
+        listening socket resizes its queue), so every member may connect in the same second."""
+        backlog = listen_backlog(self.limits, self.members())
+        if backlog > self._backlog and not self._closing:
+            self._backlog = backlog
+            for sock in self._socks:
+                with contextlib.suppress(OSError):
+                    sock.listen(backlog)
 
     @property
     def addresses(self) -> list[tuple[str, int]]:

@@ -1,0 +1,118 @@
+"""The limits that follow the member count (``nvpair_wm.capacity``), and the line a node writes,
+at start and in ``manager:status``, when a configured limit caps it below its members."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+from pathlib import Path
+
+from nvpair_wm.capacity import (
+    Shortfall,
+    Watch,
+    connection_limit,
+    descriptors_needed,
+    listen_backlog,
+    shortfalls,
+)
+from nvpair_wm.clusterdir import init_cluster, make_self_signed
+from nvpair_wm.http.core import Limits
+from tests.support.tools import tool
+from tests.support.wm_process import WmProcess
+
+
+def test_the_unset_defaults_follow_the_member_count() -> None:
+    lim = Limits()
+    assert connection_limit(lim, 3) == 1024  # a small cluster: the floor
+    assert connection_limit(lim, 1000) == 2 * 1000 + lim.max_unauthenticated_connections
+    assert listen_backlog(lim, 3) == 3 + lim.max_unauthenticated_connections
+    assert listen_backlog(lim, 1000) == 1000 + lim.max_unauthenticated_connections
+    # every member's two connections, its outbound one, and the node's own
+    assert descriptors_needed(lim, 1000) == 2128 + 1000 + 64
+    for members in (0, 1, 10, 100, 448, 449, 1000, 10_000):
+        assert shortfalls(lim, members, None, None) == [], members
+
+
+def test_a_configured_limit_is_used_as_is_and_named_when_it_caps_the_cluster() -> None:
+    lim = Limits(max_connections=1024, listen_backlog=576)
+    assert connection_limit(lim, 1000) == 1024 and listen_backlog(lim, 1000) == 576
+    assert shortfalls(lim, 448, None, None) == []  # 2 x 448 + 128 = 1024, 448 + 128 = 576
+    found = shortfalls(lim, 1000, None, None)
+    assert found == [
+        Shortfall("http.max_connections", 1024, 2128, 1000),
+        Shortfall("http.listen_backlog", 576, 1128, 1000),
+    ]
+    assert "set http.max_connections in the --config file" in found[0].message()
+
+
+def test_the_system_limits_are_named_with_what_raises_them() -> None:
+    lim = Limits()
+    found = shortfalls(lim, 1000, 1024, 512)
+    assert [s.key for s in found] == ["net.core.somaxconn", "RLIMIT_NOFILE"]
+    assert found[1].needed == descriptors_needed(lim, 1000)
+    assert "ulimit -Hn" in found[1].message() and "sysctl" in found[0].message()
+    assert shortfalls(lim, 1000, 1_048_576, 4096) == []
+
+
+def test_a_watch_reports_a_shortfall_once_and_again_when_it_changes() -> None:
+    watch = Watch(Limits(max_connections=200))
+    assert watch.check(10, None, None) == []
+    first = watch.check(100, None, None)
+    assert [s.key for s in first] == ["http.max_connections"]
+    assert watch.check(100, None, None) == []  # nothing new: not logged again
+    assert watch.check(101, None, None)[0].needed == 2 * 101 + 128
+    assert watch.check(10, None, None) == [] and watch.current == []
+
+
+def _node_dir(tmp_path: Path, extra_pins: int) -> Path:
+    node = init_cluster(tmp_path / "cluster", ["node-a", "node-b"])["node-a"]
+    for i in range(extra_pins):
+        cert, _ = make_self_signed(f"m-{i}")
+        (node / "trusted" / f"m-{i}.crt").write_bytes(cert)
+    return node
+
+
+def test_a_node_says_at_start_and_in_status_which_limit_caps_it(tmp_path: Path) -> None:
+    node = _node_dir(tmp_path, extra_pins=9)  # 10 members pinned
+    conf = tmp_path / "wm.toml"
+    conf.write_text("[http]\nmax_connections = 64\n")
+    args = ("--cluster-dir", str(node), "--bind", "127.0.0.1", "--port", "0")
+    with WmProcess(*args, "--config", str(conf)) as wm:
+        assert wm.recv()["method"] == "ready"
+        line = wm.wait_stderr("caps this node below its 10 members")
+        assert "http.max_connections = 64" in line and "need 148" in line
+        status = wm.status()
+        assert status["capacity"] == [
+            {"key": "http.max_connections", "limit": 64, "needed": 148, "members": 10}
+        ]
+    with WmProcess(*args) as wm:  # the defaults follow the members: nothing caps it
+        assert wm.recv()["method"] == "ready"
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        expected = [] if soft >= descriptors_needed(Limits(), 10) else ["RLIMIT_NOFILE"]
+        assert [c["key"] for c in wm.status()["capacity"]] == expected
+        assert not any("caps this node" in line for line in wm.stderr_log)
+
+
+def test_the_listen_backlog_follows_the_pins_at_start(tmp_path: Path) -> None:
+    """ss shows a listener's backlog as Send-Q; /proc/net/tcp does not, so ask the socket."""
+    node = _node_dir(tmp_path, extra_pins=300)  # 301 members: 301 + 128 > 128
+    with WmProcess("--cluster-dir", str(node), "--bind", "127.0.0.1", "--port", "0") as wm:
+        assert wm.recv()["method"] == "ready"
+        port = wm.status()["port"]
+        backlog = _listen_backlog(port)
+        assert backlog == min(301 + 128, _somaxconn()), backlog
+
+
+def _somaxconn() -> int:
+    return int(Path("/proc/sys/net/core/somaxconn").read_text())
+
+
+def _listen_backlog(port: int) -> int:
+    """The backlog of the listener on 127.0.0.1:``port``, from sock_diag (``ss -ltn``)."""
+    ss = tool("ss", "iproute2")
+    out = subprocess.run(
+        [ss, "-Hltn", "sport", f"= :{port}"], capture_output=True, text=True, check=True
+    ).stdout
+    fields = out.split()
+    assert fields and fields[0] == "LISTEN", out
+    return int(fields[2])  # State Recv-Q Send-Q: Send-Q is the backlog of a listener
