@@ -14,6 +14,7 @@ from nvpair_wm.capacity import (
     descriptors_needed,
     listen_backlog,
     shortfalls,
+    strangers_limit,
 )
 from nvpair_wm.clusterdir import init_cluster, make_self_signed
 from nvpair_wm.http.core import Limits
@@ -23,26 +24,31 @@ from tests.support.wm_process import WmProcess
 
 def test_the_unset_defaults_follow_the_member_count() -> None:
     lim = Limits()
+    assert strangers_limit(lim, 3) == 128 and strangers_limit(lim, 1000) == 1000
     assert connection_limit(lim, 3) == 1024  # a small cluster: the floor
-    assert connection_limit(lim, 1000) == 2 * 1000 + lim.max_unauthenticated_connections
-    assert listen_backlog(lim, 3) == 3 + lim.max_unauthenticated_connections
-    assert listen_backlog(lim, 1000) == 1000 + lim.max_unauthenticated_connections
-    # every member's two connections, its outbound one, and the node's own
-    assert descriptors_needed(lim, 1000) == 2128 + 1000 + 64
+    assert connection_limit(lim, 1000) == 2 * 1000 + 1000  # and every member handshaking
+    assert listen_backlog(lim, 3) == 3 + 128
+    assert listen_backlog(lim, 1000) == 1000 + 128
+    # every member's connections here, its outbound one, and the node's own
+    assert descriptors_needed(lim, 1000) == 3000 + 1000 + 64
     for members in (0, 1, 10, 100, 448, 449, 1000, 10_000):
         assert shortfalls(lim, members, None, None) == [], members
 
 
 def test_a_configured_limit_is_used_as_is_and_named_when_it_caps_the_cluster() -> None:
-    lim = Limits(max_connections=1024, listen_backlog=576)
+    lim = Limits(max_connections=1024, listen_backlog=576, max_unauthenticated_connections=128)
     assert connection_limit(lim, 1000) == 1024 and listen_backlog(lim, 1000) == 576
-    assert shortfalls(lim, 448, None, None) == []  # 2 x 448 + 128 = 1024, 448 + 128 = 576
+    assert shortfalls(lim, 128, None, None) == []
+    assert [s.key for s in shortfalls(lim, 129, None, None)] == [
+        "http.max_unauthenticated_connections"  # 129 members cannot all be handshaking
+    ]
     found = shortfalls(lim, 1000, None, None)
     assert found == [
+        Shortfall("http.max_unauthenticated_connections", 128, 1000, 1000),
         Shortfall("http.max_connections", 1024, 2128, 1000),
         Shortfall("http.listen_backlog", 576, 1128, 1000),
     ]
-    assert "set http.max_connections in the --config file" in found[0].message()
+    assert "set http.max_connections in the --config file" in found[1].message()
 
 
 def test_the_system_limits_are_named_with_what_raises_them() -> None:
@@ -51,16 +57,18 @@ def test_the_system_limits_are_named_with_what_raises_them() -> None:
     assert [s.key for s in found] == ["net.core.somaxconn", "RLIMIT_NOFILE"]
     assert found[1].needed == descriptors_needed(lim, 1000)
     assert "ulimit -Hn" in found[1].message() and "sysctl" in found[0].message()
+    assert found[0].needed == 1000 + 128
     assert shortfalls(lim, 1000, 1_048_576, 4096) == []
 
 
 def test_a_watch_reports_a_shortfall_once_and_again_when_it_changes() -> None:
-    watch = Watch(Limits(max_connections=200))
+    watch = Watch(Limits(max_connections=200, max_unauthenticated_connections=128))
     assert watch.check(10, None, None) == []
     first = watch.check(100, None, None)
     assert [s.key for s in first] == ["http.max_connections"]
     assert watch.check(100, None, None) == []  # nothing new: not logged again
     assert watch.check(101, None, None)[0].needed == 2 * 101 + 128
+    assert watch.check(100, None, None)[0].needed == 2 * 100 + 128  # smaller: new numbers
     assert watch.check(10, None, None) == [] and watch.current == []
 
 
@@ -80,7 +88,7 @@ def test_a_node_says_at_start_and_in_status_which_limit_caps_it(tmp_path: Path) 
     with WmProcess(*args, "--config", str(conf)) as wm:
         assert wm.recv()["method"] == "ready"
         line = wm.wait_stderr("caps this node below its 10 members")
-        assert "http.max_connections = 64" in line and "need 148" in line
+        assert "http.max_connections = 64" in line and "need 148" in line  # 2 x 10 + 128
         status = wm.status()
         assert status["capacity"] == [
             {"key": "http.max_connections", "limit": 64, "needed": 148, "members": 10}
@@ -95,7 +103,7 @@ def test_a_node_says_at_start_and_in_status_which_limit_caps_it(tmp_path: Path) 
 
 def test_the_listen_backlog_follows_the_pins_at_start(tmp_path: Path) -> None:
     """ss shows a listener's backlog as Send-Q; /proc/net/tcp does not, so ask the socket."""
-    node = _node_dir(tmp_path, extra_pins=300)  # 301 members: 301 + 128 > 128
+    node = _node_dir(tmp_path, extra_pins=300)  # 301 members: 301 + 128 > asyncio's 100
     with WmProcess("--cluster-dir", str(node), "--bind", "127.0.0.1", "--port", "0") as wm:
         assert wm.recv()["method"] == "ready"
         port = wm.status()["port"]

@@ -43,7 +43,7 @@ A counter or a gauge: an integer from 0 to 2^53-1, the largest integer that ever
 
 class CapacityShortfall(Struct):
     """
-    A limit that caps this node below its current member count (the certificates pinned in trusted/): the full mesh needs per member two inbound connections (its link, and its old one while a reconnect overlaps it), a listen backlog entry (every member may reconnect in the same second) and descriptors for both directions. key names what raises it: a configuration key (http.max_connections, http.listen_backlog) or a system setting (RLIMIT_NOFILE, net.core.somaxconn). StatusResult.capacity since 1.3.0: optional in the schema, so that a status from a 1.2 manager stays valid; a 1.3 manager always sends it.
+    A limit that caps this node below its current member count (the certificates pinned in trusted/): the full mesh needs per member a handshake slot and a listen backlog entry (every member may reconnect in the same second), two inbound connections (its link, and its old one while a reconnect overlaps it) and descriptors for both directions. key names what raises it: a configuration key (http.max_unauthenticated_connections, http.max_connections, http.listen_backlog) or a system setting (RLIMIT_NOFILE, net.core.somaxconn). StatusResult.capacity since 1.3.0: optional in the schema, so that a status from a 1.2 manager stays valid; a 1.3 manager always sends it.
     """
 
     key: Annotated[

@@ -6,11 +6,14 @@ old connection may still be open here until the server notices it is dead, so a 
 two for a while; and after a restart or a healed partition every member may connect within the
 same second. So, per member, the node needs:
 
-* **connections**: 2 (``CONNECTIONS_PER_MEMBER``), on top of the strangers' budget
-  (``http.max_unauthenticated_connections``): ``http.max_connections`` unset (the default)
-  follows the member count, ``max(1024, 2 N + strangers)``;
-* **a listen backlog** of N + strangers (every member's SYN in the same second): the default
-  (unset) follows the member count, and the kernel caps it at ``net.core.somaxconn``;
+* **a handshake slot**: every member may be in its TLS handshake at once (before it is, it is
+  a stranger): ``http.max_unauthenticated_connections`` unset (the default) is
+  ``max(128, N)``; a smaller budget evicts members' handshakes under a mass reconnect, which
+  then retry and are evicted again;
+* **connections**: 2 (``CONNECTIONS_PER_MEMBER``), on top of the strangers' budget:
+  ``http.max_connections`` unset is ``max(1024, 2 N + strangers)``;
+* **a listen backlog** entry (every member's SYN in the same second): ``http.listen_backlog``
+  unset is ``max(128, N + 128)``, and the kernel caps it at ``net.core.somaxconn``;
 * **descriptors**: the connection limit plus one outbound connection per member plus the
   node's own (``DESCRIPTORS_BASE``: listeners, pipes, journal, inotify, epoll), within the
   open-file limit the process raised to its hard limit at start.
@@ -40,13 +43,22 @@ __all__ = [
     "open_files",
     "shortfalls",
     "somaxconn",
+    "strangers_limit",
 ]
 
 CONNECTIONS_PER_MEMBER: Final = 2  # its link, and its old one while a reconnect overlaps it
 DESCRIPTORS_BASE: Final = 64  # the node's own: listeners, pipes, journal, inotify, epoll, ...
 MIN_CONNECTIONS: Final = 1024  # the unset default's floor (a cluster of a few nodes)
 MIN_BACKLOG: Final = 128  # the unset default's floor
+MIN_STRANGERS: Final = 128  # the strangers' budget, whatever the member count
 SOMAXCONN: Final = Path("/proc/sys/net/core/somaxconn")
+
+
+def strangers_limit(limits: Limits, members: int) -> int:
+    """``http.max_unauthenticated_connections``, or (unset) every member at once, at least 128."""
+    if limits.max_unauthenticated_connections is not None:
+        return limits.max_unauthenticated_connections
+    return max(MIN_STRANGERS, members)
 
 
 def connection_limit(limits: Limits, members: int) -> int:
@@ -57,10 +69,10 @@ def connection_limit(limits: Limits, members: int) -> int:
 
 
 def listen_backlog(limits: Limits, members: int) -> int:
-    """``http.listen_backlog``, or (unset) every member and stranger at once, at least 128."""
+    """``http.listen_backlog``, or (unset) every member at once and 128 strangers."""
     if limits.listen_backlog is not None:
         return limits.listen_backlog
-    return max(MIN_BACKLOG, members + limits.max_unauthenticated_connections)
+    return max(MIN_BACKLOG, _backlog_needed(members))
 
 
 def descriptors_needed(limits: Limits, members: int) -> int:
@@ -69,7 +81,11 @@ def descriptors_needed(limits: Limits, members: int) -> int:
 
 
 def _connections_needed(limits: Limits, members: int) -> int:
-    return CONNECTIONS_PER_MEMBER * members + limits.max_unauthenticated_connections
+    return CONNECTIONS_PER_MEMBER * members + strangers_limit(limits, members)
+
+
+def _backlog_needed(members: int) -> int:
+    return members + MIN_STRANGERS
 
 
 def open_files() -> int | None:
@@ -115,12 +131,15 @@ def shortfalls(
     """Every limit below what ``members`` members need (``open_files``: the soft
     RLIMIT_NOFILE, None when unlimited; ``kernel_backlog``: net.core.somaxconn, if known)."""
     out: list[Shortfall] = []
+    strangers = strangers_limit(limits, members)
+    if strangers < members:
+        out.append(Shortfall("http.max_unauthenticated_connections", strangers, members, members))
     conns = connection_limit(limits, members)
     need = _connections_needed(limits, members)
     if conns < need:
         out.append(Shortfall("http.max_connections", conns, need, members))
     backlog = listen_backlog(limits, members)
-    need = members + limits.max_unauthenticated_connections
+    need = _backlog_needed(members)
     if backlog < need:
         out.append(Shortfall("http.listen_backlog", backlog, need, members))
     elif kernel_backlog is not None and kernel_backlog < min(backlog, need):

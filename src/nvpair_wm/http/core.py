@@ -83,9 +83,11 @@ class Limits:
     # and the node says when it caps the cluster below its members.
     max_connections: int | None = None  # open connections (unset: 2/member + strangers, >= 1024)
     listen_backlog: int | None = None  # accept queue (unset: members + strangers, >= 128)
-    # Connections still in the handshake or whose certificate is not pinned have their own small
-    # budget and short timers, so that pinned peers always find a slot.
-    max_unauthenticated_connections: int = 128  # strangers at once; the oldest goes for a new one
+    # Connections still in the handshake or whose certificate is not pinned have their own
+    # budget and short timers, so that pinned peers always find a slot; the oldest goes for a
+    # new one. Unset, it follows the member count too: every member may be in its handshake at
+    # once after a restart or a healed partition.
+    max_unauthenticated_connections: int | None = None  # strangers at once (unset: members, >= 128)
     unauthenticated_timeout: float = 5.0  # their handshake, header and idle timeout
     max_body: int = MIB  # request body bytes (the handler's max_body wins if smaller)
     max_header_bytes: int = 16 * 1024  # h1 header block / h2 header list (uncompressed) size

@@ -7,12 +7,12 @@ H1Session`) and writes what they return; ONE timer handle follows the machines' 
 future per read, no protocol decision here.
 
 Admission: every connection starts *unauthenticated* (in the TLS handshake, or handshaken with
-a certificate that is not pinned). Those live in their own small budget
+a certificate that is not pinned). Those live in their own budget
 (``max_unauthenticated_connections``) with short timers (``unauthenticated_timeout`` for the
 handshake and as their idle timeout); a new connection past that budget, or past
-``max_connections`` (unset: it follows the member count, :mod:`nvpair_wm.capacity`), evicts
-the oldest unauthenticated one. Connections whose certificate is pinned at handshake time take
-the other slots, so idle strangers cannot lock peers out.
+``max_connections``, evicts the oldest unauthenticated one. Both budgets follow the member
+count unless set (:mod:`nvpair_wm.capacity`). Connections whose certificate is pinned at
+handshake time take the other slots, so idle strangers cannot lock peers out.
 
 Protocol choice by ALPN: ``h2`` → HTTP/2, ``http/1.1`` → HTTP/1.1, none → HTTP/2 if the client
 opens with the HTTP/2 preface (prior knowledge), else HTTP/1.1.
@@ -47,7 +47,7 @@ from typing import Self, cast
 from nvpair_wm_schema.contract import DEFAULT_PORT
 
 from nvpair_wm import allocator
-from nvpair_wm.capacity import connection_limit, listen_backlog
+from nvpair_wm.capacity import connection_limit, listen_backlog, strangers_limit
 from nvpair_wm.errors import TLSError
 from nvpair_wm.http.core import Handler, Limits
 from nvpair_wm.io.batch import EndOfBatch, for_loop
@@ -137,7 +137,7 @@ class _Admission:
         """Take a slot for a new (unauthenticated) connection, evicting a stranger if needed."""
         limits = self.limits
         over_total = len(self) >= connection_limit(limits, self.members())
-        over_strangers = len(self.unauthenticated) >= limits.max_unauthenticated_connections
+        over_strangers = len(self.unauthenticated) >= strangers_limit(limits, self.members())
         if over_total or over_strangers:
             if not self.unauthenticated:
                 self.refused += 1
