@@ -6,7 +6,6 @@ import json
 import random
 from typing import Any
 
-import pytest
 from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 
 from nvpair_wm.dedup import Removal, WorkloadTable
