@@ -134,6 +134,7 @@ class Node:
         # use without inotify): one descriptor for both.
         watch = self._watch = open_watch() if cluster else None
         pins = WatchedPins(self.pins, watch) if isinstance(self.pins, PinSet) else self.pins
+        self._watched_pins = pins  # what is pinned now, read again only after a change
         identity = (
             WatchedIdentity(self.identity, watch)
             if isinstance(self.identity, Identity)
@@ -214,8 +215,9 @@ class Node:
         self._check_capacity()
 
     def _members(self) -> int:
-        """The members this node serves: the certificates pinned now."""
-        return len(self.pins.current())
+        """The members this node serves: the certificates pinned now (asked per accepted
+        connection: the watched set, not a scan of trusted/)."""
+        return len(self._watched_pins.current())
 
     def _check_capacity(self) -> list[capacity.Shortfall]:
         """Fit the listen backlog to the member count; log each limit that newly caps it."""

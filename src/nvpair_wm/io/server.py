@@ -136,8 +136,9 @@ class _Admission:
     def admit(self, conn: ServerConnection) -> bool:
         """Take a slot for a new (unauthenticated) connection, evicting a stranger if needed."""
         limits = self.limits
-        over_total = len(self) >= connection_limit(limits, self.members())
-        over_strangers = len(self.unauthenticated) >= strangers_limit(limits, self.members())
+        members = self.members()
+        over_total = len(self) >= connection_limit(limits, members)
+        over_strangers = len(self.unauthenticated) >= strangers_limit(limits, members)
         if over_total or over_strangers:
             if not self.unauthenticated:
                 self.refused += 1
