@@ -50,6 +50,7 @@ from nvpair_wm.journal import (
 )
 from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, open_stdio
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
+from nvpair_wm.sync import SharedOriginated
 from nvpair_wm.versions import PeerVersions
 
 if TYPE_CHECKING:
@@ -178,10 +179,12 @@ class Node:
         )
         # Limits that cap this node below its member count: logged when they appear, in status.
         self._capacity = capacity.Watch(config.http)
+        # One walk of the table for every link that starts a snapshot before it changes.
+        self.originated = SharedOriginated(self.table.originated)
         self.broadcaster = Broadcaster(  # the same inotify-watched sources as the server
             identity,
             pins,
-            self.table.originated,
+            self.originated,
             config.broadcast,
             observer=None if self.metrics is None else self.metrics.delivery,
             versions=self.versions,
@@ -205,6 +208,7 @@ class Node:
         not needed for the send, only before the broker's reply, which the channel queues after
         this returns. A crash between the two loses only what the broker was never told was
         taken."""
+        self.originated.changed()
         self.broadcaster.publish(outbound)
         if self.journal is not None:  # written before the broker's reply can be
             self.journal.append(outbound, time.time())
@@ -407,6 +411,7 @@ class Node:
         while True:
             await asyncio.sleep(self.config.table.expire_interval)
             self.table.expire(time.monotonic())
+            self.originated.changed()
             self._check_capacity()  # trusted/ may have grown
 
     async def _journal_forever(self, journal: Journal) -> None:
