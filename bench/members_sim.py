@@ -58,6 +58,8 @@ _EVENT: Final = (
     '"createdAt":1764690000000,"startedAt":null,"completedAt":null,"error":null,"seq":1}}}'
 )
 _LIMITS: Final = BroadcastLimits()
+HANDSHAKES_AT_ONCE: Final = 32  # the simulator's members connecting at once (see Member._run)
+CONNECT_TIMEOUT: Final = 60.0  # a member's connect and handshake, from its turn (see above)
 
 
 def event_frame(workload_id: str, origin: str) -> bytes:
@@ -345,7 +347,10 @@ class Member:
                     self.retry.failure(loop.time())
                     continue
                 try:
-                    async with asyncio.timeout(_LIMITS.connect_timeout):
+                    # Each real member handshakes on its own CPU: here they take turns, and a
+                    # member's timeout runs from its turn, so the simulator's one core does not
+                    # make every member time out at once.
+                    async with cluster.handshakes, asyncio.timeout(CONNECT_TIMEOUT):
                         _, client = await loop.create_connection(
                             _ClientConn,
                             "127.0.0.1",
@@ -558,6 +563,7 @@ class Cluster:
     partitioned: bool = False  # members can neither be reached nor reach the node
     statuses: Counter[int] = field(default_factory=Counter)  # what the node answered members
     _progress: asyncio.Event = field(init=False)
+    handshakes: asyncio.Semaphore = field(init=False)  # members' connects at once
     _links: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -566,6 +572,7 @@ class Cluster:
         self.proc = NodeProc(self.node.dir, self.root / "node.log", self.extra)
         self.proc.on_upsert = self.member_progress
         self._progress = asyncio.Event()
+        self.handshakes = asyncio.Semaphore(HANDSHAKES_AT_ONCE)
 
     @classmethod
     def create(cls, root: Path, count: int, extra: list[str] | None = None) -> Cluster:
