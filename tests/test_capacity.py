@@ -4,8 +4,13 @@ at start and in ``manager:status``, when a configured limit caps it below its me
 from __future__ import annotations
 
 import resource
+import socket
 import subprocess
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from nvpair_wm.capacity import (
     Shortfall,
@@ -18,8 +23,10 @@ from nvpair_wm.capacity import (
 )
 from nvpair_wm.clusterdir import init_cluster, make_self_signed
 from nvpair_wm.http.core import Limits
+from nvpair_wm.turns import Turns
+from tests.conftest import TLSCluster
 from tests.support.tools import tool
-from tests.support.wm_process import WmProcess
+from tests.support.wm_process import WAIT, WmProcess
 
 
 def test_the_unset_defaults_follow_the_member_count() -> None:
@@ -124,3 +131,38 @@ def _listen_backlog(port: int) -> int:
     fields = out.split()
     assert fields and fields[0] == "LISTEN", out
     return int(fields[2])  # State Recv-Q Send-Q: Send-Q is the backlog of a listener
+
+
+def test_handshakes_take_turns_first_come_first_served(
+    start_wm_server: Callable[..., Any],
+    https_client: Callable[..., Any],
+    tls_cluster: TLSCluster,
+) -> None:
+    """With one turn, a connection that sends no ClientHello holds it: a second client's
+    handshake completes only after the first one is gone (before: at once, all in parallel)."""
+    wm = start_wm_server(max_handshakes_at_once=1, handshake_timeout=5.0)
+    finished: list[float] = []
+
+    def second() -> None:
+        https_client(wm.port, tls_cluster.pair("b"))  # returns once its handshake is done
+        finished.append(time.monotonic())
+
+    with socket.create_connection(("127.0.0.1", wm.port), timeout=WAIT):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        time.sleep(0.5)  # the first connection holds the turn this long (the scenario)
+        gone_at = time.monotonic()
+    waiter.join(WAIT)
+    assert finished and finished[0] >= gone_at, (finished, gone_at)
+    assert wm.server._turns.holding == 0 and wm.server._turns.waiting == 0
+
+
+def test_turns_go_first_come_first_served_and_skip_who_left() -> None:
+    gone: set[str] = set()
+    turns = Turns[str](2, lambda who: who in gone)
+    assert turns.take("a") and turns.take("b")
+    assert not turns.take("c") and not turns.take("d") and not turns.take("e")
+    gone.add("c")  # its connection closed while it waited
+    assert turns.release() == "d"  # c is skipped, d is next
+    assert turns.release() == "e" and turns.holding == 2 and turns.waiting == 0
+    assert turns.release() is None and turns.release() is None and turns.holding == 0

@@ -89,6 +89,10 @@ class Limits:
     # once after a restart or a healed partition.
     max_unauthenticated_connections: int | None = None  # strangers at once (unset: members, >= 128)
     unauthenticated_timeout: float = 5.0  # their handshake, header and idle timeout
+    # TLS handshakes that progress at once; later arrivals wait their turn (reading paused),
+    # first come first served, within their handshake timeout: a thousand members
+    # reconnecting together then finish a few dozen at a time instead of all timing out.
+    max_handshakes_at_once: int = 64  # TLS handshakes in progress; others wait, in order
     max_body: int = MIB  # request body bytes (the handler's max_body wins if smaller)
     max_header_bytes: int = 16 * 1024  # h1 header block / h2 header list (uncompressed) size
     shutdown_grace: float = 5.0  # graceful close: time for in-flight requests

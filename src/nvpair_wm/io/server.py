@@ -57,6 +57,7 @@ from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.sessions import ServerSession
 from nvpair_wm.proto.tls import TLSMachine, pointer_to
 from nvpair_wm.tls_contexts import ServerTLS, TLSPolicy
+from nvpair_wm.turns import Turns
 
 __all__ = ["DEFAULT_PORT", "H2_PREFACE", "InterNodeServer", "ServerConnection", "bind_sockets"]
 
@@ -196,6 +197,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self._receive_buffer = server.receive_buffer
         self._receive_pointer = server.receive_pointer
         self._deferred: list[bytes] | None = None  # socket writes waiting for the batch's end
+        self._turn = self._waiting = False  # holds a handshake turn; waits for one (paused)
 
     # -- asyncio callbacks --------------------------------------------------------------------
 
@@ -208,9 +210,24 @@ class ServerConnection(asyncio.BufferedProtocol):
             self.closed = True
             transport.abort()
             return
+        turn = self.tls is not None and self.server.handshake_turn(self)
+        self._turn, self._waiting = turn, self.tls is not None and not turn
         if self.tls is None:
             self._handshake_done(self._started)
+        elif self._waiting:
+            transport.pause_reading()  # until take_turn
         self._rearm()
+
+    def take_turn(self) -> None:
+        """Our turn to handshake: read the ClientHello that waited in the socket."""
+        self._turn, self._waiting = True, False
+        if self.transport is not None and self._write_stalled_since is None:
+            self.transport.resume_reading()
+
+    def _end_turn(self) -> None:
+        if self._turn:
+            self._turn = False
+            self.server.handshake_over()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._receive_buffer
@@ -288,6 +305,7 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool | None:
         self._peer_eof = True
+        self._end_turn()  # no handshake can end after the peer's EOF: the next one's turn
         if self.tls is not None:
             self.tls.receive_eof()
         now = self.loop.time()
@@ -301,6 +319,7 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._end_turn()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -314,12 +333,13 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._write_stalled_since = None
-        if self.transport is not None and not self.closed:
+        if self.transport is not None and not self.closed and not self._waiting:
             self.transport.resume_reading()
 
     # -- the machines -------------------------------------------------------------------------
 
     def _handshake_done(self, now: float) -> None:
+        self._end_turn()
         tls = self.tls
         if tls is not None:
             self.peer_fingerprint = tls.peer_fingerprint
@@ -608,6 +628,7 @@ class InterNodeServer:
         self._hosts = hosts
         self._servers: list[asyncio.Server] = []
         self._admission = _Admission(lim, members)
+        self._turns = Turns[ServerConnection](lim.max_handshakes_at_once, lambda c: c.closed)
         self._socks: list[socket.socket] = []
         self._backlog = 0
         self._closing = False
@@ -678,8 +699,7 @@ class InterNodeServer:
             log.warning("no cluster identity yet: TLS handshakes fail until node.crt/key appear")
 
     def fit(self) -> None:
-        """Grow the listen backlog to the member count now (a second ``listen`` on a
-        listening socket resizes its queue), so every member may connect in the same second."""
+        """Grow the listen backlog to the member count now (``listen`` again resizes it)."""
         backlog = listen_backlog(self.limits, self.members())
         if backlog > self._backlog and not self._closing:
             self._backlog = backlog
@@ -740,6 +760,15 @@ class InterNodeServer:
             return False
         self._high_water = max(self._high_water, len(self._admission))
         return True
+
+    def handshake_turn(self, conn: ServerConnection) -> bool:
+        """True: ``conn`` may handshake now; False: it waits its turn (:mod:`nvpair_wm.turns`)."""
+        return self._turns.take(conn)
+
+    def handshake_over(self) -> None:
+        """A handshake turn ended (done, failed, or its connection closed): the next one's."""
+        if (conn := self._turns.release()) is not None:
+            conn.take_turn()
 
     def authenticate(self, conn: ServerConnection) -> bool:
         """Move a handshaken connection to the pinned slots if its certificate is pinned."""
