@@ -456,6 +456,32 @@ type StatusResult struct {
 	// Journal is optional in the schema (since 1.2.0; a 1.1 manager does not send it) and
 	// always sent by a 1.2 manager: absent stays absent.
 	Journal *JournalStatus `json:"journal,omitempty"`
+	// Capacity is optional in the schema (since 1.3.0) and always sent by a 1.3 manager, an
+	// empty list when no limit caps it: a pointer, so that absent and [] stay apart.
+	Capacity *[]CapacityShortfall `json:"capacity,omitempty"`
+}
+
+// CapacityShortfall is a limit that caps the manager below its member count (since 1.3.0).
+type CapacityShortfall struct {
+	Key     string `json:"key"`
+	Limit   Int    `json:"limit"`
+	Needed  Int    `json:"needed"`
+	Members Int    `json:"members"`
+}
+
+type capacityShortfallJSON CapacityShortfall
+
+func (c *CapacityShortfall) UnmarshalJSON(b []byte) error {
+	var v capacityShortfallJSON
+	names := []string{"key", "limit", "needed", "members"}
+	if err := decodeObject(b, rules{required: names, nonNull: names}, &v); err != nil {
+		return fmt.Errorf("CapacityShortfall: %w", err)
+	}
+	if v.Limit < 0 || v.Needed < 0 || v.Members < 0 {
+		return fmt.Errorf("CapacityShortfall: negative count")
+	}
+	*c = CapacityShortfall(v)
+	return nil
 }
 
 // JournalStatus says whether the journal keeps what the node originated (since 1.2.0).
@@ -489,7 +515,7 @@ func (s *StatusResult) UnmarshalJSON(b []byte) error {
 	var v statusResultJSON
 	r := rules{
 		required: []string{"version", "hasIdentity", "fingerprint", "port", "peers", "counters"},
-		nonNull:  []string{"version", "hasIdentity", "peers", "counters", "journal"},
+		nonNull:  []string{"version", "hasIdentity", "peers", "counters", "journal", "capacity"},
 	}
 	if err := decodeObject(b, r, &v); err != nil {
 		return fmt.Errorf("StatusResult: %w", err)

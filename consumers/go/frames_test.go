@@ -52,6 +52,7 @@ var decoders = map[string]func([]byte) (any, error){
 	"manager-status.schema.json#/$defs/ChannelCounters":    into[ChannelCounters],
 	"manager-status.schema.json#/$defs/PeerStatus":         into[PeerStatus],
 	"manager-status.schema.json#/$defs/JournalStatus":      into[JournalStatus],
+	"manager-status.schema.json#/$defs/CapacityShortfall":  into[CapacityShortfall],
 	"manager-status.schema.json#/$defs/StatusResult":       into[StatusResult],
 	"manager-status.schema.json#/$defs/StatusResponse":     into[StatusResponse],
 	"jsonrpc.schema.json":                                  into[json.RawMessage], // a container of $defs: anything
