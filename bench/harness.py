@@ -63,7 +63,7 @@ ESTIMATE_SECONDS: dict[str, tuple[float, float]] = {
     "realpeer": (110, 50),
     "propagation": (62, 19),
     "scale": (6, 1),
-    "members": (240, 40),
+    "members": (240, 60),
 }
 
 
