@@ -49,6 +49,7 @@ BENCHMARKS: dict[str, str] = {
     "journal": "bench.journal",
     "startup": "bench.startup",
     "scale": "bench.scale",
+    "members": "bench.members",
 }
 
 
@@ -62,6 +63,7 @@ ESTIMATE_SECONDS: dict[str, tuple[float, float]] = {
     "realpeer": (110, 50),
     "propagation": (62, 19),
     "scale": (6, 1),
+    "members": (240, 60),
 }
 
 

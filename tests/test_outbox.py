@@ -6,7 +6,6 @@ import json
 import random
 from typing import Any
 
-import pytest
 from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 
 from nvpair_wm.dedup import Removal, WorkloadTable
@@ -226,9 +225,23 @@ def test_backoff_schedule_stays_within_bounds() -> None:
 def test_retry_after_is_honoured_up_to_a_cap() -> None:
     run = RetryRun(BroadcastLimits(max_retry_after=30.0), random.Random(1))
     run.failure(100.0, retry_after=7.0)
-    assert run.retry_at == pytest.approx(107.0)
+    assert 107.0 <= run.retry_at <= 110.5  # never sooner, spread over half of it more
     run.failure(200.0, retry_after=3600.0)
-    assert run.retry_at == pytest.approx(230.0)
+    assert 230.0 <= run.retry_at <= 245.0
+
+
+def test_senders_told_the_same_retry_after_do_not_come_back_together() -> None:
+    """A busy peer answers 503 with Retry-After: 1 to a thousand members at once: their next
+    attempts spread over [1, 1.5] s instead of landing in the same instant."""
+    rng = random.Random(31)
+    at = []
+    for _ in range(1000):
+        run = RetryRun(BroadcastLimits(), rng)
+        run.failure(0.0, retry_after=1.0)
+        at.append(run.retry_at)
+    assert min(at) >= 1.0 and max(at) <= 1.5
+    buckets = {int((t - 1.0) / 0.05) for t in at}  # 50 ms bins over the half second
+    assert len(buckets) >= 10, sorted(at)[:5]
 
 
 def test_failed_batch_is_retried_first_after_the_backoff() -> None:
@@ -241,7 +254,8 @@ def test_failed_batch_is_retried_first_after_the_backoff() -> None:
     box.failed(batch, "HTTP 503", retry_after=2.0)
     assert box.retried == 2 and box.last_error == "HTTP 503" and box.last_error_at == 1500
     assert box.next_batch() is None  # backing off
-    clock.now += 2.0
+    assert clock.now + 2.0 <= box.ready_at() <= clock.now + 3.0  # Retry-After, spread
+    clock.now = box.ready_at()
     assert ids(box.next_batch()) == [("1", 1), ("2", 1), ("3", 1)]
 
 

@@ -1775,9 +1775,112 @@ func (x FastPaths) AppendJSON(buf []byte) []byte {
 	return append(buf, '}')
 }
 
+func decCapacityShortfallKey(v *Value, path string) (string, error) {
+	return decString(v, path, -1, -1, nil, nil)
+}
+
+// CapacityShortfall: A limit that caps this node below its current member count (the certificates
+// pinned in trusted/): the full mesh needs per member a handshake slot and a listen backlog entry
+// (every member may reconnect in the same second), two inbound connections (its link, and its old
+// one while a reconnect overlaps it) and descriptors for both directions. key names what raises
+// it: a configuration key (http.max_unauthenticated_connections, http.max_connections,
+// http.listen_backlog) or a system setting (RLIMIT_NOFILE, net.core.somaxconn).
+// StatusResult.capacity since 1.3.0: optional in the schema, so that a status from a 1.2 manager
+// stays valid; a 1.3 manager always sends it.
+type CapacityShortfall struct {
+	// The configuration key or system setting that raises the limit.
+	Key string
+	// The limit in force.
+	Limit Count
+	// What the current member count needs.
+	Needed Count
+	// The member count it was computed for (certificates pinned now).
+	Members Count
+}
+
+func decodeCapacityShortfall(v *Value, path string) (x CapacityShortfall, err error) {
+	if err := checkObject(v, path, -1); err != nil {
+		return x, err
+	}
+	for _, m := range v.Members {
+		switch m.Name {
+		case "key":
+			if x.Key, err = decCapacityShortfallKey(m.Value, path+".key"); err != nil {
+				return x, err
+			}
+		case "limit":
+			if x.Limit, err = decodeCount(m.Value, path+".limit"); err != nil {
+				return x, err
+			}
+		case "needed":
+			if x.Needed, err = decodeCount(m.Value, path+".needed"); err != nil {
+				return x, err
+			}
+		case "members":
+			if x.Members, err = decodeCount(m.Value, path+".members"); err != nil {
+				return x, err
+			}
+		}
+	}
+	if v.Get("key") == nil {
+		return x, missing(path, "key")
+	}
+	if v.Get("limit") == nil {
+		return x, missing(path, "limit")
+	}
+	if v.Get("needed") == nil {
+		return x, missing(path, "needed")
+	}
+	if v.Get("members") == nil {
+		return x, missing(path, "members")
+	}
+	return x, nil
+}
+
+// AppendJSON appends x as compact JSON: an absent member stays absent, a null one null.
+func (x CapacityShortfall) AppendJSON(buf []byte) []byte {
+	buf = append(buf, '{')
+	start := len(buf)
+	buf = appendKey(buf, start, "key")
+	buf = appendString(buf, x.Key)
+	buf = appendKey(buf, start, "limit")
+	buf = x.Limit.AppendJSON(buf)
+	buf = appendKey(buf, start, "needed")
+	buf = x.Needed.AppendJSON(buf)
+	buf = appendKey(buf, start, "members")
+	buf = x.Members.AppendJSON(buf)
+	return append(buf, '}')
+}
+
+func decStatusResultCapacity(v *Value, path string) ([]CapacityShortfall, error) {
+	if err := checkArray(v, path, -1, -1); err != nil {
+		return nil, err
+	}
+	out := make([]CapacityShortfall, 0, len(v.Items))
+	for i, it := range v.Items {
+		x, err := decodeCapacityShortfall(it, itemPath(path, i))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+func encStatusResultCapacity(buf []byte, xs []CapacityShortfall) []byte {
+	buf = append(buf, '[')
+	for i, x := range xs {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = x.AppendJSON(buf)
+	}
+	return append(buf, ']')
+}
+
 // StatusResult: The result of manager:status: this node's version, identity and bound port, one
-// PeerStatus per current peer, the counters, the journal's state and the running configuration's
-// generation.
+// PeerStatus per current peer, the counters, the journal's state, the running configuration's
+// generation, which fast paths are on, and the limits that cap it below its member count.
 type StatusResult struct {
 	// nvpair-wm version (as in ready).
 	Version string
@@ -1796,6 +1899,9 @@ type StatusResult struct {
 	Journal   Maybe[JournalStatus]
 	Config    Maybe[ConfigStatus]
 	FastPaths Maybe[FastPaths]
+	// Each limit that caps this node below its member count, with the key that raises it; empty when
+	// none does (the defaults follow the member count).
+	Capacity Maybe[[]CapacityShortfall]
 }
 
 func decodeStatusResult(v *Value, path string) (x StatusResult, err error) {
@@ -1858,6 +1964,12 @@ func decodeStatusResult(v *Value, path string) (x StatusResult, err error) {
 				return x, err
 			}
 			x.FastPaths = Some(it)
+		case "capacity":
+			var it []CapacityShortfall
+			if it, err = decStatusResultCapacity(m.Value, path+".capacity"); err != nil {
+				return x, err
+			}
+			x.Capacity = Some(it)
 		}
 	}
 	if v.Get("version") == nil {
@@ -1932,6 +2044,14 @@ func (x StatusResult) AppendJSON(buf []byte) []byte {
 	case Present:
 		buf = appendKey(buf, start, "fastPaths")
 		buf = x.FastPaths.Value.AppendJSON(buf)
+	}
+	switch x.Capacity.State {
+	case Null:
+		buf = appendKey(buf, start, "capacity")
+		buf = append(buf, "null"...)
+	case Present:
+		buf = appendKey(buf, start, "capacity")
+		buf = encStatusResultCapacity(buf, x.Capacity.Value)
 	}
 	return append(buf, '}')
 }
@@ -3900,6 +4020,13 @@ var Decoders = map[string]func([]byte) (Encoder, error){
 		}
 		return x, nil
 	},
+	"CapacityShortfall": func(b []byte) (Encoder, error) {
+		x, err := DecodeCapacityShortfall(b)
+		if err != nil {
+			return nil, err
+		}
+		return x, nil
+	},
 	"ChannelCounters": func(b []byte) (Encoder, error) {
 		x, err := DecodeChannelCounters(b)
 		if err != nil {
@@ -4297,6 +4424,16 @@ func DecodeBrokerResponse(b []byte) (BrokerResponse, error) {
 		return zero, err
 	}
 	return decodeBrokerResponse(v, "$")
+}
+
+// DecodeCapacityShortfall decodes one JSON text as CapacityShortfall.
+func DecodeCapacityShortfall(b []byte) (CapacityShortfall, error) {
+	v, err := Parse(b)
+	if err != nil {
+		var zero CapacityShortfall
+		return zero, err
+	}
+	return decodeCapacityShortfall(v, "$")
 }
 
 // DecodeChannelCounters decodes one JSON text as ChannelCounters.
@@ -4850,6 +4987,21 @@ func (x BrokerResponse) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON decodes b with every check of the contract, for encoding/json.
 func (x *BrokerResponse) UnmarshalJSON(b []byte) error {
 	v, err := DecodeBrokerResponse(b)
+	if err != nil {
+		return err
+	}
+	*x = v
+	return nil
+}
+
+// MarshalJSON encodes x as AppendJSON does, for encoding/json.
+func (x CapacityShortfall) MarshalJSON() ([]byte, error) {
+	return x.AppendJSON(nil), nil
+}
+
+// UnmarshalJSON decodes b with every check of the contract, for encoding/json.
+func (x *CapacityShortfall) UnmarshalJSON(b []byte) error {
+	v, err := DecodeCapacityShortfall(b)
 	if err != nil {
 		return err
 	}

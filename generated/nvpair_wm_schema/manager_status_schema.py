@@ -88,6 +88,39 @@ The bound inter-node port (the real one when --port 0 was given, never 0); null 
 """
 
 
+class CapacityShortfall(Struct):
+    """
+    A limit that caps this node below its current member count (the certificates pinned in trusted/): the full mesh needs per member a handshake slot and a listen backlog entry (every member may reconnect in the same second), two inbound connections (its link, and its old one while a reconnect overlaps it) and descriptors for both directions. key names what raises it: a configuration key (http.max_unauthenticated_connections, http.max_connections, http.listen_backlog) or a system setting (RLIMIT_NOFILE, net.core.somaxconn). StatusResult.capacity since 1.3.0: optional in the schema, so that a status from a 1.2 manager stays valid; a 1.3 manager always sends it.
+    """
+
+    key: Annotated[
+        str,
+        Meta(
+            description="The configuration key or system setting that raises the limit."
+        ),
+    ]
+    """
+    The configuration key or system setting that raises the limit.
+    """
+    limit: Annotated[Count, Meta(description="The limit in force.")]
+    """
+    The limit in force.
+    """
+    needed: Annotated[Count, Meta(description="What the current member count needs.")]
+    """
+    What the current member count needs.
+    """
+    members: Annotated[
+        Count,
+        Meta(
+            description="The member count it was computed for (certificates pinned now)."
+        ),
+    ]
+    """
+    The member count it was computed for (certificates pinned now).
+    """
+
+
 class ChannelCounters(Struct):
     """
     One channel's frames: received (framesIn), sent (framesOut), and the outcome of each received frame. framesIn is at least applied + duplicate + stale + suppressed + invalid; the rest are frames with no such outcome (nodes:update, manager:status).
@@ -454,7 +487,7 @@ class Counters(Struct):
 
 class StatusResult(Struct):
     """
-    The result of manager:status: this node's version, identity and bound port, one PeerStatus per current peer, the counters, the journal's state and the running configuration's generation.
+    The result of manager:status: this node's version, identity and bound port, one PeerStatus per current peer, the counters, the journal's state, the running configuration's generation, which fast paths are on, and the limits that cap it below its member count.
     """
 
     version: Annotated[str, Meta(description="nvpair-wm version (as in ready).")]
@@ -502,6 +535,18 @@ class StatusResult(Struct):
     journal: JournalStatus | UnsetType = UNSET
     config: ConfigStatus | UnsetType = UNSET
     fastPaths: FastPaths | UnsetType = UNSET
+    capacity: (
+        Annotated[
+            list[CapacityShortfall],
+            Meta(
+                description="Each limit that caps this node below its member count, with the key that raises it; empty when none does (the defaults follow the member count)."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    """
+    Each limit that caps this node below its member count, with the key that raises it; empty when none does (the defaults follow the member count).
+    """
 
 
 class StatusResponse(Struct):

@@ -131,8 +131,10 @@ class _Link:
 
     # -- control --------------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, delay: float = 0.0) -> None:
+        """Run the link; its first connection in ``delay`` seconds."""
         self._loop = asyncio.get_running_loop()
+        self._next_connect_at = self._loop.time() + delay
         self._task = self._loop.create_task(self._run(), name=f"peer-{self.peer.node_id}")
         self._task.add_done_callback(self._ended)
 
@@ -563,9 +565,10 @@ class Broadcaster:
     async def start(self) -> None:
         self._started = True
         self._reconcile()
-        for link in self._links.values():
-            if link.task is None:
-                link.start()
+        waiting = [link for link in self._links.values() if link.task is None]
+        spread = self.limits.connect_spread_per_link * len(waiting)
+        for link in waiting:
+            link.start(link.outbox.retry.backoff.spread(spread))
         self._ticker = asyncio.get_running_loop().create_task(self._tick(), name="peers-tick")
 
     async def close(self, grace: float) -> None:
@@ -631,9 +634,12 @@ class Broadcaster:
                 task.add_done_callback(self._stopping.discard)
         for _, peer in changes.changed:
             self._links[peer.fingerprint].retarget(peer)
+        # Links made together connect at random moments over a time that grows with their
+        # number (handshakes and snapshots of a thousand members not in one tick).
+        spread = self.limits.connect_spread_per_link * len(changes.added)
         for peer in changes.added:
             link = _Link(peer, self._link_context)
             self._links[peer.fingerprint] = link
             log.info("peer %s added", link.outbox.name, extra=link.outbox.fields)
             if self._started:
-                link.start()
+                link.start(link.outbox.retry.backoff.spread(spread))

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from msgspec import UNSET, UnsetType
 from nvpair_wm_schema.contract import CONTRACT_VERSION
 from nvpair_wm_schema.manager_status_schema import (
+    CapacityShortfall,
     ConfigStatus,
     FastPaths,
     JournalStatus,
@@ -32,7 +33,7 @@ from nvpair_wm_schema.manager_status_schema import (
 from nvpair_wm_schema.node_record_schema import NodeRecord
 from nvpair_wm_schema.ready_schema import Ready, ReadyParams
 
-from nvpair_wm import __version__, codec, internals, logs, platforms
+from nvpair_wm import __version__, capacity, codec, internals, logs, platforms
 from nvpair_wm.broadcaster import Broadcaster
 from nvpair_wm.config import Config, metrics_address
 from nvpair_wm.dedup import WorkloadTable
@@ -55,6 +56,7 @@ from nvpair_wm.local import BrokerChannel, BrokerQueue, close_writer, dial_ipc, 
 from nvpair_wm.notify import Notifier
 from nvpair_wm.pins import Identity, NodeIdentity, PinSet
 from nvpair_wm.reload import ReloadPlan, plan
+from nvpair_wm.sync import SharedOriginated
 from nvpair_wm.versions import PeerVersions
 
 if TYPE_CHECKING:
@@ -158,6 +160,7 @@ class Node:
         # use without inotify): one descriptor for both.
         watch = self._watch = open_watch() if cluster else None
         pins = WatchedPins(self.pins, watch) if isinstance(self.pins, PinSet) else self.pins
+        self._watched_pins = pins  # what is pinned now, read again only after a change
         identity = (
             WatchedIdentity(self.identity, watch)
             if isinstance(self.identity, Identity)
@@ -197,11 +200,16 @@ class Node:
             limits=config.http,
             is_pinned=pins.is_pinned,
             tls_policy=config.tls,
+            members=self._members,
         )
+        # Limits that cap this node below its member count: logged when they appear, in status.
+        self._capacity = capacity.Watch(config.http)
+        # One walk of the table for every link that starts a snapshot before it changes.
+        self.originated = SharedOriginated(self.table.originated)
         self.broadcaster = Broadcaster(  # the same inotify-watched sources as the server
             identity,
             pins,
-            self.table.originated,
+            self.originated,
             config.broadcast,
             observer=None if self.metrics is None else self.metrics.delivery,
             versions=self.versions,
@@ -226,6 +234,7 @@ class Node:
         not needed for the send, only before the broker's reply, which the channel queues after
         this returns. A crash between the two loses only what the broker was never told was
         taken."""
+        self.originated.changed()
         self.broadcaster.publish(outbound)
         if self.journal is not None:  # written before the broker's reply can be
             self.journal.append(outbound, time.time())
@@ -233,6 +242,20 @@ class Node:
     def update_nodes(self, nodes: list[NodeRecord]) -> None:
         log.info("nodes:update with %d records", len(nodes), extra={"nodes": len(nodes)})
         self.broadcaster.update_nodes(nodes)
+        self._check_capacity()
+
+    def _members(self) -> int:
+        """The members this node serves: the certificates pinned now (asked per accepted
+        connection: the watched set, not a scan of trusted/)."""
+        return len(self._watched_pins.current())
+
+    def _check_capacity(self) -> list[capacity.Shortfall]:
+        """Fit the listen backlog to the member count; log each limit that newly caps it."""
+        self.server.fit()
+        members = self._members()
+        for short in self._capacity.check(members, capacity.open_files(), capacity.somaxconn()):
+            log.warning(short.message(), extra={"key": short.key, "members": members})
+        return self._capacity.current
 
     def _status(self) -> StatusResult:
         has_identity, fingerprint = self._identity()
@@ -250,6 +273,10 @@ class Node:
                 generation=self.config_generation, loadedAt=int(self.config_loaded_at * 1000)
             ),
             fastPaths=self._fast_paths(),
+            capacity=[
+                CapacityShortfall(key=s.key, limit=s.limit, needed=s.needed, members=s.members)
+                for s in self._check_capacity()
+            ],
         )
 
     @staticmethod
@@ -375,6 +402,7 @@ class Node:
         except OSError as exc:
             where = f"--bind {self.config.bind}" if self.config.bind else "every interface"
             raise ListenFailed(f"--port {self.config.port} ({where})", exc) from exc
+        self._check_capacity()
         await self.broadcaster.start()
 
     async def _start_metrics(self) -> None:
@@ -599,6 +627,8 @@ class Node:
         while True:
             await asyncio.sleep(self.config.table.expire_interval)
             self.table.expire(time.monotonic())
+            self.originated.changed()
+            self._check_capacity()  # trusted/ may have grown
 
     async def _journal_forever(self, journal: Journal) -> None:
         """The journal's group commit (fsync in a worker thread) and compaction (in a child

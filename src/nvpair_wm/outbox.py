@@ -27,7 +27,9 @@ Retry
     (counted) and the link resynchronises with a snapshot when the peer is back. In between, the
     n-th consecutive failure waits a random time in [d/2, d], d = min(cap, base·2^(n-1)) (equal
     jitter: spread out, and never much shorter than the schedule); ``Retry-After`` is honoured
-    up to ``max_retry_after``. An exhausted link keeps being probed at the capped delay.
+    up to ``max_retry_after``, spread over [r, 1.5 r] so that the senders a busy peer answered
+    503 together do not all come back in the same instant. An exhausted link keeps being
+    probed at the capped delay.
     Success resets the run. Only a delivered request counts as success: a peer that accepts
     connections but fails every request still backs off. Requests that were in flight together
     when the link failed are one failure, not one each: a failure counts only when its request
@@ -119,6 +121,9 @@ class BroadcastLimits:
     max_retry_after: float = 60.0  # a peer's Retry-After is honoured up to this
     version_probe_interval: float = 10.0  # a peer that refused our contract version: next try
     min_reconnect_interval: float = 0.5  # between two connection attempts to one peer
+    # Links made together (the first nodes:update, a thousand members at once) make their
+    # first connection at a random moment within this much per link, not in the same tick.
+    connect_spread_per_link: float = 0.002  # first connects spread over this x links added
     keepalive_interval: float = 15.0  # HTTP/2 PING after this long without traffic
     keepalive_timeout: float = 10.0  # PING unanswered this long: the connection is dead
     tcp_keepalive: float = 15.0  # TCP keepalive idle time (then probes every 5 s, 3 probes)
@@ -148,6 +153,15 @@ class Backoff:
     def delay(self, failures: int) -> float:
         d = self.ceiling(failures)
         return self._rng.uniform(d / 2, d)
+
+    def after(self, wait: float) -> float:
+        """A Retry-After of ``wait`` s, spread over [wait, 1.5 wait]: never sooner than asked,
+        and not every sender that got it (a busy peer's 503 to all) in the same instant."""
+        return self._rng.uniform(wait, 1.5 * wait)
+
+    def spread(self, seconds: float) -> float:
+        """A moment within the next ``seconds``, uniformly."""
+        return self._rng.uniform(0.0, seconds) if seconds > 0 else 0.0
 
 
 class RetryRun:
@@ -181,7 +195,7 @@ class RetryRun:
             self.since = now
         delay = self.backoff.delay(self.failures)
         if retry_after is not None:
-            delay = max(delay, min(retry_after, lim.max_retry_after))
+            delay = max(delay, self.backoff.after(min(retry_after, lim.max_retry_after)))
         self.retry_at = now + delay
         if self.failures >= lim.retry_max_attempts or now - self.since >= lim.retry_max_age:
             return LinkEvent.EXHAUSTED

@@ -59,7 +59,7 @@ from typing import Final
 from nvpair_wm.dedup import Removal
 from nvpair_wm.dispatch import Outbound, outbound_removal
 
-__all__ = ["REMOVAL_SEQ", "Originated", "Snapshot"]
+__all__ = ["REMOVAL_SEQ", "Originated", "SharedOriginated", "Snapshot"]
 
 #: ``Outbound.seq`` of a removal: it sorts after every event of its workload.
 REMOVAL_SEQ: Final = float("inf")
@@ -128,3 +128,31 @@ class Snapshot:
     def unpop(self, items: list[Outbound]) -> None:
         """Give back frames (in order) so that they are sent first."""
         self._returned.extendleft(reversed(items))
+
+
+class SharedOriginated:
+    """``originated()`` taken once and shared by every link that starts a snapshot until what
+    this node originated may have changed (:meth:`changed`).
+
+    ``WorkloadTable.originated`` walks the whole table, which holds every member's workloads:
+    with 1,000 members reconnecting together (after a start or a healed partition) each link
+    walking it would cost 1,000 walks of a table that itself grows with the member count. A
+    :class:`Snapshot` only reads the lists, so links can share them. The node calls
+    :meth:`changed` when it publishes local events or removals and on every expiry tick (which
+    also bounds how long an entry evicted in between can linger in a shared snapshot).
+    """
+
+    __slots__ = ("_originated", "_taken")
+
+    def __init__(self, originated: Originated) -> None:
+        self._originated = originated
+        self._taken: tuple[list[Outbound], list[Removal]] | None = None
+
+    def __call__(self) -> tuple[list[Outbound], list[Removal]]:
+        taken = self._taken
+        if taken is None:
+            taken = self._taken = self._originated()
+        return taken
+
+    def changed(self) -> None:
+        self._taken = None

@@ -427,7 +427,8 @@ export interface ConfigStatus {
 
 /**
  * The result of manager:status: this node's version, identity and bound port, one PeerStatus per
- * current peer, the counters, the journal's state and the running configuration's generation.
+ * current peer, the counters, the journal's state, the running configuration's generation, which
+ * fast paths are on, and the limits that cap it below its member count.
  */
 export interface StatusResult {
   /** nvpair-wm version (as in ready). */
@@ -453,6 +454,11 @@ export interface StatusResult {
   journal?: JournalStatus;
   config?: ConfigStatus;
   fastPaths?: FastPaths;
+  /**
+   * Each limit that caps this node below its member count, with the key that raises it; empty when
+   * none does (the defaults follow the member count).
+   */
+  capacity?: CapacityShortfall[];
 }
 
 /** Answer to manager:status: the SuccessResponse whose result is a StatusResult. */
@@ -460,6 +466,27 @@ export interface StatusResponse {
   jsonrpc: "2.0";
   id: RequestId;
   result: StatusResult;
+}
+
+/**
+ * A limit that caps this node below its current member count (the certificates pinned in trusted/):
+ * the full mesh needs per member a handshake slot and a listen backlog entry (every member may
+ * reconnect in the same second), two inbound connections (its link, and its old one while a
+ * reconnect overlaps it) and descriptors for both directions. key names what raises it: a
+ * configuration key (http.max_unauthenticated_connections, http.max_connections,
+ * http.listen_backlog) or a system setting (RLIMIT_NOFILE, net.core.somaxconn).
+ * StatusResult.capacity since 1.3.0: optional in the schema, so that a status from a 1.2 manager
+ * stays valid; a 1.3 manager always sends it.
+ */
+export interface CapacityShortfall {
+  /** The configuration key or system setting that raises the limit. */
+  key: string;
+  /** The limit in force. */
+  limit: Count;
+  /** What the current member count needs. */
+  needed: Count;
+  /** The member count it was computed for (certificates pinned now). */
+  members: Count;
 }
 
 /**
@@ -776,6 +803,7 @@ export interface Types {
   ConfigStatus: ConfigStatus;
   StatusResult: StatusResult;
   StatusResponse: StatusResponse;
+  CapacityShortfall: CapacityShortfall;
   NodeRecord: NodeRecord;
   Fingerprint: Fingerprint;
   NodeStatus: NodeStatus;

@@ -692,6 +692,9 @@ function decodeStatusResult(v, p) {
       case "fastPaths":
         f.fastPaths = decodeFastPaths(o["fastPaths"], `${p}.fastPaths`);
         break;
+      case "capacity":
+        f.capacity = array(o["capacity"], `${p}.capacity`, null, null, decodeCapacityShortfall);
+        break;
       default:
         break; // not in the schema: dropped
     }
@@ -707,6 +710,7 @@ function decodeStatusResult(v, p) {
     ...("journal" in f ? { journal: f.journal } : {}),
     ...("config" in f ? { config: f.config } : {}),
     ...("fastPaths" in f ? { fastPaths: f.fastPaths } : {}),
+    ...("capacity" in f ? { capacity: f.capacity } : {}),
   };
 }
 
@@ -733,6 +737,36 @@ function decodeStatusResponse(v, p) {
     jsonrpc: f.jsonrpc,
     id: f.id,
     result: f.result,
+  };
+}
+
+function decodeCapacityShortfall(v, p) {
+  const o = object(v, p);
+  const f = {};
+  for (const k of Object.keys(o)) {
+    switch (k) {
+      case "key":
+        f.key = string(o["key"], `${p}.key`, null, null, null, null);
+        break;
+      case "limit":
+        f.limit = decodeCount(o["limit"], `${p}.limit`);
+        break;
+      case "needed":
+        f.needed = decodeCount(o["needed"], `${p}.needed`);
+        break;
+      case "members":
+        f.members = decodeCount(o["members"], `${p}.members`);
+        break;
+      default:
+        break; // not in the schema: dropped
+    }
+  }
+  required(f, ["key", "limit", "needed", "members"], p);
+  return {
+    key: f.key,
+    limit: f.limit,
+    needed: f.needed,
+    members: f.members,
   };
 }
 
@@ -1288,6 +1322,7 @@ const DECODERS = {
   ConfigStatus: decodeConfigStatus,
   StatusResult: decodeStatusResult,
   StatusResponse: decodeStatusResponse,
+  CapacityShortfall: decodeCapacityShortfall,
   NodeRecord: decodeNodeRecord,
   Fingerprint: decodeFingerprint,
   NodeStatus: decodeNodeStatus,

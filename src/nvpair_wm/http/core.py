@@ -78,11 +78,21 @@ class Limits:
     idle_timeout: float = 60.0  # keep-alive: response sent → first byte of the next request
     body_timeout: float = 30.0  # headers done → complete body
     write_timeout: float = 30.0  # one drain() waiting for a slow reader
-    max_connections: int = 1024  # open connections; more are closed right after accept
-    # Connections still in the handshake or whose certificate is not pinned have their own small
-    # budget and short timers, so that pinned peers always find a slot.
-    max_unauthenticated_connections: int = 128  # strangers at once; the oldest goes for a new one
+    # Both unset by default: they follow the member count (certificates pinned), see
+    # nvpair_wm.capacity; a value set is used as is (more connections are closed at accept),
+    # and the node says when it caps the cluster below its members.
+    max_connections: int | None = None  # open connections (unset: 2/member + strangers, >= 1024)
+    listen_backlog: int | None = None  # accept queue (unset: members + strangers, >= 128)
+    # Connections still in the handshake or whose certificate is not pinned have their own
+    # budget and short timers, so that pinned peers always find a slot; the oldest goes for a
+    # new one. Unset, it follows the member count too: every member may be in its handshake at
+    # once after a restart or a healed partition.
+    max_unauthenticated_connections: int | None = None  # strangers at once (unset: members, >= 128)
     unauthenticated_timeout: float = 5.0  # their handshake, header and idle timeout
+    # TLS handshakes that progress at once; later arrivals wait their turn (reading paused),
+    # first come first served, within their handshake timeout: a thousand members
+    # reconnecting together then finish a few dozen at a time instead of all timing out.
+    max_handshakes_at_once: int = 64  # TLS handshakes in progress; others wait, in order
     max_body: int = MIB  # request body bytes (the handler's max_body wins if smaller)
     max_header_bytes: int = 16 * 1024  # h1 header block / h2 header list (uncompressed) size
     shutdown_grace: float = 5.0  # graceful close: time for in-flight requests

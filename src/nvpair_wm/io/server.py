@@ -7,11 +7,12 @@ H1Session`) and writes what they return; ONE timer handle follows the machines' 
 future per read, no protocol decision here.
 
 Admission: every connection starts *unauthenticated* (in the TLS handshake, or handshaken with
-a certificate that is not pinned). Those live in their own small budget
+a certificate that is not pinned). Those live in their own budget
 (``max_unauthenticated_connections``) with short timers (``unauthenticated_timeout`` for the
 handshake and as their idle timeout); a new connection past that budget, or past
-``max_connections``, evicts the oldest unauthenticated one. Connections whose certificate is
-pinned at handshake time take the other slots, so idle strangers cannot lock peers out.
+``max_connections``, evicts the oldest unauthenticated one. Both budgets follow the member
+count unless set (:mod:`nvpair_wm.capacity`). Connections whose certificate is pinned at
+handshake time take the other slots, so idle strangers cannot lock peers out.
 
 Protocol choice by ALPN: ``h2`` → HTTP/2, ``http/1.1`` → HTTP/1.1, none → HTTP/2 if the client
 opens with the HTTP/2 preface (prior knowledge), else HTTP/1.1.
@@ -35,18 +36,20 @@ in-flight requests finish within ``grace`` seconds, then what is left is aborted
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Self, cast
 
 from nvpair_wm_schema.contract import DEFAULT_PORT
 
 from nvpair_wm import allocator
+from nvpair_wm.capacity import listen_backlog
 from nvpair_wm.errors import TLSError
 from nvpair_wm.http.core import Handler, Limits
+from nvpair_wm.io.admission import Admission, stranger_limits
 from nvpair_wm.io.batch import EndOfBatch, for_loop
 from nvpair_wm.pins import IdentitySource
 from nvpair_wm.proto.h1 import H1Session
@@ -54,6 +57,7 @@ from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.sessions import ServerSession
 from nvpair_wm.proto.tls import TLSMachine, pointer_to
 from nvpair_wm.tls_contexts import ServerTLS, TLSPolicy
+from nvpair_wm.turns import Turns
 
 __all__ = ["DEFAULT_PORT", "H2_PREFACE", "InterNodeServer", "ServerConnection", "bind_sockets"]
 
@@ -116,61 +120,6 @@ def bind_sockets(hosts: Sequence[str] | None, port: int, backlog: int = 128) -> 
     return socks
 
 
-def _stranger_limits(lim: Limits) -> Limits:
-    """A connection's limits until its peer turns out to be pinned: shorter timeouts."""
-    short = lim.unauthenticated_timeout
-    return replace(
-        lim,
-        handshake_timeout=min(lim.handshake_timeout, short),
-        idle_timeout=min(lim.idle_timeout, short),
-        header_timeout=min(lim.header_timeout, short),
-    )
-
-
-class _Admission:
-    """Who holds a connection slot: pinned peers, and a small bounded set of strangers."""
-
-    def __init__(self, limits: Limits) -> None:
-        self.limits = limits
-        self.unauthenticated: dict[ServerConnection, None] = {}  # oldest first
-        self.authenticated: set[ServerConnection] = set()
-        self.evicted = 0
-        self.refused = 0
-
-    def __len__(self) -> int:
-        return len(self.unauthenticated) + len(self.authenticated)
-
-    def admit(self, conn: ServerConnection) -> bool:
-        """Take a slot for a new (unauthenticated) connection, evicting a stranger if needed."""
-        limits = self.limits
-        over_total = len(self) >= limits.max_connections
-        over_strangers = len(self.unauthenticated) >= limits.max_unauthenticated_connections
-        if over_total or over_strangers:
-            if not self.unauthenticated:
-                self.refused += 1
-                return False
-            oldest = next(iter(self.unauthenticated))
-            self.evicted += 1
-            # Once loudly, then quietly: a connection flood must not become a log flood.
-            level = logging.WARNING if self.evicted == 1 else logging.DEBUG
-            log.log(level, "evicting unauthenticated connection from %s", oldest.peername)
-            oldest.abort()  # frees its slot at once (abort() calls the server's released())
-        self.unauthenticated[conn] = None
-        return True
-
-    def authenticate(self, conn: ServerConnection) -> None:
-        if conn in self.unauthenticated:
-            del self.unauthenticated[conn]
-            self.authenticated.add(conn)
-
-    def release(self, conn: ServerConnection) -> None:
-        self.unauthenticated.pop(conn, None)
-        self.authenticated.discard(conn)
-
-    def all(self) -> list[ServerConnection]:
-        return [*self.unauthenticated, *self.authenticated]
-
-
 class ServerConnection(asyncio.BufferedProtocol):
     """One accepted connection: TLS (or plaintext, for test harnesses) → HTTP/2 or HTTP/1.1.
 
@@ -202,6 +151,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self._receive_buffer = server.receive_buffer
         self._receive_pointer = server.receive_pointer
         self._deferred: list[bytes] | None = None  # socket writes waiting for the batch's end
+        self._turn = self._waiting = False  # holds a handshake turn; waits for one (paused)
 
     # -- asyncio callbacks --------------------------------------------------------------------
 
@@ -214,9 +164,24 @@ class ServerConnection(asyncio.BufferedProtocol):
             self.closed = True
             transport.abort()
             return
+        turn = self.tls is not None and self.server.handshake_turn(self)
+        self._turn, self._waiting = turn, self.tls is not None and not turn
         if self.tls is None:
             self._handshake_done(self._started)
+        elif self._waiting:
+            transport.pause_reading()  # until take_turn
         self._rearm()
+
+    def take_turn(self) -> None:
+        """Our turn to handshake: read the ClientHello that waited in the socket."""
+        self._turn, self._waiting = True, False
+        if self.transport is not None and self._write_stalled_since is None:
+            self.transport.resume_reading()
+
+    def _end_turn(self) -> None:
+        if self._turn:
+            self._turn = False
+            self.server.handshake_over()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._receive_buffer
@@ -294,6 +259,7 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool | None:
         self._peer_eof = True
+        self._end_turn()  # no handshake can end after the peer's EOF: the next one's turn
         if self.tls is not None:
             self.tls.receive_eof()
         now = self.loop.time()
@@ -307,6 +273,7 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._end_turn()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -320,12 +287,13 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._write_stalled_since = None
-        if self.transport is not None and not self.closed:
+        if self.transport is not None and not self.closed and not self._waiting:
             self.transport.resume_reading()
 
     # -- the machines -------------------------------------------------------------------------
 
     def _handshake_done(self, now: float) -> None:
+        self._end_turn()
         tls = self.tls
         if tls is not None:
             self.peer_fingerprint = tls.peer_fingerprint
@@ -589,10 +557,12 @@ class InterNodeServer:
         plain_fingerprint: str | None = None,
         plain_alpn: str | None = None,
         tls_policy: TLSPolicy | None = None,
+        members: Callable[[], int] = lambda: 0,
     ) -> None:
         self.handler = handler
+        self.members = members  # how many members the node has now (its pins)
         self.limits = lim = limits or Limits()
-        self.unauth_limits = _stranger_limits(lim)
+        self.unauth_limits = stranger_limits(lim)
         if plaintext:
             self.tls: ServerTLS | None = None
         else:
@@ -604,7 +574,10 @@ class InterNodeServer:
         self._requested_port = port
         self._hosts = hosts
         self._servers: list[asyncio.Server] = []
-        self._admission = _Admission(lim)
+        self._admission = Admission[ServerConnection](lim, members)
+        self._turns = Turns[ServerConnection](lim.max_handshakes_at_once, lambda c: c.closed)
+        self._socks: list[socket.socket] = []
+        self._backlog = 0
         self._closing = False
         self._drained: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -624,7 +597,7 @@ class InterNodeServer:
         """New limits (a configuration reload): connections accepted from now on use them, and
         the admission bounds apply at the next accept; open connections keep theirs."""
         self.limits = limits
-        self.unauth_limits = _stranger_limits(limits)
+        self.unauth_limits = stranger_limits(limits)
         self._admission.limits = limits
 
     @property
@@ -658,11 +631,13 @@ class InterNodeServer:
     async def start(self) -> None:
         """Bind and start accepting. Raises OSError if the port cannot be bound."""
         loop = self._loop = asyncio.get_running_loop()
-        socks = bind_sockets(self._hosts, self._requested_port)
+        self._backlog = listen_backlog(self.limits, self.members())
+        socks = self._socks = bind_sockets(self._hosts, self._requested_port, self._backlog)
         self.port = socks[0].getsockname()[1]
         try:
             for sock in socks:
-                srv = await loop.create_server(self._new_protocol, sock=sock)
+                # asyncio listens again, with its own backlog (100) unless told ours.
+                srv = await loop.create_server(self._new_protocol, sock=sock, backlog=self._backlog)
                 self._servers.append(srv)
         except BaseException:
             for srv in self._servers:
@@ -676,6 +651,15 @@ class InterNodeServer:
         )
         if self.tls is not None and not self.tls.has_identity():
             log.warning("no cluster identity yet: TLS handshakes fail until node.crt/key appear")
+
+    def fit(self) -> None:
+        """Grow the listen backlog to the member count now (``listen`` again resizes it)."""
+        backlog = listen_backlog(self.limits, self.members())
+        if backlog > self._backlog and not self._closing:
+            self._backlog = backlog
+            for sock in self._socks:
+                with contextlib.suppress(OSError):
+                    sock.listen(backlog)
 
     @property
     def addresses(self) -> list[tuple[str, int]]:
@@ -730,6 +714,15 @@ class InterNodeServer:
             return False
         self._high_water = max(self._high_water, len(self._admission))
         return True
+
+    def handshake_turn(self, conn: ServerConnection) -> bool:
+        """True: ``conn`` may handshake now; False: it waits its turn (:mod:`nvpair_wm.turns`)."""
+        return self._turns.take(conn)
+
+    def handshake_over(self) -> None:
+        """A handshake turn ended (done, failed, or its connection closed): the next one's."""
+        if (conn := self._turns.release()) is not None:
+            conn.take_turn()
 
     def authenticate(self, conn: ServerConnection) -> bool:
         """Move a handshaken connection to the pinned slots if its certificate is pinned."""

@@ -1,0 +1,50 @@
+"""Turns: at most ``limit`` holders at once, the others served first come first (sans-IO).
+
+The inter-node server gives TLS handshakes turns: handshakes that all progress at once all take
+as long as all of them, so a thousand members reconnecting together (after a restart or a healed
+partition) would all pass their handshake timeout together and retry together. In turns, a few
+dozen finish at a time and the others wait, reading paused, within their own timeout.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+__all__ = ["Turns"]
+
+T = TypeVar("T")
+
+
+class Turns(Generic[T]):
+    """Who holds a turn is the caller's to remember; this counts them and keeps the queue."""
+
+    def __init__(self, limit: int, gone: Callable[[T], bool]) -> None:
+        self.limit = limit
+        self._gone = gone  # a waiter that no longer needs its turn (its connection closed)
+        self.holding = 0
+        self._waiting: deque[T] = deque()
+
+    def take(self, who: T) -> bool:
+        """True: ``who`` holds a turn now; False: it waits for :meth:`release` to name it."""
+        if self.holding < self.limit:
+            self.holding += 1
+            return True
+        self._waiting.append(who)
+        return False
+
+    def release(self) -> T | None:
+        """A turn ended; the waiter that holds it now (None if nobody waits)."""
+        self.holding -= 1
+        waiting = self._waiting
+        while waiting:
+            who = waiting.popleft()
+            if not self._gone(who):
+                self.holding += 1
+                return who
+        return None
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
