@@ -520,8 +520,9 @@ class Model:
         """rule_snapshot: on its next connection (or its first answer) a peer that was down
         gets the current state."""
         p = self.peers.setdefault(peer, _Peer())
-        p.up = True
-        self._snapshot(p)
+        if not p.up:
+            p.up = True
+            self._snapshot(p)
 
     def peer_restarted(self, peer: str) -> None:
         """rule_snapshot: a peer that restarted with an empty view gets the current state."""
