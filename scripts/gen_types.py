@@ -406,6 +406,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="fail if generated/ is stale")
     args = parser.parse_args()
+    # Behaviour vectors derived from schema/ (scripts/gen_vectors.py): written or checked too.
+    subprocess.run([sys.executable, str(Path(__file__).with_name("gen_vectors.py")), *sys.argv[1:]], check=True)  # fmt: skip  # noqa: E501
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp) / PACKAGE
         generate(fresh)

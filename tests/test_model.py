@@ -20,8 +20,14 @@ from nvpair_wm.conformance.schemacheck import SchemaValidator
 ROOT = Path(__file__).resolve().parents[1]
 VALIDATOR = SchemaValidator()
 # A manager:status result with the members the vectors check by type (counters not modelled).
-STATUS = {"hasIdentity": True, "version": "x", "fingerprint": "f" * 64, "port": 1, "peers": [],
-          "counters": {"invalid": 0}}  # fmt: skip
+STATUS = {
+    "hasIdentity": True,
+    "version": "x",
+    "fingerprint": "f" * 64,
+    "port": 1,
+    "peers": [],
+    "counters": {"invalid": 0},
+}
 # Decided below the model (HTTP framing, TLS, timeouts, queues) or by counters it does not keep.
 SKIPPED = {
     "http-status/handshake-without-certificate",
@@ -54,8 +60,9 @@ def _with_status(value: Any) -> Any:
 def _run_group(group: dict[str, Any]) -> list[str]:
     m = model.Model(validator=VALIDATOR)
     problems: list[str] = []
-    records = {name: _record(name) for name in [*(p["name"] for p in group.get("peers", [])),
-                                                 "subject"]}  # fmt: skip
+    records = {
+        name: _record(name) for name in [*(p["name"] for p in group.get("peers", [])), "subject"]
+    }
     # A peer serving another certificate than its record's is never reached: down, for the model.
     for p in group.get("peers", []):
         if p.get("certificate") == "mismatch":

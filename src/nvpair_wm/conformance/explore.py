@@ -18,8 +18,10 @@ Generation is ``random.Random(seed)``: the same seed gives the same scenarios on
 
 from __future__ import annotations
 
+import functools
 import json
 import random
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,13 +184,8 @@ def group_of(steps: Sequence[Step], name: str) -> dict[str, Any]:
             data = vectors.encode(frames)
             if step["by"] == "broker":
                 answers = m.broker_bytes(data + b"\n")
-                cases.append(
-                    {
-                        "name": label,
-                        "local": [{"frame": frames}],
-                        "expect": outcomes.local_expect(answers),
-                    }  # fmt: skip
-                )
+                expected = outcomes.local_expect(answers)
+                cases.append({"name": label, "local": [{"frame": frames}], "expect": expected})
             else:
                 version = step.get("version")
                 answer = m.peer_request(step["by"], data, version=version)
@@ -197,22 +194,36 @@ def group_of(steps: Sequence[Step], name: str) -> dict[str, Any]:
                     headers["nvpair-contract-version"] = version
                 case: dict[str, Any] = {
                     "name": label,
-                    "http": {"client": step["by"], "protocols": [step["proto"]],
-                             "headers": headers, "body": {"frame": frames}},
+                    "http": {
+                        "client": step["by"],
+                        "protocols": [step["proto"]],
+                        "headers": headers,
+                        "body": {"frame": frames},
+                    },
                     "response": outcomes.http_response(answer),
                     "broker": outcomes.broker_lines(answer),
-                }  # fmt: skip
+                }
                 if answer.broker_may:
                     case["brokerAllowed"] = [{"exact": x} for x in answer.broker_may]
                 cases.append(case)
         elif op == "nodes":
             m.nodes([{"nodeId": p} for p in step["peers"]])
             nodes = [{"$record": p} for p in [*step["peers"], "subject"]]
-            frame = {"jsonrpc": "2.0", "method": "nodes:update", "params": {"nodes": nodes},
-                     "id": i}  # fmt: skip
-            cases.append({"name": label, "local": [{"frame": frame}],
-                          "expect": [{"exact": {"jsonrpc": "2.0", "id": i,
-                                                "result": {"outcome": "applied"}}}]})  # fmt: skip
+            frame = {
+                "jsonrpc": "2.0",
+                "method": "nodes:update",
+                "params": {"nodes": nodes},
+                "id": i,
+            }
+            cases.append(
+                {
+                    "name": label,
+                    "local": [{"frame": frame}],
+                    "expect": [
+                        {"exact": {"jsonrpc": "2.0", "id": i, "result": {"outcome": "applied"}}}
+                    ],
+                }
+            )
         elif op in ("down", "up", "peer-restart"):
             {"down": m.peer_down, "up": m.peer_up, "peer-restart": m.peer_restarted}[op](
                 step["peer"]
@@ -294,13 +305,17 @@ def explore(
         if not problems:
             continue
         if shrink_failures and not failures:
-            steps = shrink(steps, lambda s: bool(judge(group_of(s, name))))
+            steps = shrink(steps, functools.partial(_fails, judge, name))
             problems = judge(group_of(steps, name)) or problems
         path = write(group_of(steps, name), out_dir)
         failures.append(Failure(seed, index, steps, problems, path, name))
         if len(failures) >= 3:
             break
     return failures
+
+
+def _fails(judge: Judge, name: str, steps: list[Step]) -> bool:
+    return bool(judge(group_of(steps, name)))
 
 
 def write(group: dict[str, Any], out_dir: Path) -> Path:
@@ -313,7 +328,5 @@ def write(group: dict[str, Any], out_dir: Path) -> Path:
 
 def replay_command(prog: str, failure: Failure, command: Sequence[str]) -> str:
     """The one command that replays a written failure."""
-    import shlex
-
     args = [prog, "--vectors", str(failure.path.parent), "--only", failure.group, "--", *command]
     return shlex.join(args)

@@ -21,8 +21,10 @@ def response_matcher(value: Any, *, free_outcome: bool = False) -> dict[str, Any
         if value.get("result") is model._STATUS:
             return {"equal": {"/jsonrpc": "2.0", "/id": value["id"], "/result/hasIdentity": True}}
         if free_outcome:
-            return {"equal": {"/jsonrpc": "2.0", "/id": value["id"]},
-                    "types": {"/result/outcome": "string"}}  # fmt: skip
+            return {
+                "equal": {"/jsonrpc": "2.0", "/id": value["id"]},
+                "types": {"/result/outcome": "string"},
+            }
         return {"exact": value}
     err = value["error"]
     data = err["data"]

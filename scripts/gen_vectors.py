@@ -1,0 +1,406 @@
+"""Behaviour vectors derived from schema/: every constraint on its boundary and just past it.
+
+Walks the params schema of every method a manager accepts (following ``$ref``) and, for each
+constraint (minimum/maximum, minLength/maxLength, pattern, enum, required, null versus absent,
+unknown members, item counts), makes the frame on the boundary and the one just past it; adds
+the nesting bound (64 levels) and the version rule in both directions. Each goes over the local
+channel and over HTTP/2 and HTTP/1.1, alone and inside a batch, and its expectation is what the
+executable model (``nvpair_wm.conformance.model``, with jsonschema over schema/ as its
+validator) decides, in order, so duplicates between cases are the model's to call too.
+
+Writes ``schema/conformance/behaviour/generated.json`` (the runner and the wheel pick it up
+with the hand-written files). ``--check`` fails when that file is stale. Run by ``make gen``
+(through ``scripts/gen_types.py``) and drift-checked by ``make check-gen``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from nvpair_wm.conformance import model, outcomes, vectors
+from nvpair_wm.conformance.schemacheck import BASE, SchemaValidator
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "schema"
+TARGET = SCHEMA / "conformance" / "behaviour" / "generated.json"
+STARTUP = [
+    {
+        "equal": {"/jsonrpc": "2.0", "/method": "ready"},
+        "types": {"/params/version": "string", "/params/contractVersion": "string"},
+        "absent": ["/id"],
+    }
+]
+FINGERPRINT = "ab" * 32
+Mutation = tuple[list[str | int], str, Any]  # (path in params, "set" | "drop", value)
+
+
+def _registry() -> Registry[Any]:
+    docs = [json.loads(p.read_text()) for p in sorted(SCHEMA.glob("*.schema.json"))]
+    return Registry().with_resources(
+        (d["$id"], Resource.from_contents(d, default_specification=DRAFT202012)) for d in docs
+    )
+
+
+REGISTRY = _registry()
+
+
+def _resolve(node: dict[str, Any], base: str) -> tuple[dict[str, Any], str]:
+    while "$ref" in node:
+        resolved = REGISTRY.resolver(base).lookup(node["$ref"])
+        node, base = resolved.contents, resolved.resolver._base_uri or base
+    return node, base
+
+
+def _branch(node: dict[str, Any], base: str) -> tuple[dict[str, Any], str]:
+    """The non-null branch of an ``anyOf`` / ``oneOf`` (nullable members)."""
+    for key in ("anyOf", "oneOf"):
+        for b in node.get(key, []):
+            b2, base2 = _resolve(b, base)
+            if b2.get("type") != "null":
+                return b2, base2
+    return node, base
+
+
+def mutations(
+    node: dict[str, Any], base: str, value: Any, path: list[str | int]
+) -> Iterator[tuple[str, Mutation]]:
+    """(label, mutation) for every constraint of ``node`` at ``path``, on its boundary and
+    just past it."""
+    node, base = _resolve(node, base)
+    name = ".".join(str(p) for p in path) or "params"
+    nullable = any(_resolve(b, base)[0].get("type") == "null" for b in node.get("anyOf", []))
+    node, base = _branch(node, base)
+    kind = node.get("type")
+    if kind == "string":
+        if "minLength" in node:
+            n = node["minLength"]
+            yield f"{name}-minLength-{n}", (path, "set", _string(value, n))
+            if n > 0:
+                yield f"{name}-minLength-{n}-less-1", (path, "set", _string(value, n - 1))
+        if "maxLength" in node:
+            n = node["maxLength"]
+            yield f"{name}-maxLength-{n}", (path, "set", _string(value, n))
+            yield f"{name}-maxLength-{n}-plus-1", (path, "set", _string(value, n + 1))
+        if "pattern" in node:
+            yield f"{name}-pattern-uppercase", (path, "set", str(value).upper())
+        yield f"{name}-not-a-string", (path, "set", 7)
+    elif kind == "integer":
+        if "minimum" in node:
+            n = node["minimum"]
+            yield f"{name}-minimum-{n}", (path, "set", n)
+            yield f"{name}-minimum-{n}-less-1", (path, "set", n - 1)
+        if "maximum" in node:
+            n = node["maximum"]
+            yield f"{name}-maximum", (path, "set", n)
+            yield f"{name}-maximum-plus-1", (path, "set", n + 1)
+        yield f"{name}-fractional", (path, "set", 1.5)
+        yield f"{name}-boolean", (path, "set", True)
+    elif "enum" in node:
+        for v in node["enum"]:
+            yield f"{name}-enum-{v}", (path, "set", v)
+        yield f"{name}-enum-unknown", (path, "set", "no-such-value")
+    elif kind == "object" and isinstance(value, dict):
+        required = set(node.get("required", []))
+        for prop, sub in node.get("properties", {}).items():
+            if prop not in value:
+                continue
+            yield from mutations(sub, base, value[prop], [*path, prop])
+            side = "required" if prop in required else "optional"
+            yield f"{name}.{prop}-{side}-absent", ([*path, prop], "drop", None)
+            if not nullable:
+                yield f"{name}.{prop}-null", ([*path, prop], "set", None)
+        yield f"{name}-unknown-member", ([*path, "x-unknown"], "set", {"a": [1, None]})
+    elif kind == "array" and isinstance(value, list) and value:
+        if "minItems" in node:
+            n = node["minItems"]
+            yield f"{name}-minItems-{n}", (path, "set", value[:1] * n)
+        if "maxItems" in node:
+            n = node["maxItems"]
+            yield f"{name}-maxItems-{n}", (path, "set", _records(n))
+            yield f"{name}-maxItems-{n}-plus-1", (path, "set", _records(n + 1))
+        yield from mutations(node.get("items", {}), base, value[0], [*path, 0])
+    if nullable:
+        yield f"{name}-null", (path, "set", None)
+
+
+def _string(value: Any, n: int) -> str:
+    return (str(value) * (n // max(1, len(str(value))) + 1))[:n] if n else ""
+
+
+def _records(n: int) -> list[dict[str, Any]]:
+    return [
+        {"nodeId": f"n{i}", "address": "127.0.0.1", "fingerprint": FINGERPRINT} for i in range(n)
+    ]
+
+
+def apply(params: dict[str, Any], mutation: Mutation) -> dict[str, Any]:
+    path, op, value = mutation
+    out = copy.deepcopy(params)
+    target: Any = out
+    for key in path[:-1]:
+        target = target[key]
+    if op == "drop":
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return out
+
+
+def _info(wid: str) -> dict[str, Any]:
+    return {
+        "id": wid,
+        "model": "llama-3.1-8b",
+        "engine": "vllm",
+        "runId": "g-run",
+        "state": "running",
+        "originatedFrom": "node-g",
+        "scheduledOn": "node-g",
+        "createdAt": 1764690000000,
+        "startedAt": 1764690001000,
+        "completedAt": None,
+        "error": None,
+        "requesterId": "u-1",
+        "seq": 1,
+    }
+
+
+BASES: dict[str, Any] = {
+    "workload:started": lambda wid: {"workloadInfo": _info(wid)},
+    "workloads:remove": lambda wid: {"workloadId": wid, "originatedFrom": "node-g", "runId": "r"},
+    "nodes:update": lambda wid: {
+        "nodes": [
+            {"nodeId": wid, "address": "127.0.0.1", "port": 14320, "fingerprint": FINGERPRINT}
+        ]
+    },
+}
+
+
+def _schema_of(method: str) -> tuple[dict[str, Any], str]:
+    inbound = json.loads((SCHEMA / "inbound-frame.schema.json").read_text())
+    for branch in inbound["oneOf"]:
+        node, base = _resolve({"$ref": BASE + branch["$ref"]}, BASE)
+        if node["properties"]["method"]["const"] == method:
+            return _resolve(node["properties"]["params"], base)
+    raise KeyError(method)
+
+
+def _deep(depth: int) -> dict[str, Any]:
+    """A frame nesting exactly ``depth`` levels (the frame object is level 1)."""
+    inner: Any = 1
+    for _ in range(depth - 4):  # frame, params, workloadInfo, then the unknown member's levels
+        inner = [inner]
+    info = {**_info("g-deep-{depth}"), "id": f"g-deep-{depth}", "x-deep": inner}
+    return {"jsonrpc": "2.0", "method": "workload:started", "params": {"workloadInfo": info}}
+
+
+class Builder:
+    """The cases of one group, with the model fed in the runner's order."""
+
+    def __init__(self) -> None:
+        self.model = model.Model(validator=SchemaValidator())
+        self.cases: list[dict[str, Any]] = []
+        self.n = 0
+
+    def fresh(self) -> str:
+        self.n += 1
+        return f"g{self.n}"
+
+    def local(self, name: str, frame: Any) -> None:
+        answers = self.model.broker_bytes(vectors.encode(frame) + b"\n")
+        self.cases.append(
+            {"name": name, "local": [{"frame": frame}], "expect": outcomes.local_expect(answers)}
+        )
+
+    def http(self, name: str, frame: Any, proto: str, version: str | None = None) -> None:
+        headers = {"content-type": "application/json"}
+        if version is not None:
+            headers["nvpair-contract-version"] = version
+        answer = self.model.peer_request("peer", vectors.encode(frame), version=version)
+        self.cases.append(
+            {
+                "name": name,
+                "http": {"protocols": [proto], "headers": headers, "body": {"frame": frame}},
+                "response": outcomes.http_response(answer),
+                "broker": outcomes.broker_lines(answer),
+            }
+        )
+
+
+def frame_of(method: str, params: Any, rid: Any = None) -> dict[str, Any]:
+    frame = {"jsonrpc": "2.0", "method": method, "params": params}
+    if rid is not None:
+        frame["id"] = rid
+    return frame
+
+
+def schema_group() -> dict[str, Any]:
+    b = Builder()
+    k = 0
+    for method, base in BASES.items():
+        node, uri = _schema_of(method)
+        for label, mutation in mutations(node, uri, base("g0"), []):
+            if method == "nodes:update" and "maxItems" in label:
+                http_too = False  # a peer may not send nodes:update: the local channel only
+            else:
+                http_too = method != "nodes:update"
+            name = f"{method.replace(':', '-')}-{label}".replace(".", "-")
+            params = apply(base(b.fresh()), mutation)
+            b.local(f"{name}-local", frame_of(method, params, k))
+            batch = [
+                frame_of(method, apply(base(b.fresh()), mutation), k),
+                frame_of("workload:started", {"workloadInfo": _info(b.fresh())}),
+            ]
+            if "maxItems" not in label:  # 1,025 records once is enough
+                b.local(f"{name}-local-batch", batch)
+            if http_too:
+                protos = ("h2", "http/1.1") if k % 2 else ("http/1.1", "h2")
+                b.http(
+                    f"{name}-http", frame_of(method, apply(base(b.fresh()), mutation), k), protos[0]
+                )
+                batch = [
+                    frame_of(method, apply(base(b.fresh()), mutation), k),
+                    frame_of("workload:started", {"workloadInfo": _info(b.fresh())}),
+                ]
+                b.http(f"{name}-http-batch", batch, protos[1])
+            k += 1
+    for depth in (64, 65):  # the nesting bound: at it, and one level past it
+        frame = _deep(depth)
+        b.local(f"depth-{depth}-local", {**frame, "id": depth})
+        b.local(f"depth-{depth}-local-batch", [{**_deep(depth), "id": depth}])
+        for proto in ("h2", "http/1.1"):
+            deep = _deep(depth)
+            deep["params"]["workloadInfo"]["id"] += proto
+            b.http(f"depth-{depth}-http-{proto.replace('/', '')}", {**deep, "id": depth}, proto)
+    for version in (
+        "1.0.0",
+        "1.2.0",
+        "1.99.7",
+        "1.2.0-rc.1+b.5",
+        "0.9.0",
+        "2.0.0",
+        "1.2",
+        "v1.2.0",
+        "1.02.0",
+    ):
+        for proto in ("h2", "http/1.1"):
+            frame = frame_of("workload:started", {"workloadInfo": _info(b.fresh())}, 1)
+            b.http(f"version-{version}-{proto.replace('/', '')}", frame, proto, version)
+    return {
+        "group": "generated-schema",
+        "description": "generated by scripts/gen_vectors.py from schema/: every constraint on "
+        "its boundary and just past it, locally, over HTTP/2 and HTTP/1.1, alone and in batches; "
+        "the version rule as a server. Expectations from the model.",
+        "startup": STARTUP,
+        "cases": b.cases,
+    }
+
+
+def version_peer_group() -> dict[str, Any]:
+    """The version rule as a client: the kit's peer answers as another contract version."""
+    info = _info("v-1")
+    info["originatedFrom"] = "subject"
+    first = frame_of("workload:submitted", {"workloadInfo": {**info, "state": "queued"}})
+    second = frame_of("workload:started", {"workloadInfo": {**info, "seq": 2}})
+    third = frame_of(
+        "workload:completed",
+        {"workloadInfo": {**info, "state": "completed", "seq": 3, "completedAt": 1764690002000}},
+    )
+    nodes = frame_of("nodes:update", {"nodes": [{"$record": "newer"}, {"$record": "subject"}]}, 1)
+    return {
+        "group": "generated-versions-as-client",
+        "description": "generated by scripts/gen_vectors.py: the implementation's peer answers as "
+        "a newer minor (served on), then as another major (409: nothing more is sent to it), then "
+        "as this version again (a probe with a snapshot repairs it)",
+        "config": {
+            "broadcast": {
+                "retry_base": 0.02,
+                "retry_max_delay": 0.2,
+                "min_reconnect_interval": 0.05,
+                "reconcile_interval": 0.1,
+                "version_probe_interval": 0.5,
+            }
+        },
+        "peers": [{"name": "newer", "protocols": ["h2", "http/1.1"]}],
+        "startup": STARTUP,
+        "cases": [
+            {
+                "name": "announce",
+                "local": [{"frame": nodes}],
+                "expect": [
+                    {"exact": {"jsonrpc": "2.0", "id": 1, "result": {"outcome": "applied"}}}
+                ],
+            },
+            {
+                "name": "answers-as-1.99.0",
+                "peer": "newer",
+                "respond": [{"status": 202, "headers": {"nvpair-contract-version": "1.99.0"}}],
+            },
+            {"name": "event", "local": [{"frame": first}], "expect": []},
+            {
+                "name": "minor-skew-served",
+                "arrivals": {"newer": {"frames": [{"exact": _relayed(first)}]}},
+            },
+            {
+                "name": "answers-as-2.0.0",
+                "peer": "newer",
+                "respond": [{"status": 409, "headers": {"nvpair-contract-version": "2.0.0"}}],
+            },
+            {"name": "event-refused", "local": [{"frame": second}], "expect": []},
+            {
+                "name": "another-major-refused",
+                "arrivals": {"newer": {"frames": [], "refusedAtLeast": 1}},
+                "settle": 0.2,
+            },
+            {"name": "answers-as-1.2.0", "peer": "newer", "respond": []},
+            {"name": "event-after", "local": [{"frame": third}], "expect": []},
+            {
+                "name": "probe-repairs",
+                "arrivals": {
+                    "newer": {
+                        "repeats": True,
+                        "frames": [{"exact": _relayed(third)}],
+                        "allowed": [{"exact": _relayed(second)}, {"exact": _relayed(first)}],
+                    }
+                },
+                "within": 5,
+            },
+        ],
+    }
+
+
+def _relayed(frame: dict[str, Any]) -> dict[str, Any]:
+    info = frame["params"]["workloadInfo"]
+    return model.lifecycle(model.relay_info(info, model.STATE_OF[frame["method"]]))
+
+
+def render() -> str:
+    groups = [schema_group(), version_peer_group()]
+    return json.dumps(groups, indent=1, ensure_ascii=False) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help=f"fail if {TARGET.name} is stale")
+    args = parser.parse_args()
+    text = render()
+    rel = TARGET.relative_to(ROOT)
+    if args.check:
+        if not TARGET.exists() or TARGET.read_text(encoding="utf-8") != text:
+            sys.exit(f"{rel} is stale: run `make gen`")
+        print(f"{rel} is up to date")
+        return
+    TARGET.write_text(text, encoding="utf-8")
+    print(f"wrote {rel}")
+
+
+if __name__ == "__main__":
+    main()
