@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nvpair_wm import cli, dedup, endpoint, journal, node
+from nvpair_wm import cli, dedup, endpoint, journal, node, outbox
 from nvpair_wm.http.core import Request, Response
 
 
@@ -90,6 +90,17 @@ def _version_ignored_over_http1() -> None:
     endpoint.EventsEndpoint.head = broken  # type: ignore[method-assign]
 
 
+def _409_as_final() -> None:
+    """A peer's 409 (it speaks another major) is taken as a final refusal of that batch: the
+    sender drops the batch and goes on sending, and never probes with a snapshot, so what the
+    peer refused is never repaired."""
+
+    def broken(self: outbox.PeerOutbox, batch: outbox.Batch, theirs: str, ours: str) -> None:
+        self.rejected(batch, 409, f"the peer speaks contract {theirs}, we speak {ours}")
+
+    outbox.PeerOutbox.incompatible = broken  # type: ignore[method-assign]
+
+
 MODES: dict[str, Callable[[], None]] = {
     "tomb-every-run": _tombstone_covers_every_run,
     "stale-as-duplicate": _stale_as_duplicate,
@@ -97,6 +108,7 @@ MODES: dict[str, Callable[[], None]] = {
     "first-run": _first_run_is_newest,
     "snapshot-no-removals": _snapshot_without_removals,
     "version-h1": _version_ignored_over_http1,
+    "409-final": _409_as_final,
 }
 
 
