@@ -22,7 +22,7 @@ PROG = "nvpair-wm-conformance"
 # The exploration every default run adds (no --only, no --explore): fixed, so a run is
 # deterministic and stays within its time budget.
 DEFAULT_SEED = 1
-DEFAULT_BUDGET = 3
+DEFAULT_BUDGET = 1
 
 
 def _parser() -> argparse.ArgumentParser:
