@@ -75,6 +75,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="where a shrunk failing scenario is written as a vector file (%(default)s)",
     )
+    p.add_argument(
+        "--no-shrink",
+        action="store_true",
+        help="write a failing scenario as it came, unshrunk (faster: a mutation run's choice)",
+    )
     return p
 
 
@@ -180,7 +185,12 @@ def _explore(
         progress(result)
 
     return explore.explore(
-        judge, seed=args.seed, scenarios=budget, out_dir=args.failures, on_scenario=row
+        judge,
+        seed=args.seed,
+        scenarios=budget,
+        out_dir=args.failures,
+        on_scenario=row,
+        shrink_failures=not args.no_shrink,
     )
 
 
