@@ -9,7 +9,8 @@ restart of the manager itself (:meth:`Model.restart`). It answers with what the 
 every caller must get (:class:`Answer`), and keeps what every peer must be sent, and may be
 sent, until a kit checks it (:meth:`Model.take_deliveries`).
 
-Each rule of ``schema/README.md`` names the function here that states it. The model decides
+Each rule of ``schema/README.md`` names the function here that states it, and each function
+names its rule (the README's section titles, in quotes). The model decides
 behaviour, not shapes: whether ``params`` fit a method's schema it asks a ``Validator`` (in
 this repository, jsonschema over ``schema/``: ``nvpair_wm.conformance.schemacheck``); by
 default it trusts them, which is what exploration needs (it only sends frames the schema
@@ -115,7 +116,7 @@ class Answer:
     http_error: bool = False
     to_broker: list[dict[str, Any]] = field(default_factory=list)
     broker_may: list[dict[str, Any]] = field(default_factory=list)
-    free_outcome: bool = False  # an outcome the contract leaves open (rule_restart)
+    free_outcome: bool = False  # an outcome the contract leaves open ("What a broker may rely on")
 
 
 @dataclass(slots=True)
@@ -133,7 +134,7 @@ class _Workload:
     origin: str
     seq: int
     frame: dict[str, Any] | None  # the lifecycle frame, for one this manager originated
-    resend: bool = False  # a peer's workload reloaded at a restart (rule_restart)
+    resend: bool = False  # a peer's workload reloaded at a restart ("What a broker may rely on")
 
 
 @dataclass(slots=True)
@@ -217,9 +218,9 @@ def is_request_id(value: Any) -> bool:
 
 
 def check_version(header: str | None) -> int | None:
-    """rule_version: the HTTP status a request's ``nvpair-contract-version`` earns before its
-    body is read (409 another major, 400 malformed), None when it is served (absent: this
-    major; minor and patch skew are served)."""
+    """Rule "Versions on the wire": the HTTP status a request's ``nvpair-contract-version`` earns
+    before its body is read (409 another major, 400 malformed), None when it is served (absent:
+    this major; minor and patch skew are served)."""
     if header is None:
         return None
     match = _SEMVER.fullmatch(header.strip())
@@ -243,7 +244,7 @@ class Model:
     # -- classifying one frame: "Which code wins" --------------------------------------------
 
     def classify(self, value: Any, channel: str, index: int | None) -> Error | dict[str, Any]:
-        """rule_which_code_wins: steps 3-9 for one frame (a batch element or a lone frame),
+        """Rule "Which code wins", steps 3-9 for one frame (a batch element or a lone frame),
         the frame itself when it is acceptable on ``channel`` ("broker" or "peer")."""
         if element_fault(value):
             return Error(PARSE_ERROR, None, index)
@@ -254,7 +255,7 @@ class Model:
         rid = obj.get("id")
         if has_id and not is_request_id(rid):
             return Error(INVALID_REQUEST, None, index, "$.id")
-        respond = has_id or channel == "peer"  # rule_who_gets_an_answer
+        respond = has_id or channel == "peer"  # "Who gets an answer"
         if "method" not in obj and ("result" in obj or "error" in obj):
             return Error(INVALID_REQUEST, rid, index, respond=channel == "peer")
         if obj.get("jsonrpc") != "2.0" or not isinstance(obj.get("method"), str):
@@ -280,9 +281,9 @@ class Model:
     # -- the local channel --------------------------------------------------------------------
 
     def broker_bytes(self, data: bytes) -> list[Answer]:
-        """rule_framing: what the broker wrote, cut into lines at LF; a CR before the LF is
+        """Rule "Framing": what the broker wrote, cut into lines at LF; a CR before the LF is
         dropped, blank lines are ignored, a last line without LF is still read, and a line over
-        1 MiB gets one -32000 with id null (rule_frame_too_large)."""
+        1 MiB gets one -32000 with id null."""
         lines = data.split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()
@@ -297,13 +298,13 @@ class Model:
         return answers
 
     def broker_line(self, data: bytes) -> Answer:
-        """rule_local_line: one line from the broker (without its LF): the one response line
-        it earns, if any (a batch's answers in element order, notifications unanswered)."""
+        """Rule "Framing", responses: one line from the broker (without its LF): the one response
+        line it earns, if any (a batch's answers in element order, notifications unanswered)."""
         value = parse(data)
         if isinstance(value, Error):
             return Answer(value.response())
         if isinstance(value, list):
-            if not value or len(value) > MAX_BATCH:  # rule_batch_bound: refused as a whole
+            if not value or len(value) > MAX_BATCH:  # "Batch size": refused whole
                 return Answer(Error(INVALID_REQUEST).response())
             answers: list[Any] = []
             for i, element in enumerate(value):
@@ -334,8 +335,8 @@ class Model:
             answers.append(_result(rid, outcome))
 
     def local_event(self, method: str, info: dict[str, Any]) -> str:
-        """rule_dedup for the broker's own event; an applied one goes to every peer
-        (rule_broadcast), never back to the broker."""
+        """:meth:`observe` for the broker's own event; an applied one goes to every peer
+        (:meth:`_broadcast`), never back to the broker."""
         relayed = relay_info(info, STATE_OF[method])
         outcome = self.observe(relayed, local=True)
         if outcome == "applied":
@@ -344,8 +345,8 @@ class Model:
         return outcome
 
     def local_remove(self, params: dict[str, Any]) -> str:
-        """rule_remove for the broker's removal; an applied one goes to every peer with the
-        run it covered (rule_broadcast: "a removal carries runId")."""
+        """:meth:`remove` for the broker's removal; an applied one goes to every peer with the
+        run it covered (:meth:`_broadcast`)."""
         outcome, frame = self.remove(params)
         if outcome == "applied":
             key = (frame["params"]["originatedFrom"], frame["params"]["workloadId"])
@@ -357,9 +358,9 @@ class Model:
     # -- deduplication and tombstones ---------------------------------------------------------
 
     def observe(self, info: dict[str, Any], *, local: bool) -> str:
-        """rule_dedup: an event is keyed by (runId, id, seq). A tombstone of (originatedFrom,
-        id) covering its run: ``removed``; same seq as the newest: ``duplicate`` (but see
-        rule_restart); lower: ``stale``; else ``applied``."""
+        """Deduplication ("Retries", EventOutcome): an event is keyed by (runId, id, seq). A
+        tombstone of (originatedFrom, id) covering its run: ``removed``; same seq as the newest:
+        ``duplicate`` (but see :meth:`restart`); lower: ``stale``; else ``applied``."""
         origin, wid, run, seq = info["originatedFrom"], info["id"], info["runId"], info["seq"]
         covered = self.tombs.get((origin, wid))
         if covered is not None and ("" in covered or run in covered):
@@ -369,7 +370,7 @@ class Model:
             self.newest_run[(origin, wid)] = run  # the run whose first event came last
         elif seq == held.seq:
             if held.resend and not local:
-                held.resend = False  # rule_restart: applied once more
+                held.resend = False  # applied once more ("What a broker may rely on")
                 return "applied"
             return "duplicate"
         elif seq < held.seq:
@@ -379,9 +380,10 @@ class Model:
         return "applied"
 
     def remove(self, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """rule_remove: a removal with ``runId`` covers that run; without it, the newest run of
-        (originatedFrom, id) (the one whose first event came last), or every run when none was
-        seen. One already covered is a ``duplicate``; the tombstone keeps every run removed."""
+        """Removals (workloads-remove.schema.json): a removal with ``runId`` covers that run;
+        without it, the newest run of (originatedFrom, id) (the one whose first event came last), or
+        every run when none was seen. One already covered is a ``duplicate``; the tombstone keeps
+        every run removed."""
         origin, wid = params["originatedFrom"], params["workloadId"]
         run = params.get("runId")
         covered = self.tombs.get((origin, wid), [])
@@ -412,11 +414,11 @@ class Model:
         method: str = "POST",
         path: str = PATH,
     ) -> Answer:
-        """rule_http_status and rule_peer_frames: a request from a member to ``POST
+        """Rule "HTTP status codes" and "Which code wins" step 9: a request from a member to ``POST
         /v1/workloads/events``. Pins first (403), then the version (409/400), the media type
         (415), the size (413); then the body's frames, answered as on the local channel,
         every invalid frame included, applied ones forwarded to the broker as upserts and
-        removals (never to peers: rule_broadcast)."""
+        removals (never to peers)."""
         if not self.peers.setdefault(peer, _Peer()).pinned:
             return Answer(status=403, http_error=True)
         if path != PATH:
@@ -484,8 +486,8 @@ class Model:
     # -- membership, pins and the peers' view -------------------------------------------------
 
     def nodes(self, records: list[dict[str, Any]]) -> None:
-        """rule_who_is_a_peer: the latest ``nodes:update`` names the peers (not this node);
-        one announced anew gets a snapshot (rule_snapshot); one left out gets nothing more."""
+        """Rule "Who is a peer": the latest ``nodes:update`` names the peers (not this node);
+        one announced anew gets a snapshot (:meth:`_snapshot`); one left out gets nothing more."""
         names = {str(r.get("nodeId")) for r in records} - {self.node_id}
         for name, p in self.peers.items():
             if p.announced and name not in names:
@@ -498,8 +500,8 @@ class Model:
                 self._snapshot(p)
 
     def pin(self, peer: str, pinned: bool) -> None:
-        """rule_pins: pins are read now: an unpinned member gets 403 at its next request and
-        is no peer; pinned again (and announced), it gets a snapshot."""
+        """Rule "Server side" and "Who is a peer": pins are read now: an unpinned member gets 403 at
+        its next request and is no peer; pinned again (and announced), it gets a snapshot."""
         p = self.peers.setdefault(peer, _Peer())
         if p.pinned == pinned:
             return
@@ -511,13 +513,13 @@ class Model:
 
     def peer_down(self, peer: str) -> None:
         """A peer stops listening (or refuses every request): what was due to it may be lost,
-        given up after the retries (rule_snapshot repairs it)."""
+        given up after the retries (:meth:`_snapshot` repairs it)."""
         p = self.peers.setdefault(peer, _Peer())
         p.up = False
         self._lose(p)
 
     def peer_up(self, peer: str) -> None:
-        """rule_snapshot: on its next connection (or its first answer) a peer that was down
+        """On its next connection (or its first answer) a peer that was down
         gets the current state."""
         p = self.peers.setdefault(peer, _Peer())
         if not p.up:
@@ -525,15 +527,16 @@ class Model:
             self._snapshot(p)
 
     def peer_restarted(self, peer: str) -> None:
-        """rule_snapshot: a peer that restarted with an empty view gets the current state."""
+        """A peer that restarted with an empty view gets the current state."""
         p = self.peers.setdefault(peer, _Peer())
         self._lose(p)
         self._snapshot(p)
 
     def restart(self) -> None:
-        """rule_restart: a restart keeps (journal) what the broker reported and what was told
-        to the broker, not the peers: the broker sends ``nodes:update`` again. A peer's
-        workload reloaded may be forwarded once more at its same seq (a freedom)."""
+        """Rule "After ready" and "What a broker may rely on": a restart keeps (journal) what the
+        broker reported and what was told to the broker, not the peers: the broker sends
+        ``nodes:update`` again. A peer's workload reloaded may be forwarded once more at its same
+        seq (a freedom)."""
         for w in self.workloads.values():
             w.resend = w.frame is None
         for p in self.peers.values():
@@ -549,8 +552,9 @@ class Model:
     # -- what peers are sent --------------------------------------------------------------------
 
     def _broadcast(self, key: Any, frame: dict[str, Any]) -> None:
-        """rule_broadcast: an applied local event or removal is due to every peer; the one it
-        supersedes for the same workload may still come or not (coalescing is allowed)."""
+        """Method catalogue ("manager -> peer"): an applied local event or removal is due to every
+        peer; the one it supersedes for the same workload may still come or not (coalescing is
+        allowed)."""
         for p in self.peers.values():
             if not p.receives:
                 continue
@@ -565,7 +569,7 @@ class Model:
         p.out.due.clear()
 
     def _snapshot(self, p: _Peer) -> None:
-        """rule_snapshot: the newest event of each workload this manager originated and its
+        """A snapshot: the newest event of each workload this manager originated and its
         removals, due again (repeats allowed: the peer may have had them)."""
         if not p.receives:
             return
@@ -598,8 +602,9 @@ _STATUS: Final[dict[str, Any]] = {"hasIdentity": True}
 
 
 def relay_info(info: dict[str, Any], state: str) -> dict[str, Any]:
-    """rule_relay: what leaves a manager of a WorkloadInfo: the state its method sets, every
-    known member as received (absent stays absent, null stays null), unknown members dropped."""
+    """Rule "Absent versus null" and "Unknown properties": what leaves a manager of a WorkloadInfo:
+    the state its method sets, every known member as received (absent stays absent, null stays
+    null), unknown members dropped."""
     out: dict[str, Any] = {k: info[k] for k in INFO_FIELDS if k in info}
     out["state"] = state
     return out
