@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from nvpair_wm_schema.contract import MAX_SAFE_INTEGER
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
@@ -41,6 +43,7 @@ STARTUP = [
     }
 ]
 FINGERPRINT = "ab" * 32
+RELAY = "relay"  # the kit's peer in generated-schema
 HTTP_BATCH = 32  # mutants per HTTP batch request
 Mutation = tuple[list[str | int], str, Any]  # (path in params, "set" | "drop", value)
 
@@ -210,12 +213,15 @@ def _name(text: str) -> str:
 
 
 class Builder:
-    """The cases of one group, with the model fed in the runner's order."""
+    """The cases of one group, with the model fed in the runner's order. The group has one peer
+    of the kit's, ``relay``: what the broker's valid frames must become on the way to a peer is
+    checked too (the other side of what a peer's frames become on the way to the broker)."""
 
     def __init__(self) -> None:
         self.model = model.Model(validator=SchemaValidator())
         self.cases: list[dict[str, Any]] = []
         self.n = 0
+        self.batched: dict[str, list[Any]] = {"h2": [], "http/1.1": []}
 
     def fresh(self) -> str:
         self.n += 1
@@ -233,15 +239,52 @@ class Builder:
         headers = {"content-type": "application/json"}
         if version is not None:
             headers["nvpair-contract-version"] = version
-        answer = self.model.peer_request("peer", vectors.encode(frame), version=version)
+        answer = self.model.peer_request(RELAY, vectors.encode(frame), version=version)
+        http = {"client": RELAY, "protocols": [proto], "headers": headers, "body": {"frame": frame}}
         self.cases.append(
             {
                 "name": name,
-                "http": {"protocols": [proto], "headers": headers, "body": {"frame": frame}},
+                "http": http,
                 "response": outcomes.http_response(answer),
                 "broker": outcomes.broker_lines(answer),
             }
         )
+
+    def announce(self, name: str) -> None:
+        """``nodes:update`` naming relay (the kit puts in its record, which the model does not
+        need to validate: only who is announced)."""
+        nodes = [{"$record": RELAY}, {"$record": "subject"}]
+        frame = frame_of("nodes:update", {"nodes": nodes}, 0)
+        self.model.nodes([{"nodeId": RELAY}])
+        applied = {"jsonrpc": "2.0", "id": 0, "result": {"outcome": "applied"}}
+        self.cases.append(
+            {"name": name, "local": [{"frame": frame}], "expect": [{"exact": applied}]}
+        )
+
+    def check(self, name: str) -> None:
+        spec = outcomes.arrivals(self.model.take_deliveries(RELAY))
+        self.cases.append({"name": _name(name), "arrivals": {RELAY: spec}, "within": 10})
+
+    def emit(self, name: str, make: Callable[[], Any], k: int, *, http: bool, batch: bool) -> None:
+        """One mutant: locally alone and in a batch, over HTTP alone on one protocol and in a
+        batch (:meth:`flush`) on the other; ``make`` builds it afresh each time (new ids)."""
+        self.local(f"{name}-local", make())
+        if batch:
+            started = frame_of("workload:started", {"workloadInfo": _info(self.fresh())})
+            self.local(f"{name}-local-batch", [make(), started])
+        if http:
+            protos = ("h2", "http/1.1") if k % 2 else ("http/1.1", "h2")
+            self.http(f"{name}-http", make(), protos[0])
+            # Inside a batch, over the other protocol: one request holds many mutants, each
+            # answered in element order with its index (one handshake, not dozens).
+            self.batched[protos[1]].append(make())
+
+    def flush(self, tag: str) -> None:
+        for proto, frames in self.batched.items():
+            for start in range(0, len(frames), HTTP_BATCH):
+                chunk = frames[start : start + HTTP_BATCH]
+                self.http(f"{tag}-http-batch-{proto}-{start // HTTP_BATCH}", chunk, proto)
+            frames.clear()
 
 
 def frame_of(method: str, params: Any, rid: Any = None) -> dict[str, Any]:
@@ -253,42 +296,30 @@ def frame_of(method: str, params: Any, rid: Any = None) -> dict[str, Any]:
 
 def schema_group() -> dict[str, Any]:
     b = Builder()
+    b.announce("announce-relay")
     k = 0
     for method, base in BASES.items():
         node, uri = _schema_of(method)
         seen: set[str] = set()
-        batched: dict[str, list[Any]] = {"h2": [], "http/1.1": []}
         for label, mutation in mutations(node, uri, base("g0"), []):
             if label in seen:  # a nullable member's null, from it and from its object
                 continue
             seen.add(label)
-            if method == "nodes:update" and "maxItems" in label:
-                http_too = False  # a peer may not send nodes:update: the local channel only
-            else:
-                http_too = method != "nodes:update"
+            make = functools.partial(_mutant, b, method, base, mutation, k)
+            # A peer may not send nodes:update (-32601 whatever its params): locally only.
             name = f"{method.replace(':', '-')}-{label}"
-            params = apply(base(b.fresh()), mutation)
-            b.local(f"{name}-local", frame_of(method, params, k))
-            batch = [
-                frame_of(method, apply(base(b.fresh()), mutation), k),
-                frame_of("workload:started", {"workloadInfo": _info(b.fresh())}),
-            ]
-            if "maxItems" not in label:  # 1,025 records once is enough
-                b.local(f"{name}-local-batch", batch)
-            if http_too:
-                protos = ("h2", "http/1.1") if k % 2 else ("http/1.1", "h2")
-                b.http(
-                    f"{name}-http", frame_of(method, apply(base(b.fresh()), mutation), k), protos[0]
-                )
-                # Inside a batch, over the other protocol: one request holds many mutants,
-                # each answered in element order with its index (one handshake, not dozens).
-                batched[protos[1]].append(frame_of(method, apply(base(b.fresh()), mutation), k))
+            b.emit(name, make, k, http=method != "nodes:update", batch="maxItems" not in label)
             k += 1
-        for proto, frames in batched.items():
-            for start in range(0, len(frames), HTTP_BATCH):
-                chunk = frames[start : start + HTTP_BATCH]
-                tag = f"{method.replace(':', '-')}-http-batch-{proto}-{start // HTTP_BATCH}"
-                b.http(tag, chunk, proto)
+        b.flush(method.replace(":", "-"))
+        if method == "nodes:update":  # its mutants replaced the peers: announce relay again
+            b.announce("announce-relay-again")
+        b.check(f"{method.replace(':', '-')}-relayed")
+    for label, change in ENVELOPE:
+        make = functools.partial(_enveloped, b, change, k)
+        b.emit(f"envelope-{label}", make, k, http=True, batch=True)
+        k += 1
+    b.flush("envelope")
+    b.check("envelope-relayed")
     for depth in (64, 65):  # the nesting bound: at it, and one level past it
         frame = _deep(depth)
         b.local(f"depth-{depth}-local", {**frame, "id": depth})
@@ -311,14 +342,72 @@ def schema_group() -> dict[str, Any]:
         for proto in ("h2", "http/1.1"):
             frame = frame_of("workload:started", {"workloadInfo": _info(b.fresh())}, 1)
             b.http(f"version-{version}-{proto.replace('/', '')}", frame, proto, version)
+    b.check("last-relayed")
     return {
         "group": "generated-schema",
         "description": "generated by scripts/gen_vectors.py from schema/: every constraint on "
         "its boundary and just past it, locally, over HTTP/2 and HTTP/1.1, alone and in batches; "
         "the version rule as a server. Expectations from the model.",
+        "config": {
+            "shutdown_grace": 1.0,
+            "broadcast": {
+                "retry_base": 0.02,
+                "retry_max_delay": 0.2,
+                "min_reconnect_interval": 0.05,
+                "reconcile_interval": 0.1,
+            },
+        },
+        "peers": [{"name": RELAY, "protocols": ["h2", "http/1.1"]}],
         "startup": STARTUP,
         "cases": b.cases,
     }
+
+
+def _mutant(b: Builder, method: str, base: Any, mutation: Mutation, rid: int) -> dict[str, Any]:
+    return frame_of(method, apply(base(b.fresh()), mutation), rid)
+
+
+def _enveloped(b: Builder, change: Callable[[dict[str, Any]], None], rid: int) -> Any:
+    frame = frame_of("workload:started", {"workloadInfo": _info(b.fresh())}, rid)
+    change(frame)
+    return frame
+
+
+def _set(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda frame: frame.__setitem__(key, value)
+
+
+def _drop(key: str) -> Callable[[dict[str, Any]], None]:
+    return lambda frame: frame.pop(key, None)
+
+
+# The envelope's constraints (jsonrpc.schema.json, the frame types): const, RequestId's bounds,
+# length and types, params' type, and a notification (no id) beside each request.
+ENVELOPE: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
+    ("jsonrpc-const", _set("jsonrpc", "2.0")),
+    ("jsonrpc-other", _set("jsonrpc", "1.0")),
+    ("jsonrpc-number", _set("jsonrpc", 2.0)),
+    ("jsonrpc-absent", _drop("jsonrpc")),
+    ("method-unknown", _set("method", "workload:paused")),
+    ("method-number", _set("method", 5)),
+    ("method-absent", _drop("method")),
+    ("id-absent-notification", _drop("id")),
+    ("id-null", _set("id", None)),
+    ("id-max-safe", _set("id", MAX_SAFE_INTEGER)),
+    ("id-max-safe-plus-1", _set("id", MAX_SAFE_INTEGER + 1)),
+    ("id-min-safe", _set("id", -MAX_SAFE_INTEGER)),
+    ("id-min-safe-less-1", _set("id", -MAX_SAFE_INTEGER - 1)),
+    ("id-string-256", _set("id", "i" * 256)),
+    ("id-string-257", _set("id", "i" * 257)),
+    ("id-integral-float", _set("id", 7.0)),
+    ("id-fractional", _set("id", 1.5)),
+    ("id-boolean", _set("id", True)),
+    ("id-array", _set("id", [1])),
+    ("id-object", _set("id", {"a": 1})),
+    ("params-absent", _drop("params")),
+    ("params-array", _set("params", [])),
+    ("params-string", _set("params", "x")),
+]
 
 
 def version_peer_group() -> dict[str, Any]:
@@ -371,13 +460,14 @@ def version_peer_group() -> dict[str, Any]:
         "description": "generated by scripts/gen_vectors.py: the version rule as a client, the "
         "kit's peer answering as other contract versions; expectations from the model",
         "config": {
+            "shutdown_grace": 1.0,
             "broadcast": {
                 "retry_base": 0.02,
                 "retry_max_delay": 0.2,
                 "min_reconnect_interval": 0.05,
                 "reconcile_interval": 0.1,
                 "version_probe_interval": 0.3,
-            }
+            },
         },
         "peers": [{"name": "newer", "protocols": ["h2", "http/1.1"]}],
         "startup": STARTUP,

@@ -88,8 +88,14 @@ def _item(rng: random.Random, origin: str) -> Step:
 
 
 def scenario(rng: random.Random, length: int = 28) -> list[Step]:
-    """One random scenario; every one starts by announcing both peers."""
+    """One random scenario. It starts by announcing both peers; a peer that is down comes back
+    and one unpinned is pinned again at a later peer step; the broker announces the peers again
+    after a restart of the implementation (as the contract asks of it); and it ends with every
+    peer back, pinned and announced, so that the last check sees their snapshots."""
     steps: list[Step] = [{"op": "nodes", "peers": sorted(PEERS)}]
+    down: set[str] = set()
+    unpinned: set[str] = set()
+    announced = set(PEERS)
     for _ in range(length):
         roll = rng.random()
         peer = rng.choice(sorted(PEERS))
@@ -106,19 +112,34 @@ def scenario(rng: random.Random, length: int = 28) -> list[Step]:
             step = {"op": "batch", "by": by, "items": [_item(rng, origin) for _ in range(n)]}
             if by != "broker":
                 step.update(version=rng.choice(VERSIONS[:5]), proto=rng.choice(PEERS[peer]))
-        elif roll < 0.74:
-            step = {"op": rng.choice(["down", "up"]), "peer": peer}
-        elif roll < 0.78:
-            step = {"op": "peer-restart", "peer": peer}
-        elif roll < 0.82:
-            step = {"op": rng.choice(["unpin", "pin"]), "peer": peer}
-        elif roll < 0.86:
-            step = {"op": "nodes", "peers": sorted(rng.sample(sorted(PEERS), rng.randint(0, 2)))}
-        elif roll < 0.89:
-            step = {"op": "restart"}
+        elif roll < 0.76:
+            op = "up" if peer in down else rng.choice(["down", "down", "peer-restart"])
+            if op == "down":
+                down.add(peer)
+            else:
+                down.discard(peer)
+            step = {"op": op, "peer": peer}
+        elif roll < 0.8:
+            op = "pin" if peer in unpinned else "unpin"
+            if op == "unpin":
+                unpinned.add(peer)
+            else:
+                unpinned.discard(peer)
+            step = {"op": op, "peer": peer}
+        elif roll < 0.84:
+            announced = set(rng.sample(sorted(PEERS), rng.randint(0, 2)))
+            step = {"op": "nodes", "peers": sorted(announced)}
+        elif roll < 0.87:
+            steps.append({"op": "restart"})
+            announced = set(PEERS)
+            step = {"op": "nodes", "peers": sorted(PEERS)}
         else:
             step = {"op": "check"}
         steps.append(step)
+    steps += [{"op": "up", "peer": p} for p in sorted(down)]
+    steps += [{"op": "pin", "peer": p} for p in sorted(unpinned)]
+    if announced != set(PEERS):
+        steps.append({"op": "nodes", "peers": sorted(PEERS)})
     return steps
 
 

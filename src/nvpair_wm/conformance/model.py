@@ -573,12 +573,13 @@ class Model:
         removals, due again (repeats allowed: the peer may have had them)."""
         if not p.receives:
             return
-        p.out.repeats = True
         for (run, wid), w in self.workloads.items():
             if w.frame is not None:
                 p.out.due[("event", run, wid)] = w.frame
+                p.out.repeats = True
         for key, frame in self.local_removals.items():
             p.out.due[("remove", *key)] = frame
+            p.out.repeats = True
 
 
 _NO_ID: Final = object()
