@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from nvpair_wm_schema.contract import MAX_SAFE_INTEGER
+from nvpair_wm_schema.contract import INVALID_PARAMS, MAX_SAFE_INTEGER
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
@@ -44,6 +44,7 @@ STARTUP = [
 ]
 FINGERPRINT = "ab" * 32
 RELAY = "relay"  # the kit's peer in generated-schema
+MAX_BATCH = model.MAX_BATCH
 HTTP_BATCH = 32  # mutants per HTTP batch request
 Mutation = tuple[list[str | int], str, Any]  # (path in params, "set" | "drop", value)
 
@@ -250,6 +251,29 @@ class Builder:
             }
         )
 
+    def batch(self, name: str, count: int) -> None:
+        """A batch of ``count`` notifications the schema refuses (small, so that 10,001 fit in a
+        line): locally none is answered unless the batch is over the bound; over HTTP each is
+        answered with its index (400), or the whole body is 413."""
+        tpl = {"jsonrpc": "2.0", "method": "workload:started",
+               "params": {"workloadInfo": {"id": "b{n}"}}}  # fmt: skip
+        spec = {"batch": {"count": count, "frame": tpl}}
+        data = vectors.payload(spec)
+        answers = self.model.broker_bytes(data + b"\n")
+        local = {"name": _name(f"{name}-local"), "local": [spec]}
+        self.cases.append({**local, "expect": outcomes.local_expect(answers)})
+        for proto in ("h2", "http/1.1"):
+            answer = self.model.peer_request(RELAY, data)
+            response = outcomes.http_response(answer)
+            if answer.status == 400:  # 10,000 errors: their count and the last one's index
+                response["body"] = {"types": {f"/{count - 1}/error/data/reason": "string"},
+                                    "equal": {f"/{count - 1}/error/data/index": count - 1,
+                                              f"/{count - 1}/error/code": INVALID_PARAMS},
+                                    "absent": [f"/{count}"]}  # fmt: skip
+            http = {"client": RELAY, "protocols": [proto], "body": spec}
+            tag = _name(f"{name}-http-{proto}")
+            self.cases.append({"name": tag, "http": http, "response": response})
+
     def announce(self, name: str) -> None:
         """``nodes:update`` naming relay (the kit puts in its record, which the model does not
         need to validate: only who is announced)."""
@@ -320,6 +344,8 @@ def schema_group() -> dict[str, Any]:
         k += 1
     b.flush("envelope")
     b.check("envelope-relayed")
+    for count in (MAX_BATCH, MAX_BATCH + 1):  # the batch bound: at it, and one element past it
+        b.batch(f"batch-of-{count}", count)
     for depth in (64, 65):  # the nesting bound: at it, and one level past it
         frame = _deep(depth)
         b.local(f"depth-{depth}-local", {**frame, "id": depth})

@@ -128,6 +128,7 @@ CAUGHT_BY: dict[str, list[str]] = {
     "snapshot-no-removals": ["--explore", "--seed", "1", "--scenarios", "8"],
     "version-h1": ["--only", "generated-schema"],
     "409-final": ["--only", "generated-versions-as-client"],
+    "batch-bound": ["--only", "generated-schema"],
 }
 
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nvpair_wm import cli, dedup, endpoint, journal, node, outbox
+from nvpair_wm import cli, codec, dedup, endpoint, journal, node, outbox
 from nvpair_wm.http.core import Request, Response
 
 
@@ -101,6 +101,16 @@ def _409_as_final() -> None:
     outbox.PeerOutbox.incompatible = broken  # type: ignore[method-assign]
 
 
+def _batch_bound_off_by_one() -> None:
+    """A batch of exactly 10,000 elements is refused (the bound taken as exclusive)."""
+    decode = codec.decode
+
+    def broken(payload: bytes, max_batch: int = codec.MAX_BATCH_FRAMES) -> codec.Decoded:
+        return decode(payload, max_batch - 1)
+
+    codec.decode = broken
+
+
 MODES: dict[str, Callable[[], None]] = {
     "tomb-every-run": _tombstone_covers_every_run,
     "stale-as-duplicate": _stale_as_duplicate,
@@ -109,6 +119,7 @@ MODES: dict[str, Callable[[], None]] = {
     "snapshot-no-removals": _snapshot_without_removals,
     "version-h1": _version_ignored_over_http1,
     "409-final": _409_as_final,
+    "batch-bound": _batch_bound_off_by_one,
 }
 
 
