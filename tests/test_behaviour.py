@@ -3,7 +3,7 @@
 The kit runs as its users run it: a subprocess given ``-- COMMAND``, in both roles (the
 implementation's broker and clients, and its peers). It must pass ``nvpair-wm`` and fail each
 stand-in with one fault (``tests/broken_wm.py``, at least one per group), naming the vector that
-catches it. The full kit runs once (about 25 s); each stand-in runs only the groups of its
+catches it. The full kit runs once (within 60 s); each stand-in runs only the groups of its
 vectors, with a 3 s answer timeout.
 """
 
