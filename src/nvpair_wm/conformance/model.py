@@ -452,9 +452,7 @@ class Model:
                 continue
             outcome = self._peer_frame(frame, answer)
             if "id" in frame:
-                answers.append(
-                    {"jsonrpc": "2.0", "id": frame["id"], "result": {"outcome": outcome}}
-                )
+                answers.append(_result(frame["id"], outcome))
         if not answers:
             answer.status = 202
             return answer
@@ -476,7 +474,7 @@ class Model:
         if outcome == "applied":
             upsert = {
                 "jsonrpc": "2.0",
-                "method": "workloads:upsert",
+                "method": UPSERT,
                 "params": {"workloadInfo": info},
             }
             (answer.broker_may if resend else answer.to_broker).append(upsert)
