@@ -143,6 +143,7 @@ class _Peer:
     pinned: bool = True
     up: bool = True
     out: Deliveries = field(default_factory=Deliveries)
+    missed: set[Any] = field(default_factory=set)  # due when it was unpinned (see Model.pin)
 
     @property
     def receives(self) -> bool:
@@ -499,15 +500,24 @@ class Model:
 
     def pin(self, peer: str, pinned: bool) -> None:
         """Rule "Server side" and "Who is a peer": pins are read now: an unpinned member gets 403 at
-        its next request and is no peer; pinned again (and announced), it gets a snapshot."""
+        its next request and is no peer. Pinned again (and announced), it must get what it missed
+        meanwhile (what was due, what changed); the rest of the current state may come again (a
+        snapshot, if the manager noticed the unpin: it need not have, when nothing was sent)."""
         p = self.peers.setdefault(peer, _Peer())
         if p.pinned == pinned:
             return
         p.pinned = pinned
         if not pinned:
+            p.missed |= set(p.out.due)
             self._lose(p)
-        else:
-            self._snapshot(p)
+        elif p.receives:
+            missed, p.missed = p.missed, set()
+            for key, frame in self._state():
+                if key in missed:
+                    p.out.due[key] = frame
+                else:
+                    p.out.may.append(frame)
+                p.out.repeats = True
 
     def peer_down(self, peer: str) -> None:
         """A peer stops listening (or refuses every request): what was due to it may be lost,
@@ -554,6 +564,8 @@ class Model:
         peer; the one it supersedes for the same workload may still come or not (coalescing is
         allowed)."""
         for p in self.peers.values():
+            if p.announced and p.up and not p.pinned:
+                p.missed.add(key)
             if not p.receives:
                 continue
             wkey = key[:3] if key[0] == "event" else ("event", key[3], key[2])
@@ -571,13 +583,16 @@ class Model:
         removals, due again (repeats allowed: the peer may have had them)."""
         if not p.receives:
             return
-        for (run, wid), w in self.workloads.items():
-            if w.frame is not None:
-                p.out.due[("event", run, wid)] = w.frame
-                p.out.repeats = True
-        for key, frame in self.local_removals.items():
-            p.out.due[("remove", *key)] = frame
+        p.missed.clear()
+        for key, frame in self._state():
+            p.out.due[key] = frame
             p.out.repeats = True
+
+    def _state(self) -> list[tuple[Any, dict[str, Any]]]:
+        """What a snapshot carries, by delivery key: originated events and removals."""
+        events = [(("event", run, wid), w.frame) for (run, wid), w in self.workloads.items()]
+        removals = [(("remove", *key), frame) for key, frame in self.local_removals.items()]
+        return [(k, f) for k, f in events + removals if f is not None]
 
 
 _NO_ID: Final = object()
