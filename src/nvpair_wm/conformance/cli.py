@@ -178,9 +178,9 @@ def _explore(
         rows = runner.run([group], command, timeout=args.timeout)
         return [f"{r.case}: {p}" for r in rows if not r.passed for p in r.problems]
 
-    def row(index: int, problems: list[str]) -> None:
-        result = runner.Result("explore", f"seed-{args.seed}-scenario-{index}", not problems)
-        result.problems = problems[:6]
+    def row(index: int, problems: list[str], seconds: float) -> None:
+        name = f"seed-{args.seed}-scenario-{index}"
+        result = runner.Result("explore", name, not problems, problems[:6], seconds)
         results.append(result)
         progress(result)
 

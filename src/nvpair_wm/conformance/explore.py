@@ -22,6 +22,7 @@ import functools
 import json
 import random
 import shlex
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -311,7 +312,7 @@ def explore(
     seed: int,
     scenarios: int,
     out_dir: Path,
-    on_scenario: Callable[[int, list[str]], None] | None = None,
+    on_scenario: Callable[[int, list[str], float], None] | None = None,
     shrink_failures: bool = True,
 ) -> list[Failure]:
     """Run ``scenarios`` seeded scenarios until one fails; shrink it, write it and return it
@@ -322,9 +323,10 @@ def explore(
     for index in range(scenarios):
         steps = scenario(rng)
         name = f"explore-{seed}-{index}"
+        started = time.monotonic()
         problems = judge(group_of(steps, name))
         if on_scenario is not None:
-            on_scenario(index, problems)
+            on_scenario(index, problems, time.monotonic() - started)
         if not problems:
             continue
         if shrink_failures:
