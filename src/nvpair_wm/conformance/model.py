@@ -565,7 +565,11 @@ class Model:
         allowed)."""
         for p in self.peers.values():
             if p.announced and p.up and not p.pinned:
+                # No peer now, but the contract does not say how soon a sender notices an
+                # unpin (it re-reads pins on a tick): it may still send this; once pinned again
+                # the member must have it (Model.pin).
                 p.missed.add(key)
+                p.out.may.append(frame)
             if not p.receives:
                 continue
             wkey = key[:3] if key[0] == "event" else ("event", key[3], key[2])
