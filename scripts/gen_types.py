@@ -409,6 +409,8 @@ def main() -> None:
     go = [sys.executable, str(ROOT / "scripts" / "gen_go.py"), *(["--check"] * args.check)]
     if subprocess.run(go, check=False).returncode:  # consumers/go (scripts/gen_go.py)
         sys.exit(1)
+    # Behaviour vectors derived from schema/ (scripts/gen_vectors.py): written or checked too.
+    subprocess.run([sys.executable, str(Path(__file__).with_name("gen_vectors.py")), *sys.argv[1:]], check=True)  # fmt: skip  # noqa: E501
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp) / PACKAGE
         generate(fresh)

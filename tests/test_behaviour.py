@@ -3,7 +3,7 @@
 The kit runs as its users run it: a subprocess given ``-- COMMAND``, in both roles (the
 implementation's broker and clients, and its peers). It must pass ``nvpair-wm`` and fail each
 stand-in with one fault (``tests/broken_wm.py``, at least one per group), naming the vector that
-catches it. The full kit runs once (about 25 s); each stand-in runs only the groups of its
+catches it. The full kit runs once (within 60 s); each stand-in runs only the groups of its
 vectors, with a 3 s answer timeout.
 """
 
@@ -22,7 +22,7 @@ import pytest
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from nvpair_wm.conformance import expect, vectors
+from nvpair_wm.conformance import cli, expect, vectors
 
 ROOT = Path(__file__).resolve().parents[1]
 BEHAVIOUR = ROOT / "schema" / "conformance" / "behaviour"
@@ -229,6 +229,11 @@ def test_kit_passes_nvpair_wm_over_every_group() -> None:
     failed = [(r["name"], r["problems"]) for r in doc["results"] if not r["passed"]]
     assert status == 0 and not failed, failed
     groups = {g["group"]: g for g in vectors.load(BEHAVIOUR)}
+    # The default run adds a fixed seeded budget of exploration, one row per scenario.
+    explored = [r for r in doc["results"] if r["group"] == "explore"]
+    assert len(explored) == cli.DEFAULT_BUDGET
+    doc["results"] = [r for r in doc["results"] if r["group"] != "explore"]
+    doc["passed"] -= len(explored)
     ran = {r["group"] for r in doc["results"]}
     assert ran == set(groups)
     # every case ran (http cases once per protocol), plus startup and exit per group
@@ -263,6 +268,7 @@ STAND_INS: dict[str, dict[str, str]] = {
     "batch-order": {"local-batches/mixed-batch": "[0]: expected"},
     "dedup": {
         "local-dedup/duplicate": '"outcome": "duplicate"',
+        "generated-schema/depth-64-local-batch": '"outcome": "duplicate"',
         "http-dedup/duplicate-notification-not-forwarded[http/1.1]": (
             "broker: expected no response, got 1"
         ),
@@ -284,7 +290,10 @@ STAND_INS: dict[str, dict[str, str]] = {
     "pin": {"peer-relay/event-reaches-every-peer": "imposter: expected an array of 0"},
     "retry-after": {"peer-retry/retried-after-retry-after": "before the Retry-After"},
     "give-up": {"peer-retry/given-up-after-max-attempts": "dropped is 0, expected 1"},
-    "snapshot": {"peer-snapshot/snapshot-after-restart": "fresh: expected an array of 4"},
+    "snapshot": {
+        "peer-snapshot/snapshot-after-restart": "fresh: expected an array of 4",
+        "generated-versions-as-client/probe-after-2-0-0-repairs": "nothing arrived matching",
+    },
     "413": {"peer-batches/413-halves-the-batch": "0 frames arrived, expected 40"},
     "bounds": {"peer-bounds/requests-within-the-bounds": "over the bound of 1048576"},
     "versions": {

@@ -159,6 +159,17 @@ def test_installed_conformance_kit_carries_its_vectors_and_passes_the_installed_
     ran = {r["group"] for r in report["results"]}
     assert ran == {"local-errors", "peer-relay"}, out
     assert report["failed"] == 0 and report["passed"] >= 30, out
+    # The vectors make gen derives from the schema, and a seeded exploration judged by the
+    # model: both run from the wheel alone (no jsonschema, no hypothesis in it).
+    out = run(
+        [kit, "--json", "--only", "generated-*", "--scenarios", "1", "--", daemon],
+        cwd=installed.work,
+        env=clean_env(),
+    )
+    report = json.loads(out)
+    ran = {r["group"] for r in report["results"]}
+    assert ran == {"generated-schema", "generated-versions-as-client", "explore"}, out
+    assert report["failed"] == 0 and report["passed"] >= 400, out
 
 
 def test_pipx_install_gives_working_commands(tmp_path: Path) -> None:

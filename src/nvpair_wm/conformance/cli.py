@@ -10,15 +10,20 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from nvpair_wm.conformance import broker, codec, runner, vectors
+from nvpair_wm.conformance import broker, codec, explore, runner, vectors
 
 PROG = "nvpair-wm-conformance"
+# The exploration every default run adds (no --only, no --explore): fixed, so a run is
+# deterministic and stays within its time budget.
+DEFAULT_SEED = 1
+DEFAULT_BUDGET = 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,6 +70,31 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="with --codec: the shape vectors, beside schema/*.schema.json in DIR/.. "
         "(default: the parent of --vectors)",
+    )
+    p.add_argument(
+        "--explore",
+        action="store_true",
+        help="run seeded random scenarios judged by the model (instead of the vectors)",
+    )
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="exploration seed (%(default)s)")
+    p.add_argument(
+        "--scenarios",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"scenarios to explore (--explore: 50; the default run adds {DEFAULT_BUDGET})",
+    )
+    p.add_argument(
+        "--failures",
+        type=Path,
+        default=Path("nvpair-wm-conformance-failures"),
+        metavar="DIR",
+        help="where a shrunk failing scenario is written as a vector file (%(default)s)",
+    )
+    p.add_argument(
+        "--no-shrink",
+        action="store_true",
+        help="write a failing scenario as it came, unshrunk (faster: a mutation run's choice)",
     )
     return p
 
@@ -145,7 +175,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             mark = "[green]pass[/]" if result.passed else "[red]FAIL[/]"
             err.print(f"{mark} {result.name}", highlight=False)
 
-    results = runner.run(groups, command, on_result=progress, timeout=args.timeout)
+    results: list[runner.Result] = []
+    if not args.explore:
+        results = runner.run(groups, command, on_result=progress, timeout=args.timeout)
+    budget = args.scenarios
+    if budget is None:
+        budget = 50 if args.explore else (0 if args.only else DEFAULT_BUDGET)
+    found: list[explore.Failure] = []
+    if budget:
+        found = _explore(args, command, budget, results, progress)
     elapsed = time.monotonic() - started
     failed = [r for r in results if not r.passed]
     if args.json:
@@ -169,7 +207,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(doc, indent=2, ensure_ascii=False))
     else:
         _table(results, elapsed)
+    for f in found:
+        err.print(
+            f"[bold red]exploration seed {f.seed} scenario {f.index} failed[/]; shrunk to "
+            f"{len(f.steps)} steps in {f.path}; replay it with:",
+            highlight=False,
+        )
+        print(explore.replay_command(PROG, f, command), file=sys.stderr)
     return 1 if failed else 0
+
+
+def _explore(
+    args: argparse.Namespace,
+    command: list[str],
+    budget: int,
+    results: list[runner.Result],
+    progress: Callable[[runner.Result], None],
+) -> list[explore.Failure]:
+    """Seeded scenarios, each one group judged by the runner; one result row per scenario."""
+
+    def judge(group: dict[str, Any]) -> list[str]:
+        rows = runner.run([group], command, timeout=args.timeout)
+        return [f"{r.case}: {p}" for r in rows if not r.passed for p in r.problems]
+
+    def row(index: int, problems: list[str], seconds: float) -> None:
+        name = f"seed-{args.seed}-scenario-{index}"
+        result = runner.Result("explore", name, not problems, problems[:6], seconds)
+        results.append(result)
+        progress(result)
+
+    return explore.explore(
+        judge,
+        seed=args.seed,
+        scenarios=budget,
+        out_dir=args.failures,
+        on_scenario=row,
+        shrink_failures=not args.no_shrink,
+    )
 
 
 def _table(results: list[runner.Result], elapsed: float) -> None:

@@ -137,11 +137,37 @@ def match(value: Any, matcher: dict[str, Any]) -> list[str]:
     return problems
 
 
+def canonical(value: Any) -> str:
+    """A text equal for two values exactly when :func:`json_equal` says they are equal."""
+
+    def norm(v: Any) -> Any:
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        if isinstance(v, dict):
+            return {k: norm(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [norm(x) for x in v]
+        return v
+
+    return json.dumps(norm(value), sort_keys=True, ensure_ascii=False)
+
+
+def exact_only(matchers: list[dict[str, Any]]) -> bool:
+    return all(set(m) == {"exact"} for m in matchers)
+
+
 def _match_unordered(value: Any, matchers: list[dict[str, Any]]) -> list[str]:
     if not isinstance(value, list):
         return [f"expected an array of {len(matchers)}, got {_short(value)}"]
     if len(value) != len(matchers):
         return [f"expected an array of {len(matchers)} elements, got {len(value)}: {_short(value)}"]
+    if exact_only(matchers):  # many frames (a snapshot): multisets of canonical texts, O(n)
+        want = sorted(canonical(m["exact"]) for m in matchers)
+        got = sorted(canonical(v) for v in value)
+        if want == got:
+            return []
+        missing = sorted(set(want) - set(got)) or want
+        return [f'no element matches {{"exact": {missing[0][:150]}}}']
     fits = [[not match(v, m) for v in value] for m in matchers]
     taken: dict[int, int] = {}  # value index -> matcher index
 

@@ -348,7 +348,9 @@ class PeerServer:
             self.problems += problems
             self.arrivals.append(Arrival(now, protocol, status, tuple(frames), len(body)))
             self._lock.notify_all()
-        return status, {**extra, CONTRACT_HEADER: CONTRACT_VERSION}  # as every peer answers
+        # Every peer names its contract version; a rule's header answers as another one (the
+        # version rule as a client: minor skew is served, another major's 409 stops the sender).
+        return status, {CONTRACT_HEADER: CONTRACT_VERSION, **extra}
 
     def _matching(self, frames: int) -> Iterator[Rule]:
         for rule in self._rules:

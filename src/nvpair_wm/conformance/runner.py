@@ -179,6 +179,7 @@ class GroupRun:
         self.peers: dict[str, PeerServer] = {}
         self.seen: dict[str, int] = {}  # peer -> requests already checked by arrivals cases
         self.config: Path | None = None
+        self.ipc: Path | None = None
 
     def _record(self, case: str, started: float, problems: list[str]) -> None:
         self.results.append(
@@ -193,6 +194,7 @@ class GroupRun:
         try:
             self._prepare()
             ipc = ipc_dir / "broker.sock" if ipc_dir is not None else None
+            self.ipc = ipc
             if self._start(ipc):
                 for case in self.group["cases"]:
                     self._case(case)
@@ -384,7 +386,44 @@ class GroupRun:
             if want is not None and len(lines) != want:
                 return [f"expected {want} frames written to the broker, got {len(lines)}"]
             return []
+        if action == "restart":
+            return self._restart()
+        if action in ("unpin", "pin"):
+            self._pin(str(case["member"]), pinned=action == "pin")
+            return []
         raise ValueError(f"unknown control {action!r}")
+
+    def _restart(self) -> list[str]:
+        """Close the broker channel, require a clean exit, start again on the same cluster
+        directory (its journal, if it keeps one): a restart of the implementation."""
+        assert self.impl is not None
+        problems: list[str] = []
+        self.impl.close_channel()
+        try:
+            lines = self.impl.rest()
+        except queue.Empty:
+            lines = []
+            problems.append(f"the broker channel stayed open {self.timeout} s after EOF")
+        problems += [f"after EOF: {p}" for p in expect.match_lines(lines, [])]
+        status = self.impl.wait()
+        if status != 0:
+            problems.append(f"exit status {status} after the broker closed the channel")
+        self.impl.kill()
+        if not self._start(self.ipc):
+            problems.append("could not start the implementation again")
+        elif self.broken is not None:
+            problems.append(f"no startup line after the restart: {self.broken}")
+        return problems
+
+    def _pin(self, member: str, *, pinned: bool) -> None:
+        """Take a member's certificate out of the subject's trusted/, or put it back."""
+        subject = self.peer_cluster.subject_dir if self.peer_cluster else self.cluster.subject_dir
+        pin = subject / "trusted" / f"{member}.crt"
+        aside = self.workdir / self.name / f"unpinned-{member}.crt"
+        if pinned and aside.exists():
+            aside.replace(pin)
+        elif not pinned and pin.exists():
+            pin.replace(aside)
 
     def _http_for(self, protocol: str) -> Callable[[dict[str, Any], str], list[str]]:
         return lambda case, _: self._http(case, PROTOCOLS[protocol])
@@ -453,9 +492,13 @@ class GroupRun:
                 problems.append(f"no {until['status']} after {rounds} requests")
         if "broker" in case and case["broker"] is not None:
             lines = self.impl.collect()
+            allowed = case.get("brokerAllowed", [])
+            lines = [x for x in lines if not any(not expect.match(x, m) for m in allowed)]
             problems += [f"broker: {p}" for p in expect.match_lines(lines, case["broker"])]
         elif "broker" not in case:
             lines = self.impl.collect()
+            allowed = case.get("brokerAllowed", [])
+            lines = [x for x in lines if not any(not expect.match(x, m) for m in allowed)]
             problems += [f"broker: {p}" for p in expect.match_lines(lines, [])]
         return problems
 
@@ -548,6 +591,12 @@ def _enough(spec: dict[str, Any], start: int, server: PeerServer) -> bool:
 def _cover(frames: list[Any], matchers: list[dict[str, Any]]) -> list[str]:
     """Every matcher matched by some frame, every frame by some matcher: what a snapshot that
     may repeat frames the peer already has must deliver."""
+    if expect.exact_only(matchers):  # sets of canonical texts: O(n) for a large snapshot
+        want = {expect.canonical(m["exact"]) for m in matchers}
+        got = {expect.canonical(f) for f in frames}
+        return [f'nothing arrived matching {{"exact": {t[:150]}}}' for t in sorted(want - got)] + [
+            f"unexpected frame {t[:160]}" for t in sorted(got - want)
+        ]
     problems = [
         f"nothing arrived matching {json.dumps(m)[:160]}"
         for m in matchers

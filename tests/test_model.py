@@ -1,0 +1,161 @@
+"""The executable model (``nvpair_wm.conformance.model``) against the behaviour vectors.
+
+nvpair-wm passes every behaviour vector (``tests/test_behaviour.py``); here the model is run on
+the same inputs and must meet the same expectations, so the model and the daemon agree on every
+existing vector the model decides (what it leaves to the HTTP layer is listed in ``SKIPPED``).
+The exploration (``tests/test_explore.py``) then compares the two directly on random scenarios.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvpair_wm.conformance import expect, model, vectors
+from nvpair_wm.conformance.schemacheck import SchemaValidator
+
+ROOT = Path(__file__).resolve().parents[1]
+VALIDATOR = SchemaValidator()
+# A manager:status result with the members the vectors check by type (counters not modelled).
+STATUS = {
+    "hasIdentity": True,
+    "version": "x",
+    "fingerprint": "f" * 64,
+    "port": 1,
+    "peers": [],
+    "counters": {"invalid": 0},
+}
+# Decided below the model (HTTP framing, TLS, timeouts, queues) or by counters it does not keep.
+SKIPPED = {
+    "http-status/handshake-without-certificate",
+    "http-status/431-headers-too-large",
+    "http-status/501-connect",
+    "http-status/400-malformed-content-length",
+    "http-status/400-broken-chunked-body",
+    "http-status/413-streamed",
+    "peer-retry/given-up-after-max-attempts",
+}
+HTTP_GROUPS_SKIPPED = {"http-backpressure", "http-timeouts"}
+
+
+def _groups() -> list[dict[str, Any]]:
+    return [g for g in vectors.load() if g["group"] not in HTTP_GROUPS_SKIPPED]
+
+
+def _record(name: str) -> dict[str, Any]:
+    return {"nodeId": name, "address": "127.0.0.1", "port": 1, "fingerprint": "0" * 64}
+
+
+def _with_status(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_with_status(v) for v in value]
+    if isinstance(value, dict) and value.get("result") is model._STATUS:
+        return {**value, "result": STATUS}
+    return value
+
+
+def _run_group(group: dict[str, Any]) -> list[str]:
+    m = model.Model(validator=VALIDATOR)
+    problems: list[str] = []
+    records = {
+        name: _record(name) for name in [*(p["name"] for p in group.get("peers", [])), "subject"]
+    }
+    # A peer serving another certificate than its record's is never reached: down, for the model.
+    for p in group.get("peers", []):
+        if p.get("certificate") == "mismatch":
+            m.peer_down(p["name"])
+    for case in group["cases"]:
+        name = f"{group['group']}/{case['name']}"
+        if name in SKIPPED:
+            continue
+        if "local" in case:
+            data = b"".join(vectors.line(vectors.with_records(i, records)) for i in case["local"])
+            lines = [_with_status(a.response) for a in m.broker_bytes(data) if a.response]
+            problems += [f"{name}: {p}" for p in expect.match_lines(lines, case.get("expect", []))]
+        elif "http" in case:
+            problems += [f"{name}: {p}" for p in _http(m, case)]
+        elif "peer" in case:
+            action = case.get("action")
+            rules = case.get("respond")
+            if rules is not None and any("count" not in r and r["status"] >= 400 for r in rules):
+                action = "down"  # refusing every request: given up, as a peer down
+            elif rules == []:
+                action = "up"
+            if action == "down":
+                m.peer_down(case["peer"])
+            elif action == "up":
+                m.peer_up(case["peer"])
+            elif action == "restart":
+                m.peer_restarted(case["peer"])
+        elif "arrivals" in case:
+            for peer, spec in case["arrivals"].items():
+                problems += [f"{name}[{peer}]: {p}" for p in _arrivals(m, peer, spec)]
+    return problems
+
+
+def _http(m: model.Model, case: dict[str, Any]) -> list[str]:
+    spec = case["http"]
+    want = case["response"]
+    if "raw" in spec or want.get("refused") or "repeatUntil" in spec:
+        return []
+    client = spec.get("client", "pinned")
+    if client == "unpinned":
+        m.pin("stranger", False)
+    headers = {
+        k.lower(): v for k, v in spec.get("headers", {"content-type": "application/json"}).items()
+    }
+    problems: list[str] = []
+    for _ in spec.get("protocols", ["h2", "http/1.1"]):
+        body = vectors.payload(spec["body"]) if "body" in spec else b""
+        answer = m.peer_request(
+            "stranger" if client == "unpinned" else client,
+            body,
+            version=headers.get("nvpair-contract-version"),
+            content_type=headers.get("content-type"),
+            method=spec.get("method", "POST"),
+            path=spec.get("path", model.PATH),
+        )
+        if answer.status != want["status"]:
+            problems.append(f"status {answer.status}, expected {want['status']}")
+        if "body" in want and want["body"] is not None and not answer.http_error:
+            problems += expect.match(answer.response, want["body"])
+        if "broker" in case and case["broker"] is not None:
+            problems += expect.match_lines(answer.to_broker, case["broker"])
+        elif "broker" not in case and answer.to_broker:
+            problems.append(f"forwarded {answer.to_broker}, the vector says nothing")
+    return problems
+
+
+def _arrivals(m: model.Model, peer: str, spec: dict[str, Any]) -> list[str]:
+    out = m.take_deliveries(peer)
+    due = list(out.due.values())
+    if "count" in spec:
+        return [] if len(due) == spec["count"] else [f"{len(due)} due, the vector {spec['count']}"]
+    problems = []
+    allowed = spec.get("allowed", [])
+    for matcher in spec["frames"]:
+        if not any(not expect.match(f, matcher) for f in due):
+            problems.append(f"the vector wants {json.dumps(matcher)[:200]}, the model not")
+    for f in due:
+        if not any(not expect.match(f, mt) for mt in spec["frames"] + allowed):
+            problems.append(f"the model wants {json.dumps(f)[:200]}, the vector not")
+    return problems
+
+
+@pytest.mark.parametrize("group", _groups(), ids=lambda g: str(g["group"]))
+def test_model_meets_every_vector(group: dict[str, Any]) -> None:
+    assert _run_group(group) == []
+
+
+def test_model_fails_a_wrong_vector() -> None:
+    """The comparison can fail: a duplicate expected as applied is refused."""
+    group = next(g for g in vectors.load() if g["group"] == "local-dedup")
+    bent = json.loads(json.dumps(group))
+    for case in bent["cases"]:
+        for m in case.get("expect", []):
+            if m.get("exact", {}).get("result", {}).get("outcome") == "duplicate":
+                m["exact"]["result"]["outcome"] = "applied"
+    assert _run_group(bent)
