@@ -18,7 +18,7 @@ import msgspec
 from nvpair_wm_schema.contract import INVALID_PARAMS
 from nvpair_wm_schema.nodes_update_schema import NodesUpdate
 
-from nvpair_wm import cli, codec, dedup, dispatch, endpoint, events, node, outbox, sync
+from nvpair_wm import cli, codec, dedup, dispatch, endpoint, events, node, outbox, sync, versions
 from nvpair_wm.http.core import Request, Response, error_response
 from nvpair_wm.io import client
 from nvpair_wm.proto import h1
@@ -265,6 +265,16 @@ def _bare_answers_without_versions() -> None:
     connection._bare_headers = broken
 
 
+def _software_is_the_whole_field() -> None:
+    """A peer's software version in manager:status is its whole user-agent, not the version of
+    its first product token."""
+
+    def broken(value: bytes | None) -> str | None:
+        return None if value is None else value.decode("latin-1")
+
+    versions.software_of = broken
+
+
 MODES: dict[str, Callable[[], None]] = {
     "code": _wrong_code,
     "nodes-update": _nodes_update_not_applied,
@@ -285,6 +295,7 @@ MODES: dict[str, Callable[[], None]] = {
     "413": _413_drops_the_batch,
     "bounds": _unbounded_batches,
     "versions": _bare_answers_without_versions,
+    "peer-software": _software_is_the_whole_field,
 }
 
 
