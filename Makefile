@@ -114,4 +114,5 @@ MUTATE ?=
 kit-mutation: venv
 	@$(PY) -m pip install --quiet -e '.[dev,bench,mutation]' $(PIP_QUIET)
 	$(PY) scripts/kit_mutation.py run $(MUTATE)
+	$(PY) scripts/kit_mutation.py recheck
 	$(PY) scripts/kit_mutation.py report

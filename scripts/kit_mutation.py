@@ -9,6 +9,7 @@ by another tool only sees by accident). The mutants are written to a copy of ``s
 worktree, stay unmutated while a run goes on.
 
     python scripts/kit_mutation.py run MODULE...   # init (once) and exec, one session per module
+    python scripts/kit_mutation.py recheck         # the kit now, on survivors said killed since
     python scripts/kit_mutation.py report          # results file and the report, from the sessions
 
 A mutant inside an annotation of a module with ``from __future__ import annotations`` (outside a
@@ -38,6 +39,7 @@ WORK: Final = ROOT / "build" / "mutation"
 CONFORMANCE: Final = ROOT / "schema" / "conformance"
 RESULTS: Final = CONFORMANCE / "mutation-results.json"
 TRIAGE: Final = CONFORMANCE / "mutation-triage.json"
+RECHECK: Final = CONFORMANCE / "mutation-recheck.json"
 REPORT: Final = CONFORMANCE / "mutation-report.md"
 # The daemon's decision code, in the order a run takes them (smallest first).
 MODULES: Final = (
@@ -162,6 +164,34 @@ def run(modules: list[str], python: Path) -> int:
     return 0
 
 
+def recheck(python: Path) -> int:
+    """Run the kit as it is now against every survivor whose verdict says a new vector or
+    model rule kills it, and keep what happened (the proof of each ``killed:`` verdict)."""
+    triage: dict[str, str] = json.loads(TRIAGE.read_text()) if TRIAGE.exists() else {}
+    done: dict[str, dict[str, str]] = json.loads(RECHECK.read_text()) if RECHECK.exists() else {}
+    cr = python.parent / "cosmic-ray"
+    work = WORK / "recheck"
+    for m in export_sessions():
+        if m.outcome != "survived" or not triage.get(m.key, "").startswith("killed"):
+            continue
+        module = m.module.removesuffix(".py")
+        if (work / "src").exists():
+            shutil.rmtree(work / "src")
+        shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__"))
+        command = test_command(python, "recheck")
+        proc = subprocess.run(
+            [cr, "mutate-and-test", f"src/nvpair_wm/{module}.py", f"core/{m.operator}",
+             str(m.occurrence), command],
+            cwd=work, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        result = json.loads(proc.stdout)
+        outcome = str(result.get("test_outcome") or result.get("worker_outcome")).lower()
+        done[m.key] = {"outcome": outcome, "failure": _first_failure(result.get("output"))}
+        print(f"kit-mutation: recheck {m.key}: {outcome}", flush=True)
+        RECHECK.write_text(json.dumps(done, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
 # -- the report ------------------------------------------------------------------------------
 
 
@@ -246,15 +276,27 @@ def write_results(mutants: list[Mutant]) -> None:
     RESULTS.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
 
 
-def render(mutants: list[Mutant], triage: dict[str, str]) -> str:
+def render(
+    mutants: list[Mutant], triage: dict[str, str], rechecked: dict[str, dict[str, str]]
+) -> str:
     """The report: figures per module, then every survivor with its verdict."""
     by_module: dict[str, Counter[str]] = {}
     verdicts: Counter[str] = Counter()
     survivors = [m for m in mutants if m.outcome == "survived"]
     for m in mutants:
         by_module.setdefault(m.module, Counter())[m.outcome] += 1
+
+    def verdict(m: Mutant) -> str:
+        said = triage.get(m.key, "unexplained: not yet triaged")
+        if said.startswith("killed"):
+            again = rechecked.get(m.key, {})
+            if again.get("outcome") != "killed":
+                return f"gap: said killed, but the kit run again says {again.get('outcome')}"
+            return f"{said} (run again: killed, {again.get('failure') or 'kit failed'})"
+        return said
+
     for m in survivors:
-        verdicts[triage.get(m.key, "unexplained").split(":")[0]] += 1
+        verdicts[verdict(m).split(":")[0]] += 1
     out = [
         "# Mutation report of the conformance kit",
         "",
@@ -263,7 +305,9 @@ def render(mutants: list[Mutant], triage: dict[str, str]) -> str:
         "code; the test command is the kit (`nvpair-wm-conformance --fail-fast`) run against",
         "`python -m nvpair_wm`. A mutant is **killed** when the kit fails, **timeout** when the",
         "kit did not finish in time (counted as killed), **survived** when the kit passed it,",
-        "**equivalent** when it cannot change behaviour (listed with its reason).",
+        "**equivalent** when it cannot change behaviour (listed with its reason). A survivor",
+        "said killed by a vector added since counts as killed only when the kit, run again on",
+        "it (`kit_mutation.py recheck`, `mutation-recheck.json`), fails.",
         "",
         "| module | mutants | killed | timeout | survived | equivalent | incompetent | not run |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -280,15 +324,17 @@ def render(mutants: list[Mutant], triage: dict[str, str]) -> str:
         f" {total['survived']} | {total['equivalent']} | {total['incompetent']} |"
         f" {total['pending']} |"
     )
-    equivalent_survivors = verdicts["equivalent"]
+    contract_free = verdicts["equivalent (contract)"]
+    equivalent_survivors = verdicts["equivalent"] + contract_free
     caught = total["killed"] + total["timeout"] + verdicts["killed"]
     non_equivalent = caught + total["survived"] - verdicts["killed"] - equivalent_survivors
     score = 100.0 * caught / non_equivalent if non_equivalent else 100.0
     out += [
         "",
         f"Of the mutants run, {total['survived']} survived the kit: {verdicts['killed']} are "
-        f"now killed by a vector or model rule added for them, {equivalent_survivors} are "
-        f"equivalent, {verdicts['gap'] + verdicts['unexplained']} are still gaps. "
+        f"now killed by a vector or model rule added for them, {verdicts['equivalent']} are "
+        f"equivalent, {contract_free} change only what the contract leaves free, "
+        f"{verdicts['gap'] + verdicts['unexplained']} are still gaps. "
         f"Killed: **{score:.1f}%** of the {non_equivalent} non-equivalent mutants run "
         "(killed and timeouts, plus survivors killed since, over everything run but the "
         "equivalent).",
@@ -299,8 +345,7 @@ def render(mutants: list[Mutant], triage: dict[str, str]) -> str:
         "",
     ]
     for m in survivors:
-        verdict = triage.get(m.key, "unexplained: not yet triaged")
-        out.append(f"- `{m.key}` — {verdict}")
+        out.append(f"- `{m.key}` — {verdict(m)}")
         out.append("")
         out.append("  ```diff")
         out += [f"  {ln}" for ln in m.diff.splitlines()]
@@ -318,7 +363,8 @@ def report(from_sessions: bool) -> int:
     else:
         mutants = load_results()
     triage: dict[str, str] = json.loads(TRIAGE.read_text()) if TRIAGE.exists() else {}
-    REPORT.write_text(render(mutants, triage))
+    rechecked = json.loads(RECHECK.read_text()) if RECHECK.exists() else {}
+    REPORT.write_text(render(mutants, triage, rechecked))
     print(f"kit-mutation: wrote {REPORT.relative_to(ROOT)} ({len(mutants)} mutants)")
     return 0
 
@@ -328,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="mutate MODULEs and run the kit against each mutant")
     r.add_argument("modules", nargs="*", metavar="MODULE", help=f"of {', '.join(MODULES)} (all)")
+    sub.add_parser("recheck", help="run the kit again on survivors said killed by new vectors")
     rep = sub.add_parser("report", help="write the results file and the report")
     rep.add_argument(
         "--committed", action="store_true", help="from the committed results, not the sessions"
@@ -339,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             p.error(f"not a module of the decision code: {', '.join(sorted(unknown))}")
         return run(list(args.modules) or list(MODULES), python)
+    if args.cmd == "recheck":
+        return recheck(python)
     return report(not args.committed)
 
 

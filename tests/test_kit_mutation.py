@@ -110,14 +110,19 @@ def test_report_counts_survivors_by_their_verdict() -> None:
         mutant(21, "survived"),  # killed by a vector added since
         mutant(22, "survived"),  # equivalent
         mutant(23, "survived"),  # not explained
+        mutant(25, "survived"),  # changes what the contract leaves free
         mutant(24, "equivalent"),
     ]
     triage = {
         "versions.py:21:NumberReplacer:0": "killed: by generated-x",
         "versions.py:22:NumberReplacer:0": "equivalent: same answer",
+        "versions.py:25:NumberReplacer:0": "equivalent (contract): a repeat it allows",
     }
-    text = km.render(mutants, triage)
-    assert "| versions.py | 21 | 16 | 1 | 3 | 1 | 0 | 0 |" in text
-    # (16 killed + 1 timeout + 1 killed since) / (21 - 1 equivalent - 1 equivalent survivor)
+    rechecked = {"versions.py:21:NumberReplacer:0": {"outcome": "killed", "failure": "x"}}
+    text = km.render(mutants, triage, rechecked)
+    assert "| versions.py | 22 | 16 | 1 | 4 | 1 | 0 | 0 |" in text
+    # (16 killed + 1 timeout + 1 killed since) / (22 - 1 equivalent - 2 equivalent survivors)
     assert "**94.7%** of the 19 non-equivalent" in text
     assert "`versions.py:23:NumberReplacer:0` — unexplained" in text
+    # said killed, but not run again: counted as a gap, not as killed
+    assert "**89.5%**" in km.render(mutants, triage, {})
