@@ -137,7 +137,7 @@ def session(module: str) -> Path:
     return WORK / module / "session.sqlite"
 
 
-def run(modules: list[str], python: Path) -> int:
+def run(modules: list[str], python: Path, *, init_only: bool = False) -> int:
     cr = python.parent / "cosmic-ray"
     for module in modules:
         # Each module's session mutates its own copy of src: sessions may run at once.
@@ -153,12 +153,16 @@ def run(modules: list[str], python: Path) -> int:
             subprocess.run([cr, "init", cfg, db], cwd=work, check=True)
             n = mark_annotations(db, work / "src" / "nvpair_wm" / f"{module}.py")
             print(f"kit-mutation: {module}: {n} mutants in annotations marked equivalent")
+            if init_only:
+                continue
             base = subprocess.run(
                 [cr, "baseline", cfg], cwd=work, check=False, capture_output=True, text=True
             )
             if base.returncode != 0:
                 print(f"kit-mutation: the kit fails the unmutated daemon:\n{base.stdout}")
                 return 1
+        if init_only:
+            continue
         print(f"kit-mutation: {module}: running the remaining mutants", flush=True)
         subprocess.run([cr, "exec", cfg, db], cwd=work, check=True)
     return 0
@@ -374,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="mutate MODULEs and run the kit against each mutant")
     r.add_argument("modules", nargs="*", metavar="MODULE", help=f"of {', '.join(MODULES)} (all)")
+    r.add_argument(
+        "--init-only", action="store_true", help="make the sessions (what is not run is counted)"
+    )
     sub.add_parser("recheck", help="run the kit again on survivors said killed by new vectors")
     rep = sub.add_parser("report", help="write the results file and the report")
     rep.add_argument(
@@ -385,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = set(args.modules) - set(MODULES)
         if unknown:
             p.error(f"not a module of the decision code: {', '.join(sorted(unknown))}")
-        return run(list(args.modules) or list(MODULES), python)
+        return run(list(args.modules) or list(MODULES), python, init_only=args.init_only)
     if args.cmd == "recheck":
         return recheck(python)
     return report(not args.committed)
