@@ -333,6 +333,7 @@ def render(
     caught = total["killed"] + total["timeout"] + verdicts["killed"]
     non_equivalent = caught + total["survived"] - verdicts["killed"] - equivalent_survivors
     score = 100.0 * caught / non_equivalent if non_equivalent else 100.0
+    strict = 100.0 * caught / (non_equivalent + contract_free) if non_equivalent else 100.0
     out += [
         "",
         f"Of the mutants run, {total['survived']} survived the kit: {verdicts['killed']} are "
@@ -341,7 +342,8 @@ def render(
         f"{verdicts['gap'] + verdicts['unexplained']} are still gaps. "
         f"Killed: **{score:.1f}%** of the {non_equivalent} non-equivalent mutants run "
         "(killed and timeouts, plus survivors killed since, over everything run but the "
-        "equivalent).",
+        "equivalent). Counting the survivors that change only what the contract leaves free "
+        f"as not killed: {strict:.1f}%.",
         "",
         "## Survivors",
         "",
