@@ -178,6 +178,8 @@ def recheck(python: Path) -> int:
     for m in export_sessions():
         if m.outcome != "survived" or not triage.get(m.key, "").startswith("killed"):
             continue
+        if done.get(m.key, {}).get("outcome") == "killed":
+            continue  # the kit only grows: what it killed stays killed
         module = m.module.removesuffix(".py")
         if (work / "src").exists():
             shutil.rmtree(work / "src")
