@@ -347,6 +347,10 @@ def render(
         "equivalent). Counting the survivors that change only what the contract leaves free "
         f"as not killed: {strict:.1f}%.",
         "",
+        f"{total['pending']} mutants are not run yet; `make kit-mutation` resumes the sessions "
+        "where they stopped (`MUTATE=module` for one module). The figure above is over what was "
+        "run only.",
+        "",
         "## Survivors",
         "",
         "Verdicts come from `mutation-triage.json` (key: module:line:operator:occurrence).",
