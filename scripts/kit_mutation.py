@@ -288,7 +288,12 @@ def render(
     """The report: figures per module, then every survivor with its verdict."""
     by_module: dict[str, Counter[str]] = {}
     verdicts: Counter[str] = Counter()
-    survivors = [m for m in mutants if m.outcome == "survived"]
+    # A timeout with a verdict is read as a survivor: the kit hung once on an equivalent mutant.
+    survivors = [
+        m
+        for m in mutants
+        if m.outcome == "survived" or (m.outcome == "timeout" and m.key in triage)
+    ]
     for m in mutants:
         by_module.setdefault(m.module, Counter())[m.outcome] += 1
 
@@ -332,13 +337,17 @@ def render(
     )
     contract_free = verdicts["equivalent (contract)"]
     equivalent_survivors = verdicts["equivalent"] + contract_free
-    caught = total["killed"] + total["timeout"] + verdicts["killed"]
-    non_equivalent = caught + total["survived"] - verdicts["killed"] - equivalent_survivors
+    timeouts_read = sum(m.outcome == "timeout" for m in survivors)
+    caught = total["killed"] + total["timeout"] - timeouts_read + verdicts["killed"]
+    non_equivalent = (
+        caught + total["survived"] + timeouts_read - verdicts["killed"] - equivalent_survivors
+    )
     score = 100.0 * caught / non_equivalent if non_equivalent else 100.0
     strict = 100.0 * caught / (non_equivalent + contract_free) if non_equivalent else 100.0
     out += [
         "",
-        f"Of the mutants run, {total['survived']} survived the kit: {verdicts['killed']} are "
+        f"Of the mutants run, {len(survivors)} survived the kit (or timed out and are explained):"
+        f" {verdicts['killed']} are "
         f"now killed by a vector or model rule added for them, {verdicts['equivalent']} are "
         f"equivalent, {contract_free} change only what the contract leaves free, "
         f"{verdicts['gap'] + verdicts['unexplained']} are still gaps. "

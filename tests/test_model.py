@@ -44,6 +44,8 @@ SKIPPED = {
     "peer-versions/status-after-malformed",
     "peer-versions/status-after-another-major",
     "peer-versions/status-after-curl",
+    "peer-versions/status-software-only",
+    "peer-versions/status-after-nothing",
 }
 HTTP_GROUPS_SKIPPED = {"http-backpressure", "http-timeouts"}
 
