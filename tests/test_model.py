@@ -46,6 +46,7 @@ SKIPPED = {
     "peer-versions/status-after-curl",
     "peer-versions/status-software-only",
     "peer-versions/status-after-nothing",
+    "peer-versions/status-after-another-client",
 }
 HTTP_GROUPS_SKIPPED = {"http-backpressure", "http-timeouts"}
 
