@@ -140,12 +140,12 @@ def session(module: str) -> Path:
 def run(modules: list[str], python: Path, *, init_only: bool = False) -> int:
     cr = python.parent / "cosmic-ray"
     for module in modules:
-        # Each module's session mutates its own copy of src: sessions may run at once.
+        # Each module's session mutates its own copy of src: sessions may run at once. A fresh
+        # copy each time: a run stopped in the middle of a mutant leaves it on disk.
         work = WORK / module
-        if not (work / "src").exists():
-            shutil.copytree(
-                ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__")
-            )
+        if (work / "src").exists():
+            shutil.rmtree(work / "src")
+        shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__"))
         cfg = work / "cosmic-ray.toml"
         db = session(module)
         cfg.write_text(config_text(module, python))
