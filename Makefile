@@ -114,3 +114,15 @@ N    ?= 50000
 .PHONY: fuzz
 fuzz: venv
 	H2_ORACLE_SEED=$(SEED) H2_ORACLE_N=$(N) $(PY) -m pytest tests/test_h2_oracle.py -q
+
+# The mutation check of the conformance kit (scripts/kit_mutation.py): cosmic-ray over the
+# daemon's decision code with the kit as the test command; long, not part of make test.
+# make kit-mutation MUTATE="versions sync" (default: every module); build/mutation keeps the
+# sessions, so a second run resumes; the report is schema/conformance/mutation-report.md.
+MUTATE ?=
+.PHONY: kit-mutation
+kit-mutation: venv
+	@$(PY) -m pip install --quiet -e '.[dev,bench,mutation]' $(PIP_QUIET)
+	$(PY) scripts/kit_mutation.py run $(MUTATE)
+	$(PY) scripts/kit_mutation.py recheck
+	$(PY) scripts/kit_mutation.py report

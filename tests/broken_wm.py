@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -30,6 +30,7 @@ from nvpair_wm import (
     outcomes,
     peerlink,
     sync,
+    versions,
 )
 from nvpair_wm.http.core import Request, Response, error_response
 from nvpair_wm.io import client
@@ -276,6 +277,33 @@ def _bare_answers_without_versions() -> None:
     connection._bare_headers = broken
 
 
+def _software_is_the_whole_field() -> None:
+    """A peer's software version in manager:status is its whole user-agent, not the version of
+    its first product token."""
+
+    def broken(value: bytes | None) -> str | None:
+        return None if value is None else value.decode("latin-1")
+
+    versions.software_of = broken
+
+
+def _snapshot_removals_misindexed() -> None:
+    """What a snapshot covers indexes its removals from the start of the events, not of the
+    removals (fails once a snapshot with events and removals meets a non-empty queue)."""
+
+    def broken(self: sync.Snapshot) -> Iterator[tuple[sync.Key, float]]:
+        events, removals = self._events, self._removals
+        for out in self._returned:
+            yield out.key, out.seq
+        for i in range(self._next, len(events) + len(removals)):
+            if i < len(events):
+                yield events[i].key, events[i].seq
+            else:
+                yield sync._removal_key(removals[i]), sync.REMOVAL_SEQ
+
+    sync.Snapshot.covered = broken  # type: ignore[method-assign]
+
+
 MODES: dict[str, Callable[[], None]] = {
     "code": _wrong_code,
     "nodes-update": _nodes_update_not_applied,
@@ -296,6 +324,8 @@ MODES: dict[str, Callable[[], None]] = {
     "413": _413_drops_the_batch,
     "bounds": _unbounded_batches,
     "versions": _bare_answers_without_versions,
+    "peer-software": _software_is_the_whole_field,
+    "snapshot-removals": _snapshot_removals_misindexed,
 }
 
 

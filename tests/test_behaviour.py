@@ -299,6 +299,8 @@ STAND_INS: dict[str, dict[str, str]] = {
     "versions": {
         "http-status/202-notification[h2]": "HTTP 202 response without nvpair-contract-version"
     },
+    "peer-software": {"peer-versions/status-names-them": "softwareVersion is"},
+    "snapshot-removals": {"peer-snapshot-removals/snapshot-with-two-removals": "back: expected"},
 }
 
 

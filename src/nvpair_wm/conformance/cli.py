@@ -96,6 +96,19 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write a failing scenario as it came, unshrunk (faster: a mutation run's choice)",
     )
+    p.add_argument(
+        "--fail-fast",
+        action="store_true",
+        help="start no further group after one failed, and explore nothing then (a mutation "
+        "run's test command: one disagreement is enough)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N groups at once, each against its own process (%(default)s)",
+    )
     return p
 
 
@@ -177,11 +190,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     results: list[runner.Result] = []
     if not args.explore:
-        results = runner.run(groups, command, on_result=progress, timeout=args.timeout)
+        results = runner.run(
+            groups,
+            command,
+            on_result=progress,
+            timeout=args.timeout,
+            jobs=args.jobs,
+            fail_fast=args.fail_fast,
+        )
     budget = args.scenarios
     if budget is None:
         budget = 50 if args.explore else (0 if args.only else DEFAULT_BUDGET)
     found: list[explore.Failure] = []
+    if args.fail_fast and any(not r.passed for r in results):
+        budget = 0
     if budget:
         found = _explore(args, command, budget, results, progress)
     elapsed = time.monotonic() - started

@@ -15,6 +15,7 @@ journal, if it keeps one) is not in its snapshots here.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import json
 import queue
@@ -22,6 +23,7 @@ import re
 import shutil
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -666,13 +668,37 @@ def run(
     *,
     on_result: Callable[[Result], None] | None = None,
     timeout: float = WAIT,
+    jobs: int = 1,
+    fail_fast: bool = False,
 ) -> list[Result]:
+    """Every group, ``jobs`` of them at once (each has its own process, port and directory);
+    results come in the groups' order. ``fail_fast`` starts no group once one has failed: a
+    mutation run needs one disagreement, not all of them."""
     results: list[Result] = []
+    failed = threading.Event()
     with tempfile.TemporaryDirectory(prefix="nvpair-wm-conformance-") as tmp:
-        cluster = Cluster.create(Path(tmp))
-        for group in groups:
-            for result in GroupRun(group, command, cluster, timeout, Path(tmp)).run():
-                results.append(result)
-                if on_result is not None:
-                    on_result(result)
+        # One cluster directory per worker: the member under test holds a lock on its own.
+        clusters: queue.SimpleQueue[Cluster] = queue.SimpleQueue()
+        for worker in range(max(1, jobs)):
+            (Path(tmp) / f"w{worker}").mkdir()
+            clusters.put(Cluster.create(Path(tmp) / f"w{worker}"))
+
+        def one(group: dict[str, Any]) -> list[Result]:
+            if fail_fast and failed.is_set():
+                return []
+            cluster = clusters.get()
+            try:
+                rows = GroupRun(group, command, cluster, timeout, cluster.root).run()
+            finally:
+                clusters.put(cluster)
+            if any(not r.passed for r in rows):
+                failed.set()
+            return rows
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for rows in pool.map(one, groups):
+                for result in rows:
+                    results.append(result)
+                    if on_result is not None:
+                        on_result(result)
     return results

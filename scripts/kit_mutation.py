@@ -1,0 +1,419 @@
+"""The mutation check of the conformance kit: cosmic-ray over the daemon's decision code, with
+the kit run against ``python -m nvpair_wm`` as the test command (``make kit-mutation``).
+
+Why cosmic-ray: it writes each mutant to the file on disk and runs any command, so the daemon
+the kit starts as a subprocess imports the mutant (mutmut 3 switches mutants inside the pytest
+process through trampolines and an environment variable, which a black-box subprocess started
+by another tool only sees by accident). The mutants are written to a copy of ``src`` under
+``build/mutation/src`` that only the daemon sees (``PYTHONPATH``): the kit itself, and the
+worktree, stay unmutated while a run goes on.
+
+    python scripts/kit_mutation.py run MODULE...   # init (once) and exec, one session per module
+    python scripts/kit_mutation.py recheck         # the kit now, on survivors said killed since
+    python scripts/kit_mutation.py report          # results file and the report, from the sessions
+
+A mutant inside an annotation of a module with ``from __future__ import annotations`` (outside a
+msgspec Struct, which reads its annotations) is never evaluated: it is marked equivalent before
+the run instead of costing a kit run. ``report`` exports every session to
+``schema/conformance/mutation-results.json`` (committed, so the report regenerates without the
+sessions) and writes ``schema/conformance/mutation-report.md``, with each survivor's verdict
+from ``schema/conformance/mutation-triage.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+ROOT: Final = Path(__file__).resolve().parents[1]
+WORK: Final = ROOT / "build" / "mutation"
+CONFORMANCE: Final = ROOT / "schema" / "conformance"
+RESULTS: Final = CONFORMANCE / "mutation-results.json"
+TRIAGE: Final = CONFORMANCE / "mutation-triage.json"
+RECHECK: Final = CONFORMANCE / "mutation-recheck.json"
+REPORT: Final = CONFORMANCE / "mutation-report.md"
+# The daemon's decision code, in the order a run takes them (smallest first).
+MODULES: Final = (
+    "versions",
+    "sync",
+    "endpoint",
+    "dispatch",
+    "dedup",
+    "broadcaster",
+    "codec",
+    "outbox",
+)
+# Per mutant: a kit run that fails fast takes seconds, a surviving one about 30 s on a loaded
+# machine; anything past this hangs.
+MUTANT_TIMEOUT_S: Final = 300.0
+KIT_JOBS: Final = 3
+ANNOTATION: Final = "equivalent: inside an annotation, never evaluated (postponed annotations)"
+
+
+def test_command(python: Path, module: str) -> str:
+    kit = python.parent / "nvpair-wm-conformance"
+    return (
+        f"{kit} --fail-fast --jobs {KIT_JOBS} -- env PYTHONPATH={WORK / module / 'src'} "
+        f"{python} -m nvpair_wm --bind 127.0.0.1"
+    )
+
+
+def config_text(module: str, python: Path) -> str:
+    return (
+        "[cosmic-ray]\n"
+        f'module-path = "src/nvpair_wm/{module}.py"\n'
+        f"timeout = {MUTANT_TIMEOUT_S}\n"
+        "excluded-modules = []\n"
+        f'test-command = "{test_command(python, module)}"\n\n'
+        "[cosmic-ray.distributor]\n"
+        'name = "local"\n'
+    )
+
+
+def _annotation_spans(source: str) -> list[tuple[int, int, int, int]]:
+    """(row, col, end_row, end_col) of every annotation Python never evaluates here."""
+    tree = ast.parse(source)
+    postponed = any(
+        isinstance(n, ast.ImportFrom)
+        and n.module == "__future__"
+        and any(a.name == "annotations" for a in n.names)
+        for n in tree.body
+    )
+    if not postponed:
+        return []
+    struct_bodies: list[ast.ClassDef] = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ClassDef) and any("Struct" in ast.unparse(b) for b in n.bases)
+    ]
+    in_struct = {id(x) for c in struct_bodies for x in ast.walk(c)}
+    spans = []
+    for node in ast.walk(tree):
+        notes: list[ast.expr | None] = []
+        if isinstance(node, ast.arg):
+            notes.append(node.annotation)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            notes.append(node.returns)
+        elif isinstance(node, ast.AnnAssign) and id(node) not in in_struct:
+            notes.append(node.annotation)
+        for note in notes:
+            if note is not None and note.end_lineno is not None and note.end_col_offset is not None:
+                spans.append((note.lineno, note.col_offset, note.end_lineno, note.end_col_offset))
+    return spans
+
+
+def _inside(pos: tuple[int, int], span: tuple[int, int, int, int]) -> bool:
+    return (span[0], span[1]) <= pos < (span[2], span[3])
+
+
+def mark_annotations(db: Path, module_file: Path) -> int:
+    spans = _annotation_spans(module_file.read_text())
+    con = sqlite3.connect(db)
+    with con:
+        rows = con.execute(
+            "select job_id, start_pos_row, start_pos_col from mutation_specs where job_id not in"
+            " (select job_id from work_results)"
+        ).fetchall()
+        marked = [(job,) for job, row, col in rows if any(_inside((row, col), s) for s in spans)]
+        con.executemany(
+            "insert into work_results (worker_outcome, output, test_outcome, diff, job_id)"
+            f" values ('SKIPPED', '{ANNOTATION}', NULL, NULL, ?)",
+            marked,
+        )
+    con.close()
+    return len(marked)
+
+
+def session(module: str) -> Path:
+    return WORK / module / "session.sqlite"
+
+
+def run(modules: list[str], python: Path, *, init_only: bool = False) -> int:
+    cr = python.parent / "cosmic-ray"
+    for module in modules:
+        # Each module's session mutates its own copy of src: sessions may run at once. A fresh
+        # copy each time: a run stopped in the middle of a mutant leaves it on disk.
+        work = WORK / module
+        if (work / "src").exists():
+            shutil.rmtree(work / "src")
+        shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__"))
+        cfg = work / "cosmic-ray.toml"
+        db = session(module)
+        cfg.write_text(config_text(module, python))
+        if not db.exists():
+            subprocess.run([cr, "init", cfg, db], cwd=work, check=True)
+            n = mark_annotations(db, work / "src" / "nvpair_wm" / f"{module}.py")
+            print(f"kit-mutation: {module}: {n} mutants in annotations marked equivalent")
+            if init_only:
+                continue
+            base = subprocess.run(
+                [cr, "baseline", cfg], cwd=work, check=False, capture_output=True, text=True
+            )
+            if base.returncode != 0:
+                print(f"kit-mutation: the kit fails the unmutated daemon:\n{base.stdout}")
+                return 1
+        if init_only:
+            continue
+        print(f"kit-mutation: {module}: running the remaining mutants", flush=True)
+        subprocess.run([cr, "exec", cfg, db], cwd=work, check=True)
+    return 0
+
+
+def recheck(python: Path) -> int:
+    """Run the kit as it is now against every survivor whose verdict says a new vector or
+    model rule kills it, and keep what happened (the proof of each ``killed:`` verdict)."""
+    triage: dict[str, str] = json.loads(TRIAGE.read_text()) if TRIAGE.exists() else {}
+    done: dict[str, dict[str, str]] = json.loads(RECHECK.read_text()) if RECHECK.exists() else {}
+    cr = python.parent / "cosmic-ray"
+    work = WORK / "recheck"
+    for m in export_sessions():
+        if m.outcome != "survived" or not triage.get(m.key, "").startswith("killed"):
+            continue
+        if done.get(m.key, {}).get("outcome") == "killed":
+            continue  # the kit only grows: what it killed stays killed
+        module = m.module.removesuffix(".py")
+        if (work / "src").exists():
+            shutil.rmtree(work / "src")
+        shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__"))
+        command = test_command(python, "recheck")
+        proc = subprocess.run(
+            [cr, "mutate-and-test", f"src/nvpair_wm/{module}.py", f"core/{m.operator}",
+             str(m.occurrence), command],
+            cwd=work, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        result = json.loads(proc.stdout)
+        outcome = str(result.get("test_outcome") or result.get("worker_outcome")).lower()
+        done[m.key] = {"outcome": outcome, "failure": _first_failure(result.get("output"))}
+        print(f"kit-mutation: recheck {m.key}: {outcome}", flush=True)
+        RECHECK.write_text(json.dumps(done, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+# -- the report ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    module: str
+    operator: str
+    occurrence: int
+    line: int
+    outcome: str  # killed, timeout, survived, equivalent (skipped), incompetent, pending
+    diff: str
+    note: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.module}:{self.line}:{self.operator}:{self.occurrence}"
+
+
+def _diff_lines(diff: str | None) -> str:
+    if not diff:
+        return ""
+    keep = [ln for ln in diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+    return "\n".join(keep)
+
+
+def _first_failure(output: str | None) -> str:
+    if not output:
+        return ""
+    for line in output.splitlines():
+        if "FAIL" in line:
+            return " ".join(line.replace("│", " ").split())[:160]
+    return ""
+
+
+def export_sessions() -> list[Mutant]:
+    mutants: list[Mutant] = []
+    for module in MODULES:
+        db = session(module)
+        if not db.exists():
+            continue
+        con = sqlite3.connect(db)
+        rows = con.execute(
+            "select s.operator_name, s.occurrence, s.start_pos_row, r.worker_outcome,"
+            " r.test_outcome, r.diff, r.output from mutation_specs s left join work_results r"
+            " on s.job_id = r.job_id order by s.start_pos_row, s.operator_name, s.occurrence"
+        ).fetchall()
+        con.close()
+        for op, occ, row, worker_name, test_name, diff, output in rows:
+            # cosmic-ray stores its enums by name (NORMAL, KILLED, ...).
+            worker = worker_name.lower() if worker_name else None
+            test = test_name.lower() if test_name else None
+            if worker is None:
+                outcome, note = "pending", ""
+            elif worker == "skipped":
+                outcome, note = "equivalent", output or ""
+            elif worker != "normal":
+                outcome, note = "incompetent", (output or "")[-160:]
+            elif test == "killed" and output == "timeout":
+                outcome, note = "timeout", ""
+            else:
+                outcome, note = str(test), _first_failure(output)
+            mutants.append(
+                Mutant(
+                    f"{module}.py",
+                    op.removeprefix("core/"),
+                    occ,
+                    row,
+                    outcome,
+                    _diff_lines(diff),
+                    note,
+                )
+            )
+    return mutants
+
+
+def load_results() -> list[Mutant]:
+    return [Mutant(**m) for m in json.loads(RESULTS.read_text())]
+
+
+def write_results(mutants: list[Mutant]) -> None:
+    doc = [{f: getattr(m, f) for f in Mutant.__dataclass_fields__} for m in mutants]
+    RESULTS.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+
+
+def render(
+    mutants: list[Mutant], triage: dict[str, str], rechecked: dict[str, dict[str, str]]
+) -> str:
+    """The report: figures per module, then every survivor with its verdict."""
+    by_module: dict[str, Counter[str]] = {}
+    verdicts: Counter[str] = Counter()
+    # A timeout with a verdict is read as a survivor: the kit hung once on an equivalent mutant.
+    survivors = [
+        m
+        for m in mutants
+        if m.outcome == "survived" or (m.outcome == "timeout" and m.key in triage)
+    ]
+    for m in mutants:
+        by_module.setdefault(m.module, Counter())[m.outcome] += 1
+
+    def verdict(m: Mutant) -> str:
+        said = triage.get(m.key, "unexplained: not yet triaged")
+        if said.startswith("killed"):
+            again = rechecked.get(m.key, {})
+            if again.get("outcome") != "killed":
+                return f"gap: said killed, but the kit run again says {again.get('outcome')}"
+            return f"{said} (run again: killed, {again.get('failure') or 'kit failed'})"
+        return said
+
+    for m in survivors:
+        verdicts[verdict(m).split(":")[0]] += 1
+    out = [
+        "# Mutation report of the conformance kit",
+        "",
+        "Generated by `python scripts/kit_mutation.py report` from the cosmic-ray sessions",
+        "(`make kit-mutation`); do not edit. Each mutant is one change to the daemon's decision",
+        "code; the test command is the kit (`nvpair-wm-conformance --fail-fast`) run against",
+        "`python -m nvpair_wm`. A mutant is **killed** when the kit fails, **timeout** when the",
+        "kit did not finish in time (counted as killed), **survived** when the kit passed it,",
+        "**equivalent** when it cannot change behaviour (listed with its reason). A survivor",
+        "said killed by a vector added since counts as killed only when the kit, run again on",
+        "it (`kit_mutation.py recheck`, `mutation-recheck.json`), fails.",
+        "",
+        "| module | mutants | killed | timeout | survived | equivalent | incompetent | not run |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    total: Counter[str] = Counter()
+    for module, c in by_module.items():
+        total.update(c)
+        out.append(
+            f"| {module} | {sum(c.values())} | {c['killed']} | {c['timeout']} | {c['survived']}"
+            f" | {c['equivalent']} | {c['incompetent']} | {c['pending']} |"
+        )
+    out.append(
+        f"| **all** | {sum(total.values())} | {total['killed']} | {total['timeout']} |"
+        f" {total['survived']} | {total['equivalent']} | {total['incompetent']} |"
+        f" {total['pending']} |"
+    )
+    contract_free = verdicts["equivalent (contract)"]
+    equivalent_survivors = verdicts["equivalent"] + contract_free
+    timeouts_read = sum(m.outcome == "timeout" for m in survivors)
+    caught = total["killed"] + total["timeout"] - timeouts_read + verdicts["killed"]
+    non_equivalent = (
+        caught + total["survived"] + timeouts_read - verdicts["killed"] - equivalent_survivors
+    )
+    score = 100.0 * caught / non_equivalent if non_equivalent else 100.0
+    strict = 100.0 * caught / (non_equivalent + contract_free) if non_equivalent else 100.0
+    out += [
+        "",
+        f"Of the mutants run, {len(survivors)} survived the kit (or timed out and are explained):"
+        f" {verdicts['killed']} are "
+        f"now killed by a vector or model rule added for them, {verdicts['equivalent']} are "
+        f"equivalent, {contract_free} change only what the contract leaves free, "
+        f"{verdicts['gap'] + verdicts['unexplained']} are still gaps. "
+        f"Killed: **{score:.1f}%** of the {non_equivalent} non-equivalent mutants run "
+        "(killed and timeouts, plus survivors killed since, over everything run but the "
+        "equivalent). Counting the survivors that change only what the contract leaves free "
+        f"as not killed: {strict:.1f}%.",
+        "",
+        f"{total['pending']} mutants are not run yet; `make kit-mutation` resumes the sessions "
+        "where they stopped (`MUTATE=module` for one module). The figure above is over what was "
+        "run only.",
+        "",
+        "## Survivors",
+        "",
+        "Verdicts come from `mutation-triage.json` (key: module:line:operator:occurrence).",
+        "",
+    ]
+    for m in survivors:
+        out.append(f"- `{m.key}` — {verdict(m)}")
+        out.append("")
+        out.append("  ```diff")
+        out += [f"  {ln}" for ln in m.diff.splitlines()]
+        out.append("  ```")
+    out += ["", "## Equivalent before the run", ""]
+    eq = Counter(m.note for m in mutants if m.outcome == "equivalent")
+    out += [f"- {n} mutants: {reason}" for reason, n in eq.items()]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def report(from_sessions: bool) -> int:
+    mutants = export_sessions() if from_sessions else []
+    if mutants:
+        write_results(mutants)
+    else:
+        mutants = load_results()
+    triage: dict[str, str] = json.loads(TRIAGE.read_text()) if TRIAGE.exists() else {}
+    rechecked = json.loads(RECHECK.read_text()) if RECHECK.exists() else {}
+    REPORT.write_text(render(mutants, triage, rechecked))
+    print(f"kit-mutation: wrote {REPORT.relative_to(ROOT)} ({len(mutants)} mutants)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="kit_mutation", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="mutate MODULEs and run the kit against each mutant")
+    r.add_argument("modules", nargs="*", metavar="MODULE", help=f"of {', '.join(MODULES)} (all)")
+    r.add_argument(
+        "--init-only", action="store_true", help="make the sessions (what is not run is counted)"
+    )
+    sub.add_parser("recheck", help="run the kit again on survivors said killed by new vectors")
+    rep = sub.add_parser("report", help="write the results file and the report")
+    rep.add_argument(
+        "--committed", action="store_true", help="from the committed results, not the sessions"
+    )
+    args = p.parse_args(argv)
+    python = Path(sys.executable)
+    if args.cmd == "run":
+        unknown = set(args.modules) - set(MODULES)
+        if unknown:
+            p.error(f"not a module of the decision code: {', '.join(sorted(unknown))}")
+        return run(list(args.modules) or list(MODULES), python, init_only=args.init_only)
+    if args.cmd == "recheck":
+        return recheck(python)
+    return report(not args.committed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The mutation check's parts: the kit's fast profile (``--fail-fast``, ``--jobs``) and
+``scripts/kit_mutation.py`` (which mutants are equivalent before a run, the report's figures).
+
+The mutation run itself is ``make kit-mutation`` (long; not part of ``make test``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+NVPAIR_WM = [sys.executable, "-m", "nvpair_wm", "--bind", "127.0.0.1"]
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("kit_mutation", ROOT / "scripts/kit_mutation.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kit_mutation"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _kit(*args: str) -> tuple[int, dict[str, Any]]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nvpair_wm.conformance", "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.stdout, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_fail_fast_starts_no_group_after_a_failure() -> None:
+    only = ["--only", "local-requests", "--only", "local-errors", "--only", "local-batches"]
+    dead = ["--", sys.executable, "-c", "pass"]  # exits at once: every group fails
+    status, doc = _kit(*only, "--fail-fast", *dead)
+    assert status == 1
+    assert {r["group"] for r in doc["results"]} == {"local-requests"}
+    status, doc = _kit(*only, *dead)
+    assert status == 1
+    assert {r["group"] for r in doc["results"]} == {
+        "local-requests",
+        "local-errors",
+        "local-batches",
+    }
+
+
+def test_jobs_run_groups_at_once_each_against_its_own_process() -> None:
+    # Both groups start the member under test at the same time: each needs its own cluster
+    # directory (the daemon locks its own), and the results keep the groups' order.
+    only = ["--only", "local-requests", "--only", "local-dedup"]
+    status, doc = _kit(*only, "--jobs", "2", "--", *NVPAIR_WM)
+    assert status == 0, [(r["name"], r["problems"]) for r in doc["results"] if not r["passed"]]
+    groups = [r["group"] for r in doc["results"]]
+    assert groups == sorted(groups, key=["local-requests", "local-dedup"].index)
+    assert set(groups) == {"local-requests", "local-dedup"}
+
+
+SOURCE = """\
+from __future__ import annotations
+import msgspec
+
+Alias = int | None
+
+def f(a: int | None, b: str = "x" + "y") -> list[int] | None:
+    local: dict[str, int] | None = None
+    return [a or 0]
+
+class Wire(msgspec.Struct):
+    field: int | None = None
+"""
+
+
+def test_annotations_are_equivalent_only_where_python_never_evaluates_them() -> None:
+    km = _script()
+    spans = km._annotation_spans(SOURCE)
+    lines = SOURCE.splitlines()
+
+    def marked(text: str, line: int) -> bool:
+        col = lines[line - 1].index(text)
+        return any(km._inside((line, col), s) for s in spans)
+
+    assert marked("| None, b", 6)  # a parameter
+    assert marked("| None:", 6)  # the return
+    assert marked("| None = None", 7)  # a local variable's annotation
+    assert not marked('+ "y"', 6)  # a default value runs
+    assert not marked("| None", 4)  # a type alias runs at import
+    assert not marked("| None", 11)  # msgspec reads a Struct's annotations
+    assert km._annotation_spans(SOURCE.replace("from __future__ import annotations", "")) == []
+
+
+def test_report_counts_survivors_by_their_verdict() -> None:
+    km = _script()
+
+    def mutant(line: int, outcome: str) -> Any:
+        return km.Mutant("versions.py", "NumberReplacer", 0, line, outcome, "-a\n+b", "")
+
+    mutants = [
+        *(mutant(n, "killed") for n in range(1, 17)),
+        mutant(20, "timeout"),
+        mutant(21, "survived"),  # killed by a vector added since
+        mutant(22, "survived"),  # equivalent
+        mutant(23, "survived"),  # not explained
+        mutant(25, "survived"),  # changes what the contract leaves free
+        mutant(24, "equivalent"),
+    ]
+    triage = {
+        "versions.py:21:NumberReplacer:0": "killed: by generated-x",
+        "versions.py:22:NumberReplacer:0": "equivalent: same answer",
+        "versions.py:25:NumberReplacer:0": "equivalent (contract): a repeat it allows",
+    }
+    rechecked = {"versions.py:21:NumberReplacer:0": {"outcome": "killed", "failure": "x"}}
+    text = km.render(mutants, triage, rechecked)
+    assert "| versions.py | 22 | 16 | 1 | 4 | 1 | 0 | 0 |" in text
+    # (16 killed + 1 timeout + 1 killed since) / (22 - 1 equivalent - 2 equivalent survivors)
+    assert "**94.7%** of the 19 non-equivalent" in text
+    assert "`versions.py:23:NumberReplacer:0` — unexplained" in text
+    # said killed, but not run again: counted as a gap, not as killed
+    assert "**89.5%**" in km.render(mutants, triage, {})
