@@ -15,6 +15,7 @@ from typing import Any
 
 from nvpair_wm import cli, codec, dedup, endpoint, journal, node, outbox
 from nvpair_wm.http.core import Request, Response
+from nvpair_wm.outcomes import Outcome
 
 
 def _tombstone_covers_every_run() -> None:
@@ -33,9 +34,9 @@ def _stale_as_duplicate() -> None:
     on the duplicate test)."""
     observe = dedup.WorkloadTable.observe
 
-    def broken(self: dedup.WorkloadTable, *a: Any, **kw: Any) -> dedup.Outcome:
+    def broken(self: dedup.WorkloadTable, *a: Any, **kw: Any) -> Outcome:
         outcome = observe(self, *a, **kw)
-        return "duplicate" if outcome == "stale" else outcome
+        return Outcome.DUPLICATE if outcome is Outcome.STALE else outcome
 
     dedup.WorkloadTable.observe = broken  # type: ignore[method-assign]
 
@@ -53,7 +54,7 @@ def _restart_forgets() -> None:
 
 def _first_run_is_newest() -> None:
     """A removal without runId covers the first run seen of the id, not the newest one."""
-    index_another = dedup.WorkloadTable.index_another
+    index_another = dedup.WorkloadTable._index_another
 
     def broken(self: dedup.WorkloadTable, wid: str, pair: Any, entry: Any) -> None:
         first = self._runs.get(wid)
@@ -61,7 +62,7 @@ def _first_run_is_newest() -> None:
         if isinstance(first, tuple) and first[0] == pair[0]:
             self._runs[wid] = first  # the earlier run stays "newest"
 
-    dedup.WorkloadTable.index_another = broken  # type: ignore[method-assign]
+    dedup.WorkloadTable._index_another = broken  # type: ignore[method-assign]
 
 
 def _snapshot_without_removals() -> None:
