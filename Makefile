@@ -118,7 +118,7 @@ fuzz: venv
 # The mutation check of the conformance kit (scripts/kit_mutation.py): cosmic-ray over the
 # daemon's decision code with the kit as the test command; long, not part of make test.
 # make kit-mutation MUTATE="versions sync" (default: every module); build/mutation keeps the
-# sessions, so a second run resumes; the report is schema/conformance/mutation-report.md.
+# sessions, so a second run resumes; the report is schema/conformance/mutation/mutation-report.md.
 MUTATE ?=
 .PHONY: kit-mutation
 kit-mutation: venv

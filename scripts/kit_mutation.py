@@ -15,9 +15,9 @@ worktree, stay unmutated while a run goes on.
 A mutant inside an annotation of a module with ``from __future__ import annotations`` (outside a
 msgspec Struct, which reads its annotations) is never evaluated: it is marked equivalent before
 the run instead of costing a kit run. ``report`` exports every session to
-``schema/conformance/mutation-results.json`` (committed, so the report regenerates without the
-sessions) and writes ``schema/conformance/mutation-report.md``, with each survivor's verdict
-from ``schema/conformance/mutation-triage.json``.
+``schema/conformance/mutation/mutation-results.json`` (committed, so the report regenerates
+without the sessions) and writes ``schema/conformance/mutation/mutation-report.md``, with each
+survivor's verdict from ``schema/conformance/mutation/mutation-triage.json``.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from typing import Final
 ROOT: Final = Path(__file__).resolve().parents[1]
 WORK: Final = ROOT / "build" / "mutation"
 CONFORMANCE: Final = ROOT / "schema" / "conformance"
-RESULTS: Final = CONFORMANCE / "mutation-results.json"
-TRIAGE: Final = CONFORMANCE / "mutation-triage.json"
-RECHECK: Final = CONFORMANCE / "mutation-recheck.json"
-REPORT: Final = CONFORMANCE / "mutation-report.md"
+RESULTS: Final = CONFORMANCE / "mutation" / "mutation-results.json"
+TRIAGE: Final = CONFORMANCE / "mutation" / "mutation-triage.json"
+RECHECK: Final = CONFORMANCE / "mutation" / "mutation-recheck.json"
+REPORT: Final = CONFORMANCE / "mutation" / "mutation-report.md"
 # The daemon's decision code, in the order a run takes them (smallest first).
 MODULES: Final = (
     "versions",

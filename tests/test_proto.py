@@ -271,6 +271,7 @@ def record_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     through pyOpenSSL's public methods, the path taken when its internals are missing."""
     if request.param == "public":
         monkeypatch.setattr(tls_module, "_lib", None)
+        monkeypatch.setattr(tls_module, "ssl_parts", lambda _conn: None)  # internals: off
     return str(request.param)
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import msgspec
+from nvpair_wm_schema.contract import DEFAULT_PORT
 
 from nvpair_wm import codec
 from nvpair_wm.conformance import vectors
@@ -41,7 +42,7 @@ DEFAULT_TIMEOUT: Final = 60.0
 MAX_BATCH_ELEMENTS: Final = 64
 """Elements of one behaviour batch checked one by one (the 10,001-element batch repeats one)."""
 # Stand-ins for {"$record": NAME} in behaviour frames (the kit fills real ones when it runs).
-_RECORD: Final = {"address": "127.0.0.1", "port": 14320, "fingerprint": "0" * 64}
+_RECORD: Final = {"address": "127.0.0.1", "port": DEFAULT_PORT, "fingerprint": "0" * 64}
 
 
 @dataclass(frozen=True, slots=True)
