@@ -23,6 +23,8 @@ import pytest
 from nvpair_wm_schema.contract import CONTRACT_VERSION
 
 from nvpair_wm import __version__
+from nvpair_wm.conformance import codec
+from tests.support.conformance import SCHEMA_DIR
 from tests.support.source_tree import ROOT, copy_tree
 
 TIMEOUT = 300.0  # a cold pip cache downloads every runtime dependency
@@ -170,6 +172,24 @@ def test_installed_conformance_kit_carries_its_vectors_and_passes_the_installed_
     ran = {r["group"] for r in report["results"]}
     assert ran == {"generated-schema", "generated-versions-as-client", "explore"}, out
     assert report["failed"] == 0 and report["passed"] >= 400, out
+    # The codec role from the wheel alone: every shape vector and behaviour frame goes to the
+    # program (here one that refuses everything, so the kit exits 1 and names disagreements).
+    refuser = installed.work / "refuse.py"
+    refuser.write_text('import sys\nfor _ in sys.stdin:\n    print("error\\t$\\tno", flush=True)\n')
+    proc = subprocess.run(
+        [kit, "--json", "--codec", "--", sys.executable, str(refuser)],
+        cwd=installed.work,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    cases = codec.all_cases(SCHEMA_DIR / "conformance", SCHEMA_DIR / "conformance" / "behaviour")
+    assert doc["cases"] == len(cases), proc.stdout[-2000:]
+    assert len(doc["disagreements"]) >= sum(c.valid for c in cases) > 0  # each valid one refused
 
 
 def test_pipx_install_gives_working_commands(tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="with --codec: the shape vectors, beside schema/*.schema.json in DIR/.. "
-        "(default: the parent of --vectors)",
+        "(default: those the kit carries)",
     )
     p.add_argument(
         "--explore",
@@ -113,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _codec(args: argparse.Namespace, command: list[str], parser: argparse.ArgumentParser) -> int:
-    shape_dir = args.shape_vectors or args.vectors.resolve().parent
+    shape_dir = args.shape_vectors or codec.DEFAULT_SHAPE_DIR
     try:
         cases = codec.all_cases(shape_dir, args.vectors)
     except (OSError, ValueError) as exc:

@@ -39,6 +39,9 @@ SUFFIX: Final = ".schema.json"
 COMPOSED_FILES: Final = frozenset({"broker-line", "http-response"})
 DEFAULT_TIMEOUT: Final = 60.0
 """Seconds the program may take for all its answers."""
+# The shape vectors (and the schemas beside them) ship inside the package: ``contract`` is a
+# symlink to schema/ in the source tree, and a directory of copies in a built wheel.
+DEFAULT_SHAPE_DIR: Final = Path(__file__).parent / "contract" / "conformance"
 MAX_BATCH_ELEMENTS: Final = 64
 """Elements of one behaviour batch checked one by one (the 10,001-element batch repeats one)."""
 # Stand-ins for {"$record": NAME} in behaviour frames (the kit fills real ones when it runs).
