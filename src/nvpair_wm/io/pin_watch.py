@@ -187,6 +187,9 @@ class WatchedPins:
         ino = self._inotify
         if ino is None:
             return self._pins.current()
+        cached = self._cached
+        if cached is not None and ino.unchanged_since(self._seen):
+            return cached  # no syscall while the loop polls the descriptor (per accept)
         generation = ino.generation()
         if generation != self._seen:
             self._seen = generation
