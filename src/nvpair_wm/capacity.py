@@ -26,11 +26,11 @@ start and when it changes, and ``manager:status`` reports them (``StatusResult.c
 
 from __future__ import annotations
 
-import resource
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from nvpair_wm import platforms
 from nvpair_wm.http.core import Limits
 
 __all__ = [
@@ -90,8 +90,7 @@ def _backlog_needed(members: int) -> int:
 
 def open_files() -> int | None:
     """The soft open-file limit of this process (None: unlimited)."""
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return None if soft == resource.RLIM_INFINITY else soft
+    return platforms.open_files_limit()
 
 
 def somaxconn() -> int | None:

@@ -42,6 +42,7 @@ __all__ = [
     "is_named_pipe",
     "lock_directory",
     "lock_file",
+    "open_files_limit",
     "on_stop_signals",
     "raise_descriptor_limit",
     "read_at",
@@ -137,6 +138,10 @@ if sys.platform == "win32":
         """Nothing to raise: Windows has no per-process limit on sockets."""
         return None
 
+    def open_files_limit() -> int | None:
+        """None: Windows has no per-process limit on sockets."""
+        return None
+
     def on_stop_signals(
         loop: asyncio.AbstractEventLoop, stop: Callable[[signal.Signals], None]
     ) -> None:
@@ -193,6 +198,11 @@ else:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def open_files_limit() -> int | None:
+        """The soft open-file limit of this process (None: unlimited)."""
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return None if soft == resource.RLIM_INFINITY else soft
 
     def raise_descriptor_limit() -> str | None:
         """Soft RLIMIT_NOFILE up to the hard limit: every connection is a descriptor, and the
