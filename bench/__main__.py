@@ -82,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     p.add_argument(
+        "--baseline",
+        metavar="COMMIT|DIR",
+        help="also measure this tree, alternately (startup, realpeer): bench/baseline.py",
+    )
+    p.add_argument(
         "--wm-arg",
         action="append",
         default=[],
@@ -144,7 +149,9 @@ def _run(args: argparse.Namespace, names: list[str], progress: Console, details:
     """Run ``names``: one line each on ``progress``, their tables and logs on ``details``."""
     reps = max(MIN_REPS, args.reps or (5 if args.quick else 7))
     warmup = max(1, args.warmup or (1 if args.quick else 2))
-    ctx = Context(quick=args.quick, reps=reps, warmup=warmup, log=details.log)
+    ctx = Context(
+        quick=args.quick, reps=reps, warmup=warmup, log=details.log, baseline=args.baseline
+    )
     env = environment()
     header = (
         f"nvpair-wm benchmarks {env['date']}  commit {env['git']['commit'][:12]}"

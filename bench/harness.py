@@ -82,6 +82,7 @@ class Context:
     reps: int
     warmup: int
     log: Callable[[str], None] = print
+    baseline: str | None = None  # a commit or directory to measure beside this tree
     # Results of the benchmarks already run in this invocation (``scale`` reads them).
     results: dict[str, BenchResult] = field(default_factory=dict)
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -42,6 +43,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench.baseline import THIS_TREE, Tree
 from bench.harness import MIN_REPS, BenchResult, Check, Context, Measurement, Skip, fmt
 from bench.procs import Drain, ProcError, WmProc, cpu_seconds, io_bytes, python_module
 
@@ -133,24 +135,32 @@ class Bench:
 
     # -- servers ---------------------------------------------------------------------------
 
-    def start_ours(self) -> Server:
+    def start_ours(self, tree: Tree = THIS_TREE) -> Server:
+        """nvpair-wm from this tree (key ``ours``) or a baseline's (key ``base``, on a copy of
+        the server's node directory: each daemon holds its own journal)."""
+        key, node_dir = "ours", self.srv_dir
+        if tree.path is not None:
+            key, node_dir = "base", self.srv_dir.with_name("server-base")
+            shutil.copytree(self.srv_dir, node_dir)
         wm = WmProc(
             "--cluster-dir",
-            str(self.srv_dir),
+            str(node_dir),
             "--bind",
             "127.0.0.1",
             "--port",
             "0",
             "--log-level",
             "warn",
-            log_path=self.root / "nvpair-wm.log",
+            log_path=self.root / f"nvpair-wm-{key}.log",
+            env=tree.env(),
         )
         self.procs.append(wm)
         wm.expect_ready()
         port = wm.status()["port"]
-        drain = Drain(wm.stdout_fd, "ours-stdout")
+        drain = Drain(wm.stdout_fd, f"{key}-stdout")
         drain.start()
-        return Server("ours", "nvpair-wm", port, wm.pid, drain)
+        label = "nvpair-wm" if tree.path is None else f"nvpair-wm ({tree.name})"
+        return Server(key, label, port, wm.pid, drain)
 
     def start_hypercorn(self) -> Server:
         log = open(self.root / "hypercorn.log", "wb")  # noqa: SIM115 - lives with the process

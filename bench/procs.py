@@ -88,13 +88,15 @@ class WmProc:
     """One ``nvpair-wm`` process; its broker is this object (stdin/stdout pipes) unless
     ``stdio=False`` (``--ipc``: stdin and stdout are /dev/null)."""
 
-    def __init__(self, *args: str, log_path: Path, stdio: bool = True) -> None:
+    def __init__(
+        self, *args: str, log_path: Path, stdio: bool = True, env: dict[str, str] | None = None
+    ) -> None:
         self.args = [sys.executable, "-m", "nvpair_wm", *args, *EXTRA_ARGS]
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in close()
         pipe = subprocess.PIPE if stdio else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            self.args, stdin=pipe, stdout=pipe, stderr=self._log, cwd=ROOT, close_fds=True
+            self.args, stdin=pipe, stdout=pipe, stderr=self._log, cwd=ROOT, close_fds=True, env=env
         )
         self.pid = self.proc.pid
         self.buf = bytearray()

@@ -23,6 +23,11 @@ over requests answered in the window) is the figure that does not depend on how 
 client is; the request rate is reported beside it. Windows are interleaved (rep 1 of every
 server and load, then rep 2, ...) so drift affects every side alike.
 
+With ``python -m bench --only realpeer --baseline COMMIT|DIR`` a second nvpair-wm runs from that
+tree (:mod:`bench.baseline`) beside this one, on the same core and the same loads, its windows
+alternating with ours rep after rep: a hot-path change states its cost as the ratio of server CPU
+per request, baseline over this tree, which must stay at or above 1/1.05.
+
 Targets (issue 9): server CPU per single-frame request <= 150 us over HTTP/2 and <= 100 us over
 HTTP/1.1; requests/s >= 3x hypercorn's on the same load.
 """
@@ -42,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from bench.baseline import Tree, baseline_tree
 from bench.frames import event_templates
 from bench.harness import ROOT, BenchResult, Check, Context, Measurement, Skip, fmt
 from bench.internode import Bench, Gens, Run, Server, Variant
@@ -55,6 +61,10 @@ RATE_MEANING = (
     "against peers that send one request per write, the server's stack is no faster than a "
     "Python ASGI server's; a cluster's peak event rate per node is lower than issue 9 asks"
 )
+# With --baseline: this tree's server CPU per request may be at most this much above the
+# baseline's (a ratio of baseline/ours of at least 1/1.05).
+BASELINE_SLACK = 0.05
+BASELINE_MEANING = "this tree's server spends more than 5% more CPU per request than the baseline"
 CPU_MEANING = (
     "each single-frame request costs the server more CPU than issue 9's budget; on a busy node "
     "that CPU comes out of the broker channel and the broadcaster"
@@ -270,15 +280,19 @@ def run(ctx: Context) -> BenchResult:
     res = BenchResult(NAME, DESCRIPTION)
     with tempfile.TemporaryDirectory(prefix="nvpair-bench-realpeer-") as tmp:
         bench = RealPeerBench(ctx, Path(tmp))
+        baseline = baseline_tree(ctx.baseline, Path(tmp)) if ctx.baseline else None
         try:
-            _measure(bench, ctx, res)
+            _measure(bench, ctx, res, baseline)
         finally:
             bench.close()
     return res
 
 
-def _measure(bench: RealPeerBench, ctx: Context, res: BenchResult) -> None:
-    servers = [bench.start_ours(), bench.start_hypercorn()]
+def _measure(bench: RealPeerBench, ctx: Context, res: BenchResult, baseline: Tree | None) -> None:
+    servers = [bench.start_ours()]
+    if baseline is not None:  # its windows alternate with ours, load by load
+        servers.append(bench.start_ours(baseline))
+    servers.append(bench.start_hypercorn())
     nginx = bench.start_nginx()
     if nginx is None:
         res.notes.append(f"nginx is not installed, so its rows are missing: {INSTALL_NGINX}")
@@ -347,6 +361,14 @@ def _measure(bench: RealPeerBench, ctx: Context, res: BenchResult) -> None:
         res.ratio(f"ours/{ld.key}/us", f"hypercorn/{ld.key}/us")
         if nginx is not None:
             res.ratio(f"ours/{ld.key}/us", f"nginx/{ld.key}/us")
+        if baseline is not None:
+            res.ratio(
+                f"ours/{ld.key}/us",
+                f"base/{ld.key}/us",
+                1 / (1 + BASELINE_SLACK),
+                BASELINE_MEANING,
+                f"real peers, {ld.label}: server CPU per request vs {baseline.name}",
+            )
         target = CPU_TARGET_US[ld.proto]
         us = res.get(f"ours/{ld.key}/us").median
         res.checks.append(

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from bench.baseline import THIS_TREE, Tree, baseline_tree
 from bench.harness import BenchResult, Check, Context, Measurement
 
 NAME = "startup"
@@ -100,24 +101,6 @@ journal.close()
 
 
 @dataclass(frozen=True)
-class Tree:
-    """A tree to start: this one (``path`` None: the installed package) or a baseline."""
-
-    name: str
-    path: Path | None
-
-    def env(self) -> dict[str, str]:
-        """The environment to start it in: with bytecode cached, as a restart of an installed
-        daemon finds it (pip compiles at install time), even where PYTHONDONTWRITEBYTECODE is
-        set for development (compiling every module again is a cost a restart does not have)."""
-        env = dict(os.environ)
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        if self.path is not None:
-            env["PYTHONPATH"] = f"{self.path / 'src'}{os.pathsep}{self.path / 'generated'}"
-        return env
-
-
-@dataclass(frozen=True)
 class Case:
     name: str
     local: int
@@ -140,20 +123,6 @@ def cases(workloads: int) -> list[Case]:
         ),
         Case("relay", half, half, 0, f"{half:,} reported + {half:,} forwarded to the broker"),
     ]
-
-
-def baseline_tree(spec: str, scratch: Path) -> Tree:
-    """A directory as it is, or a commit exported with ``git archive``."""
-    given = Path(spec)
-    if (given / "src" / "nvpair_wm").is_dir():
-        return Tree(f"baseline {given}", given)
-    out = scratch / f"baseline-{spec}"
-    out.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", spec], capture_output=True, check=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
-    return Tree(f"baseline {spec}", out)
 
 
 def warm(tree: Tree) -> None:
@@ -252,8 +221,8 @@ def run(ctx: Context) -> BenchResult:
     rounds = max(2, ctx.reps // 2) if not ctx.quick else 2
     scratch = Path(tempfile.mkdtemp(prefix="nvpair-bench-startup-tree-"))
     try:
-        trees = [Tree("this tree", None)]
-        spec = os.environ.get("BENCH_STARTUP_BASELINE")
+        trees = [THIS_TREE]
+        spec = ctx.baseline or os.environ.get("BENCH_STARTUP_BASELINE")
         if spec:
             trees.insert(0, baseline_tree(spec, scratch))
         times = measure(trees, workloads, rounds, ctx.log)
@@ -288,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="nvpair-bench-startup-tree-"))
     try:
-        trees = [Tree("this tree", None)]
+        trees = [THIS_TREE]
         if args.baseline:
             trees.insert(0, baseline_tree(args.baseline, scratch))
         times = measure(trees, args.workloads, args.rounds)
