@@ -241,7 +241,7 @@ class BenchResult:
                 self.name,
                 r.name or f"{self.get(r.subject).label} vs {self.get(r.baseline).label}",
                 f"{r.value:.2f}x",
-                f">= {r.target:g}x",
+                f">= {r.target:.3g}x",
                 r.met,
                 r.meaning or MISS_MEANING,
             )
@@ -503,7 +503,7 @@ def render(results: list[BenchResult], console: Any) -> None:
                     res.get(r.baseline).label,
                     f"{r.value:.2f}x",
                     f"{r.low:.2f}x .. {r.high:.2f}x",
-                    "-" if r.target is None else f">= {r.target:g}x",
+                    "-" if r.target is None else f">= {r.target:.3g}x",
                     met,
                 )
             console.print(rt)
