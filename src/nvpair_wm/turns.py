@@ -8,13 +8,23 @@ dozen finish at a time and the others wait, reading paused, within their own tim
 
 from __future__ import annotations
 
+import enum
 from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["Turns"]
+__all__ = ["Turn", "Turns"]
 
 T = TypeVar("T")
+
+
+class Turn(enum.Enum):
+    """Where one would-be holder stands; the caller keeps it (:class:`Turns` keeps only the
+    count of holders and the queue of waiters)."""
+
+    NONE = "none"  # needs no turn (plaintext), or its turn is over
+    WAITING = "waiting"  # queued, reading paused, until :meth:`Turns.release` names it
+    HOLDING = "holding"  # holds one of the ``limit`` turns until it gives it back
 
 
 class Turns(Generic[T]):
