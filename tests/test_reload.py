@@ -15,6 +15,8 @@ import pytest
 
 from nvpair_wm import config, reload
 from nvpair_wm.config import Config
+from nvpair_wm.dedup import TableLimits
+from nvpair_wm.journal import JournalLimits, open_journal
 from tests.support.cluster import Cluster, Node, event, is_upsert, workload
 from tests.support.polling import eventually
 from tests.support.wm_process import WmProcess
@@ -334,3 +336,18 @@ def test_a_key_set_back_to_unset_is_applied() -> None:
     plan = reload.plan(running, Config())
     assert [str(c) for c in plan.applied] == ['metrics: "127.0.0.1:9464" -> unset']
     assert plan.effective(running).metrics is None
+
+
+def test_a_reload_of_the_journal_backoff_reaches_its_retries(tmp_path: Path) -> None:
+    """journal.retry_backoff and retry_backoff_max are live: the next failed rewrite waits by
+    the new bounds, not those the journal was opened with."""
+    journal, _ = open_journal(tmp_path, JournalLimits(), TableLimits(), 0.0)
+    assert journal is not None
+    journal.set_limits(JournalLimits(retry_backoff=2.0, retry_backoff_max=3.0))
+    health = journal.health
+    health.fail("write to: EIO", 0.0, 100.0)  # the first failure of a run: the base pause
+    assert health.retry_at == 102.0
+    health.fail("rewrite: EIO", 0.0, 200.0)
+    health.fail("rewrite: EIO", 0.0, 300.0)  # doubled, then capped by the new maximum
+    assert health.retry_at == 303.0
+    journal.close()

@@ -548,7 +548,7 @@ class Node:
         if done.touches("pins.") and isinstance(self.pins, PinSet):
             self.pins.limits = target.pins
         if done.touches("journal.") and self.journal is not None:
-            self.journal.limits = target.journal
+            self.journal.set_limits(target.journal)
         if done.touches("log_level", "log_format"):
             logs.configure(target.log_level, target.log_format)
         # table.expire_interval and shutdown_grace are read from self.config where used.
