@@ -7,6 +7,7 @@ node-a changes its log level and a retry bound, and single nodes for the refusal
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,11 @@ from typing import Any
 import pytest
 
 from nvpair_wm import config, reload
+from nvpair_wm.clusterdir import init_cluster
 from nvpair_wm.config import Config
 from nvpair_wm.dedup import TableLimits
 from nvpair_wm.journal import JournalLimits, open_journal
+from nvpair_wm.node import Node as WmNode
 from tests.support.cluster import Cluster, Node, event, is_upsert, workload
 from tests.support.polling import eventually
 from tests.support.wm_process import WmProcess
@@ -351,3 +354,38 @@ def test_a_reload_of_the_journal_backoff_reaches_its_retries(tmp_path: Path) -> 
     health.fail("rewrite: EIO", 0.0, 300.0)  # doubled, then capped by the new maximum
     assert health.retry_at == 303.0
     journal.close()
+
+
+def test_a_reload_reaches_the_handshake_turns_the_capacity_check_and_the_journal(
+    tmp_path: Path,
+) -> None:
+    """The wiring in node.py: each component built from the start's configuration takes the
+    live keys a reload applies (a component left out keeps the old value)."""
+    cdir = init_cluster(tmp_path / "cluster", ["node-a"])["node-a"]
+    running = Config(cluster_dir=cdir)
+    loaded = config.replace(
+        running,
+        {
+            "http.max_handshakes_at_once": 3,
+            "http.max_connections": 2000,
+            "journal.retry_backoff": 2.0,
+        },
+    )
+
+    async def run() -> None:
+        node = WmNode(running, reread=lambda: loaded)
+        try:
+            done = await node.reload()
+            assert done is not None and [c.key for c in done.applied] == [
+                "http.max_connections",
+                "http.max_handshakes_at_once",
+                "journal.retry_backoff",
+            ]
+            assert node.server._turns.limit == 3
+            assert node._capacity.limits.max_connections == 2000
+            assert node.journal is not None and node.journal.health.backoff == 2.0
+        finally:
+            if node.journal is not None:
+                node.journal.close()
+
+    asyncio.run(run())

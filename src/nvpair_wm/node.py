@@ -543,6 +543,7 @@ class Node:
         self.config = target
         if done.touches("http."):
             self.server.set_limits(target.http)
+            self._capacity.limits = target.http
         if done.touches("broadcast."):
             self.broadcaster.set_limits(target.broadcast)
         if done.touches("pins.") and isinstance(self.pins, PinSet):

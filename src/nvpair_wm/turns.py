@@ -55,6 +55,19 @@ class Turns(Generic[T]):
                 return who
         return None
 
+    def set_limit(self, limit: int) -> list[T]:
+        """A new limit (a configuration reload): the waiters that hold a turn now, first come
+        first, when it grew; holders past a smaller one keep theirs until they give it back."""
+        self.limit = limit
+        granted: list[T] = []
+        waiting = self._waiting
+        while self.holding < limit and waiting:
+            who = waiting.popleft()
+            if not self._gone(who):
+                self.holding += 1
+                granted.append(who)
+        return granted
+
     @property
     def waiting(self) -> int:
         return len(self._waiting)

@@ -595,11 +595,14 @@ class InterNodeServer:
         self._trim: asyncio.Handle | None = None
 
     def set_limits(self, limits: Limits) -> None:
-        """New limits (a configuration reload): connections accepted from now on use them, and
-        the admission bounds apply at the next accept; open connections keep theirs."""
+        """New limits (a configuration reload): connections accepted from now on use them, the
+        admission bounds apply at the next accept, and the handshake turns at once (waiters take
+        the turns a larger limit adds); open connections keep their timeouts."""
         self.limits = limits
         self.unauth_limits = stranger_limits(limits)
         self._admission.limits = limits
+        for conn in self._turns.set_limit(limits.max_handshakes_at_once):
+            conn.take_turn()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
