@@ -180,3 +180,17 @@ def test_a_larger_turn_limit_gives_the_new_turns_to_the_waiters_in_order() -> No
     assert turns.set_limit(3) == ["c", "d"] and turns.holding == 3 and turns.waiting == 0
     assert turns.set_limit(1) == [] and turns.holding == 3  # holders keep theirs
     assert not turns.take("e")
+
+
+def test_waiters_that_left_do_not_pile_up_in_the_queue() -> None:
+    """A flood of connections that close while they wait (evicted strangers) is swept from the
+    queue as it grows: it stays within about twice the waiters still there."""
+    gone: set[int] = set()
+    turns = Turns[int](1, lambda who: who in gone)
+    assert turns.take(-1)
+    for i in range(10_000):
+        assert not turns.take(i)
+        if i % 100:  # one in a hundred stays
+            gone.add(i)
+    assert turns.waiting <= 2 * 100 + 64, turns.waiting
+    assert turns.release() == 0 and turns.release() == 100  # still first come, first served

@@ -11,11 +11,15 @@ from __future__ import annotations
 import enum
 from collections import deque
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 __all__ = ["Turn", "Turns"]
 
 T = TypeVar("T")
+
+#: The queue is swept of waiters that left once it is this long, then once it doubles what the
+#: last sweep kept: it holds at most about twice the waiters still there, however many leave.
+_SWEEP_AT: Final = 64
 
 
 class Turn(enum.Enum):
@@ -35,13 +39,19 @@ class Turns(Generic[T]):
         self._gone = gone  # a waiter that no longer needs its turn (its connection closed)
         self.holding = 0
         self._waiting: deque[T] = deque()
+        self._sweep_at = _SWEEP_AT
 
     def take(self, who: T) -> bool:
         """True: ``who`` holds a turn now; False: it waits for :meth:`release` to name it."""
         if self.holding < self.limit:
             self.holding += 1
             return True
-        self._waiting.append(who)
+        waiting = self._waiting
+        if len(waiting) >= self._sweep_at:  # strangers that left while they waited (a flood)
+            gone = self._gone
+            waiting = self._waiting = deque(w for w in waiting if not gone(w))
+            self._sweep_at = max(_SWEEP_AT, 2 * len(waiting))
+        waiting.append(who)
         return False
 
     def release(self) -> T | None:
