@@ -389,3 +389,23 @@ def test_a_reload_reaches_the_handshake_turns_the_capacity_check_and_the_journal
                 node.journal.close()
 
     asyncio.run(run())
+
+
+def test_a_burst_of_sighups_is_at_most_one_reload_behind_the_running_one() -> None:
+    """Reloads run one at a time; signals that come while one runs and another waits are
+    covered by the waiting one, so a burst queues no more than two reads of the file."""
+    reads: list[int] = []
+
+    def reread() -> Config:
+        reads.append(1)
+        return Config()
+
+    async def run() -> None:
+        node = WmNode(Config(), reread=reread)
+        for _ in range(100):
+            node._on_reload()
+        assert len(node._reloads) == 2
+        await asyncio.gather(*node._reloads)
+
+    asyncio.run(run())
+    assert len(reads) == 2

@@ -464,7 +464,9 @@ class Node:
     # -- reload -----------------------------------------------------------------------------------
 
     def _on_reload(self) -> None:
-        if self._stop.is_set():
+        """SIGHUP: a reload, after the one that runs. One that already waits covers this one
+        (it reads the file after the running one ends): at most two, however many signals."""
+        if self._stop.is_set() or sum(not t.done() for t in self._reloads) >= 2:
             return
         task = asyncio.get_running_loop().create_task(self.reload(), name="reload")
         self._reloads.add(task)
