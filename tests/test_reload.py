@@ -8,18 +8,23 @@ node-a changes its log level and a retry bound, and single nodes for the refusal
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from nvpair_wm_schema.node_record_schema import NodeRecord
 
 from nvpair_wm import config, reload
-from nvpair_wm.clusterdir import init_cluster
+from nvpair_wm.broadcaster import Broadcaster
+from nvpair_wm.clusterdir import cert_fingerprint, init_cluster, make_self_signed
 from nvpair_wm.config import Config
-from nvpair_wm.dedup import TableLimits
+from nvpair_wm.dedup import TableLimits, WorkloadTable
 from nvpair_wm.journal import JournalLimits, open_journal
 from nvpair_wm.node import Node as WmNode
+from nvpair_wm.outbox import BroadcastLimits
+from nvpair_wm.pins import Identity, PinSet
 from tests.support.cluster import Cluster, Node, event, is_upsert, workload
 from tests.support.polling import eventually
 from tests.support.wm_process import WmProcess
@@ -409,3 +414,50 @@ def test_a_burst_of_sighups_is_at_most_one_reload_behind_the_running_one() -> No
 
     asyncio.run(run())
     assert len(reads) == 2
+
+
+def test_a_reload_of_min_reconnect_interval_reaches_a_link_that_is_running(
+    tmp_path: Path,
+) -> None:
+    """A link's task reads the broadcast limits where it uses them: after set_limits raises
+    broadcast.min_reconnect_interval, a link failing every connection attempt (a listener that
+    speaks no TLS) stops trying every few ms and waits the new interval."""
+    node = init_cluster(tmp_path / "cluster", ["node-a"])["node-a"]
+    cert, _ = make_self_signed("m-1")
+    (node / "trusted" / "m-1.crt").write_bytes(cert)
+    fast = BroadcastLimits(min_reconnect_interval=0.01, retry_base=0.01, retry_max_delay=0.02)
+
+    async def run() -> tuple[int, int]:
+        arrivals: list[float] = []
+        fifth = asyncio.Event()
+
+        def on_connect(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            arrivals.append(asyncio.get_running_loop().time())
+            if len(arrivals) >= 5:
+                fifth.set()
+            w.close()
+
+        server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+        record = NodeRecord(
+            nodeId="m-1",
+            address="127.0.0.1",
+            port=server.sockets[0].getsockname()[1],
+            fingerprint=cert_fingerprint(cert),
+        )
+        bc = Broadcaster(Identity(node), PinSet(node / "trusted"), WorkloadTable().originated, fast)
+        try:
+            await bc.start()
+            bc.update_nodes([record])
+            async with asyncio.timeout(30):
+                await fifth.wait()  # trying every few ms
+            bc.set_limits(dataclasses.replace(fast, min_reconnect_interval=60.0))
+            await asyncio.sleep(0.5)  # the attempt under way, if any, ends
+            before = len(arrivals)
+            await asyncio.sleep(1.5)  # the window in which the old interval tries again often
+            return before, len(arrivals)
+        finally:
+            await bc.close(0)
+            server.close()
+
+    before, after = asyncio.run(run())
+    assert after - before <= 1, (before, after)
