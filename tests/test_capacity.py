@@ -169,3 +169,28 @@ def test_turns_go_first_come_first_served_and_skip_who_left() -> None:
     assert turns.release() == "d"  # c is skipped, d is next
     assert turns.release() == "e" and turns.holding == 2 and turns.waiting == 0
     assert turns.release() is None and turns.release() is None and turns.holding == 0
+
+
+def test_a_larger_turn_limit_gives_the_new_turns_to_the_waiters_in_order() -> None:
+    gone: set[str] = set()
+    turns = Turns[str](1, lambda who: who in gone)
+    assert turns.take("a")
+    assert not turns.take("b") and not turns.take("c") and not turns.take("d")
+    gone.add("b")
+    assert turns.set_limit(3) == ["c", "d"] and turns.holding == 3 and turns.waiting == 0
+    assert turns.set_limit(1) == [] and turns.holding == 3  # holders keep theirs
+    assert not turns.take("e")
+
+
+def test_waiters_that_left_do_not_pile_up_in_the_queue() -> None:
+    """A flood of connections that close while they wait (evicted strangers) is swept from the
+    queue as it grows: it stays within about twice the waiters still there."""
+    gone: set[int] = set()
+    turns = Turns[int](1, lambda who: who in gone)
+    assert turns.take(-1)
+    for i in range(10_000):
+        assert not turns.take(i)
+        if i % 100:  # one in a hundred stays
+            gone.add(i)
+    assert turns.waiting <= 2 * 100 + 64, turns.waiting
+    assert turns.release() == 0 and turns.release() == 100  # still first come, first served

@@ -7,14 +7,24 @@ node-a changes its log level and a retry bound, and single nodes for the refusal
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from nvpair_wm_schema.node_record_schema import NodeRecord
 
 from nvpair_wm import config, reload
+from nvpair_wm.broadcaster import Broadcaster
+from nvpair_wm.clusterdir import cert_fingerprint, init_cluster, make_self_signed
 from nvpair_wm.config import Config
+from nvpair_wm.dedup import TableLimits, WorkloadTable
+from nvpair_wm.journal import JournalLimits, open_journal
+from nvpair_wm.node import Node as WmNode
+from nvpair_wm.outbox import BroadcastLimits
+from nvpair_wm.pins import Identity, PinSet
 from tests.support.cluster import Cluster, Node, event, is_upsert, workload
 from tests.support.polling import eventually
 from tests.support.wm_process import WmProcess
@@ -334,3 +344,120 @@ def test_a_key_set_back_to_unset_is_applied() -> None:
     plan = reload.plan(running, Config())
     assert [str(c) for c in plan.applied] == ['metrics: "127.0.0.1:9464" -> unset']
     assert plan.effective(running).metrics is None
+
+
+def test_a_reload_of_the_journal_backoff_reaches_its_retries(tmp_path: Path) -> None:
+    """journal.retry_backoff and retry_backoff_max are live: the next failed rewrite waits by
+    the new bounds, not those the journal was opened with."""
+    journal, _ = open_journal(tmp_path, JournalLimits(), TableLimits(), 0.0)
+    assert journal is not None
+    journal.set_limits(JournalLimits(retry_backoff=2.0, retry_backoff_max=3.0))
+    health = journal.health
+    health.fail("write to: EIO", 0.0, 100.0)  # the first failure of a run: the base pause
+    assert health.retry_at == 102.0
+    health.fail("rewrite: EIO", 0.0, 200.0)
+    health.fail("rewrite: EIO", 0.0, 300.0)  # doubled, then capped by the new maximum
+    assert health.retry_at == 303.0
+    journal.close()
+
+
+def test_a_reload_reaches_the_handshake_turns_the_capacity_check_and_the_journal(
+    tmp_path: Path,
+) -> None:
+    """The wiring in node.py: each component built from the start's configuration takes the
+    live keys a reload applies (a component left out keeps the old value)."""
+    cdir = init_cluster(tmp_path / "cluster", ["node-a"])["node-a"]
+    running = Config(cluster_dir=cdir)
+    loaded = config.replace(
+        running,
+        {
+            "http.max_handshakes_at_once": 3,
+            "http.max_connections": 2000,
+            "journal.retry_backoff": 2.0,
+        },
+    )
+
+    async def run() -> None:
+        node = WmNode(running, reread=lambda: loaded)
+        try:
+            done = await node.reload()
+            assert done is not None and [c.key for c in done.applied] == [
+                "http.max_connections",
+                "http.max_handshakes_at_once",
+                "journal.retry_backoff",
+            ]
+            assert node.server._turns.limit == 3
+            assert node._capacity.limits.max_connections == 2000
+            assert node.journal is not None and node.journal.health.backoff == 2.0
+        finally:
+            if node.journal is not None:
+                node.journal.close()
+
+    asyncio.run(run())
+
+
+def test_a_burst_of_sighups_is_at_most_one_reload_behind_the_running_one() -> None:
+    """Reloads run one at a time; signals that come while one runs and another waits are
+    covered by the waiting one, so a burst queues no more than two reads of the file."""
+    reads: list[int] = []
+
+    def reread() -> Config:
+        reads.append(1)
+        return Config()
+
+    async def run() -> None:
+        node = WmNode(Config(), reread=reread)
+        for _ in range(100):
+            node._on_reload()
+        assert len(node._reloads) == 2
+        await asyncio.gather(*node._reloads)
+
+    asyncio.run(run())
+    assert len(reads) == 2
+
+
+def test_a_reload_of_min_reconnect_interval_reaches_a_link_that_is_running(
+    tmp_path: Path,
+) -> None:
+    """A link's task reads the broadcast limits where it uses them: after set_limits raises
+    broadcast.min_reconnect_interval, a link failing every connection attempt (a listener that
+    speaks no TLS) stops trying every few ms and waits the new interval."""
+    node = init_cluster(tmp_path / "cluster", ["node-a"])["node-a"]
+    cert, _ = make_self_signed("m-1")
+    (node / "trusted" / "m-1.crt").write_bytes(cert)
+    fast = BroadcastLimits(min_reconnect_interval=0.01, retry_base=0.01, retry_max_delay=0.02)
+
+    async def run() -> tuple[int, int]:
+        arrivals: list[float] = []
+        fifth = asyncio.Event()
+
+        def on_connect(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            arrivals.append(asyncio.get_running_loop().time())
+            if len(arrivals) >= 5:
+                fifth.set()
+            w.close()
+
+        server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+        record = NodeRecord(
+            nodeId="m-1",
+            address="127.0.0.1",
+            port=server.sockets[0].getsockname()[1],
+            fingerprint=cert_fingerprint(cert),
+        )
+        bc = Broadcaster(Identity(node), PinSet(node / "trusted"), WorkloadTable().originated, fast)
+        try:
+            await bc.start()
+            bc.update_nodes([record])
+            async with asyncio.timeout(30):
+                await fifth.wait()  # trying every few ms
+            bc.set_limits(dataclasses.replace(fast, min_reconnect_interval=60.0))
+            await asyncio.sleep(0.5)  # the attempt under way, if any, ends
+            before = len(arrivals)
+            await asyncio.sleep(1.5)  # the window in which the old interval tries again often
+            return before, len(arrivals)
+        finally:
+            await bc.close(0)
+            server.close()
+
+    before, after = asyncio.run(run())
+    assert after - before <= 1, (before, after)

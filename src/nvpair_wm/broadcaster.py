@@ -217,7 +217,7 @@ class _Link:
     # -- the loop -------------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        lim = self._limits
+        # self._limits is read where used, not bound here: a reload (set_context) replaces it.
         outbox = self.outbox
         ctx = self._ctx
         loop = asyncio.get_running_loop()
@@ -229,7 +229,7 @@ class _Link:
                 if self.conn is not None:
                     self.conn.close("no longer a peer")
                 ctx.reconcile_soon()
-                await self._sleep(lim.reconcile_interval)
+                await self._sleep(self._limits.reconcile_interval)
                 continue
             conn = self.conn
             if conn is not None and (
@@ -248,7 +248,7 @@ class _Link:
                 if at > now:
                     await self._sleep(at - now)
                     continue
-                self._next_connect_at = now + lim.min_reconnect_interval
+                self._next_connect_at = now + self._limits.min_reconnect_interval
                 conn = await self._connect(ident)
                 if conn is None:
                     continue

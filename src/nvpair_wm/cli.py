@@ -23,11 +23,11 @@ import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
 
 from nvpair_wm_schema.contract import DEFAULT_PORT
 
 from nvpair_wm import __version__, allocator, config, dirlock, logs, platforms
+from nvpair_wm.cmdline import OneLineParser
 from nvpair_wm.config import Config, ConfigError
 from nvpair_wm.dirlock import ClusterDirLock
 from nvpair_wm.errors import ClusterDirInUse, ConfigInvalid
@@ -39,13 +39,6 @@ from nvpair_wm.versions import CONTRACT_VERSION
 #: Longest Unix socket path (sun_path is 108 bytes on Linux, NUL included).
 _MAX_UNIX_PATH = 107
 _NUMERIC = re.compile(r"[0-9.]+|.*:.*")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        """A bad flag is one line on stderr and exit status 2 (no usage dump)."""
-        one_line = " ".join(message.split())
-        self.exit(2, f"{self.prog}: error: {one_line} (see --help)\n")
 
 
 def int_in(lo: int, hi: int | None = None, what: str = "a whole number") -> Callable[[str], int]:

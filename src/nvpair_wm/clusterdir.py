@@ -33,7 +33,6 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -41,6 +40,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from nvpair_wm_schema.contract import DEFAULT_PORT
 
+from nvpair_wm.cmdline import OneLineParser
 from nvpair_wm.errors import ClusterError  # defined there; still importable from here
 from nvpair_wm.pins import (
     CERT_FILE,
@@ -425,12 +425,6 @@ def nodes_update_line(records: list[dict[str, str | int]]) -> str:
 # --- command line ------------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        """One line on stderr and exit 2, instead of argparse's usage block."""
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def _name_arg(value: str) -> str:
     try:
         return validate_name(value)
@@ -455,13 +449,13 @@ def _port_arg(value: str) -> int:
     return number
 
 
-def _build_parser() -> _Parser:
-    parser = _Parser(
+def _build_parser() -> OneLineParser:
+    parser = OneLineParser(
         prog=PROG,
         description="Make and maintain an nvpair-wm cluster directory: one self-signed "
         "certificate per node, pinned by the other members in trusted/.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     p = sub.add_parser("init", help="create a cluster directory with N members")
     p.add_argument("dir", type=Path)
@@ -502,7 +496,7 @@ def _build_parser() -> _Parser:
     return parser
 
 
-def _init_names(parser: _Parser, nodes: int | None, names_arg: str | None) -> list[str]:
+def _init_names(parser: OneLineParser, nodes: int | None, names_arg: str | None) -> list[str]:
     if names_arg is None:
         if nodes is None:
             parser.error("init needs --nodes N or --names a,b,c")
@@ -520,7 +514,7 @@ def _init_names(parser: _Parser, nodes: int | None, names_arg: str | None) -> li
     return names
 
 
-def _run(parser: _Parser, args: argparse.Namespace) -> None:
+def _run(parser: OneLineParser, args: argparse.Namespace) -> None:
     if args.command == "init":
         names = _init_names(parser, args.nodes, args.names)
         for name, path in init_cluster(args.dir, names).items():

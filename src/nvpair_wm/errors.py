@@ -15,12 +15,14 @@ is never caught here.
     ├── TLSError                      handshake refused, TLS protocol error (also a ConnectionError)
     ├── ClusterDirInUse               another process holds the cluster directory's lock
     ├── ListenFailed                  a listener cannot bind: names the flag to fix
+    ├── ConfigInvalid                 flags or --config cannot work: exit 2, or a reload refused
+    ├── StatusUnavailable             ``nvpair-wm status`` found no node status where it asked
     ├── ConfigError                   a configuration value that cannot work (also a ValueError)
     ├── ClusterError                  an operation on a cluster directory failed (nvpair-wm-cluster)
     ├── InvalidFrame                  a value the generated validator refused (also a ValueError)
     ├── DialFailed                    the broker's --ipc endpoint unreachable (also an OSError)
-    ├── JournalFormatError            a journal of a newer format (defined in nvpair_wm.journal,
-    │                                 whose formats its message names)
+    ├── JournalFormatError            a journal of a newer format (defined in
+    │                                 nvpair_wm.journal.records, whose formats its message names)
     ├── DemoError                     the demo cannot go on (a node did not start)
     ├── KitError                      the conformance kit found no answer where one was due
     │   ├── BrokerError               the implementation misbehaved on the broker channel
@@ -46,6 +48,7 @@ __all__ = [
     "ClusterDirInUse",
     "ClusterError",
     "ConfigError",
+    "ConfigInvalid",
     "ConnectFailed",
     "ConnectionClosed",
     "ConnectionLost",
@@ -61,6 +64,7 @@ __all__ = [
     "ProtocolError",
     "RemoteProtocolError",
     "ResponseTimeout",
+    "StatusUnavailable",
     "StreamRefused",
     "TLSError",
     "WmError",

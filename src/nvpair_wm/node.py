@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import enum
 import gc
 import logging
 import signal
@@ -107,6 +108,14 @@ class _NoPins:
 
 #: How often STATUS= is refreshed under systemd when no watchdog asks for more often.
 NOTIFY_STATUS_INTERVAL = 5.0  # seconds
+
+
+class Startup(enum.Enum):
+    """How far the node has come in saying it is ready; it only moves forward, one step each."""
+
+    STARTING = "starting"  # ``ready`` not written to the broker yet (GET /readyz: 503)
+    READY_SENT = "ready-sent"  # ``ready`` queued for the broker; systemd not told READY=1 yet
+    READY_TOLD = "ready-told"  # READY=1 told (when /readyz first said 200; a no-op off systemd)
 
 
 class Node:
@@ -216,8 +225,7 @@ class Node:
             tls_policy=config.tls,
         )
         self._stop = asyncio.Event()
-        self._readiness_told = False  # GET /readyz
-        self._systemd_told = False  # READY=1 told to systemd: when /readyz first says 200
+        self._startup = Startup.STARTING
 
     def _peers(self) -> list[PeerStatus]:
         return self.broadcaster.status()
@@ -363,7 +371,7 @@ class Node:
         gc.freeze()
         params = ReadyParams(version=__version__, contractVersion=CONTRACT_VERSION)
         self.queue.put([codec.encode_line(Ready(jsonrpc="2.0", params=params))])
-        self._readiness_told = True
+        self._startup = Startup.READY_SENT
         self._tell_systemd_readiness()
         tasks = [
             asyncio.create_task(channel.write_forever(), name="broker-writer"),
@@ -420,7 +428,7 @@ class Node:
         reasons: list[str] = []
         if self._stop.is_set():
             reasons.append("stopping")
-        elif not self._readiness_told:
+        elif self._startup is Startup.STARTING:
             reasons.append("starting: ready not sent to the broker yet")
         if not self._bound_port():
             reasons.append("the inter-node listener is not up")
@@ -464,7 +472,9 @@ class Node:
     # -- reload -----------------------------------------------------------------------------------
 
     def _on_reload(self) -> None:
-        if self._stop.is_set():
+        """SIGHUP: a reload, after the one that runs. One that already waits covers this one
+        (it reads the file after the running one ends): at most two, however many signals."""
+        if self._stop.is_set() or sum(not t.done() for t in self._reloads) >= 2:
             return
         task = asyncio.get_running_loop().create_task(self.reload(), name="reload")
         self._reloads.add(task)
@@ -487,7 +497,7 @@ class Node:
                 log.error("reload failed: %s: %s; the node runs on", type(exc).__name__, exc)
                 return None
             finally:
-                if self._systemd_told and not self._stop.is_set():
+                if self._startup is Startup.READY_TOLD and not self._stop.is_set():
                     self.notifier.ready(self.status_line())
 
     async def _reload(self, reread: Callable[[], Config]) -> ReloadPlan | None:
@@ -543,12 +553,13 @@ class Node:
         self.config = target
         if done.touches("http."):
             self.server.set_limits(target.http)
+            self._capacity.limits = target.http
         if done.touches("broadcast."):
             self.broadcaster.set_limits(target.broadcast)
         if done.touches("pins.") and isinstance(self.pins, PinSet):
             self.pins.limits = target.pins
         if done.touches("journal.") and self.journal is not None:
-            self.journal.limits = target.journal
+            self.journal.set_limits(target.journal)
         if done.touches("log_level", "log_format"):
             logs.configure(target.log_level, target.log_format)
         # table.expire_interval and shutdown_grace are read from self.config where used.
@@ -588,7 +599,7 @@ class Node:
         """What the node is doing, in one line (systemd's STATUS=, ``systemctl status``)."""
         if self._stop.is_set():
             return "stopping"
-        if not self._readiness_told:
+        if self._startup is Startup.STARTING:
             ipc = self.config.ipc
             return f"waiting for the broker on --ipc {ipc}" if ipc else "starting"
         peers = self._peers()
@@ -608,7 +619,7 @@ class Node:
         interval = NOTIFY_STATUS_INTERVAL if every is None else min(every, NOTIFY_STATUS_INTERVAL)
         while True:
             self.notifier.watchdog()
-            if self._readiness_told and not self._stop.is_set():
+            if self._startup is not Startup.STARTING and not self._stop.is_set():
                 self._tell_systemd_readiness()
                 self.notifier.status(self.status_line())
             await asyncio.sleep(interval)
@@ -617,10 +628,12 @@ class Node:
         """READY=1 the first time the node is ready as ``GET /readyz`` says it (``ready`` sent,
         listener up, identity and journal as configured): at once, or, say, once node.crt and
         node.key appear; STATUS= says meanwhile why not."""
-        if not self._systemd_told and not self.readiness():
-            self._systemd_told = True
+        if self._startup is Startup.READY_TOLD:
+            return
+        if not self.readiness():
+            self._startup = Startup.READY_TOLD
             self.notifier.ready(self.status_line())
-        elif not self._systemd_told:
+        else:
             self.notifier.status(self.status_line())
 
     async def _expire_forever(self) -> None:

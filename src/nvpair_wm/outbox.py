@@ -132,7 +132,7 @@ class BroadcastLimits:
     protocols: tuple[str, ...] = ("h2", "http/1.1")  # ALPN offered to peers, preferred first
 
 
-#: PeerStatus.state: what a link does now (see :meth:`PeerOutbox.state`).
+#: PeerStatus.state: what a link does now (see :meth:`PeerOutbox.peer_state`).
 PeerState = Literal["connected", "connecting", "retrying", "given-up", "refused"]
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "LinkState",
     "Verdict",
     "bad_frames",
+    "body_text",
     "judge",
     "retry_after",
 ]

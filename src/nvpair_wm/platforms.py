@@ -121,15 +121,9 @@ if sys.platform == "win32":
         os.lseek(fd, offset, os.SEEK_SET)
         return os.write(fd, data)
 
-    def lock_directory(directory: Path) -> int:
-        """A descriptor holding the lock of ``directory``: its :data:`DIRECTORY_LOCK_FILE`."""
-        fd = os.open(directory / DIRECTORY_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            lock_file(fd)
-        except OSError:
-            os.close(fd)
-            raise
-        return fd
+    def _open_directory_lock(directory: Path) -> int:
+        """Its :data:`DIRECTORY_LOCK_FILE`: a directory cannot be opened."""
+        return os.open(directory / DIRECTORY_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
 
     def sync_directory(directory: Path) -> None:
         """Nothing to do: a directory cannot be opened to fsync it (see the module docstring)."""
@@ -181,15 +175,9 @@ else:
         """Write ``data`` at ``offset``."""
         return os.pwrite(fd, data, offset)
 
-    def lock_directory(directory: Path) -> int:
-        """A descriptor of ``directory`` holding its lock."""
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            lock_file(fd)
-        except OSError:
-            os.close(fd)
-            raise
-        return fd
+    def _open_directory_lock(directory: Path) -> int:
+        """The directory itself."""
+        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
 
     def sync_directory(directory: Path) -> None:
         """fsync ``directory``: its entries (a rename, a new file) are on disk after this."""
@@ -228,3 +216,15 @@ else:
 def is_named_pipe(path: str) -> bool:
     """``path`` names a Windows named pipe (``\\\\.\\pipe\\NAME``), not a Unix socket."""
     return path[: len(_PIPE_PREFIXES[0])].lower() in _PIPE_PREFIXES
+
+
+def lock_directory(directory: Path) -> int:
+    """A descriptor holding the lock of ``directory`` (the directory's own on POSIX, its
+    :data:`DIRECTORY_LOCK_FILE`'s on Windows); BlockingIOError when another process holds it."""
+    fd = _open_directory_lock(directory)
+    try:
+        lock_file(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd

@@ -27,7 +27,8 @@ from nvpair_wm.config import Config
 
 __all__ = ["LIVE", "RESTART_ONLY", "Change", "ReloadPlan", "flat", "is_live", "plan"]
 
-#: Keys (or ``table.`` prefixes) applied live; anything else is restart-only.
+#: Keys, or a whole table as its prefix with the dot (``"http."``), applied live; anything
+#: else is restart-only.
 LIVE: Final = (
     "log_level",
     "log_format",

@@ -23,6 +23,7 @@ import msgspec
 from nvpair_wm_schema.node_status_schema import NodeStatus
 
 from nvpair_wm import config
+from nvpair_wm.cmdline import OneLineParser
 from nvpair_wm.config import ConfigError
 from nvpair_wm.errors import StatusUnavailable
 
@@ -34,14 +35,8 @@ TIMEOUT: Final = 5.0  # seconds to connect and read the answer
 MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024  # a status of thousands of peers fits
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        """A bad flag is one line on stderr and exit status 2 (no usage dump)."""
-        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see --help)\n")
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(
+    p = OneLineParser(
         prog="nvpair-wm status",
         description="Print a running node's peers, journal and counters (GET /status on its "
         "--metrics listener).",

@@ -17,8 +17,9 @@ from typing import Final
 
 from rich.console import Console
 
-from nvpair_wm.cli import OneLineParser, int_in
+from nvpair_wm.cli import int_in
 from nvpair_wm.clusterdir import init_cluster
+from nvpair_wm.cmdline import OneLineParser
 from nvpair_wm.demo import view
 from nvpair_wm.demo.node import DemoNode
 from nvpair_wm.demo.scenario import Demo, Timeline

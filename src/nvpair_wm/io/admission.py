@@ -1,4 +1,4 @@
-"""Who may hold an inbound connection slot: pinned peers, and a small bounded set of strangers.
+"""Who may hold an inbound connection slot: pinned peers, and a bounded set of strangers.
 
 Every connection starts unauthenticated (in its TLS handshake, or handshaken with a certificate
 that is not pinned) and lives in its own budget with short timers (:func:`stranger_limits`); a
@@ -44,7 +44,7 @@ def stranger_limits(lim: Limits) -> Limits:
 
 
 class Admission(Generic[C]):
-    """Who holds a connection slot: pinned peers, and a small bounded set of strangers."""
+    """Who holds a connection slot: pinned peers, and a bounded set of strangers."""
 
     def __init__(self, limits: Limits, members: Callable[[], int]) -> None:
         self.limits = limits

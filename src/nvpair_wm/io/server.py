@@ -57,7 +57,7 @@ from nvpair_wm.proto.h2 import H2_PREFACE, H2ServerSession
 from nvpair_wm.proto.sessions import ServerSession
 from nvpair_wm.proto.tls import TLSMachine, pointer_to
 from nvpair_wm.tls_contexts import ServerTLS, TLSPolicy
-from nvpair_wm.turns import Turns
+from nvpair_wm.turns import Turn, Turns
 
 __all__ = ["DEFAULT_PORT", "H2_PREFACE", "InterNodeServer", "ServerConnection", "bind_sockets"]
 
@@ -151,7 +151,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self._receive_buffer = server.receive_buffer
         self._receive_pointer = server.receive_pointer
         self._deferred: list[bytes] | None = None  # socket writes waiting for the batch's end
-        self._turn = self._waiting = False  # holds a handshake turn; waits for one (paused)
+        self._turn = Turn.NONE  # its TLS handshake's turn (nvpair_wm.turns)
 
     # -- asyncio callbacks --------------------------------------------------------------------
 
@@ -164,23 +164,24 @@ class ServerConnection(asyncio.BufferedProtocol):
             self.closed = True
             transport.abort()
             return
-        turn = self.tls is not None and self.server.handshake_turn(self)
-        self._turn, self._waiting = turn, self.tls is not None and not turn
         if self.tls is None:
             self._handshake_done(self._started)
-        elif self._waiting:
+        elif self.server.handshake_turn(self):
+            self._turn = Turn.HOLDING
+        else:
+            self._turn = Turn.WAITING
             transport.pause_reading()  # until take_turn
         self._rearm()
 
     def take_turn(self) -> None:
         """Our turn to handshake: read the ClientHello that waited in the socket."""
-        self._turn, self._waiting = True, False
+        self._turn = Turn.HOLDING
         if self.transport is not None and self._write_stalled_since is None:
             self.transport.resume_reading()
 
     def _end_turn(self) -> None:
-        if self._turn:
-            self._turn = False
+        if self._turn is Turn.HOLDING:
+            self._turn = Turn.NONE
             self.server.handshake_over()
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -287,7 +288,7 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._write_stalled_since = None
-        if self.transport is not None and not self.closed and not self._waiting:
+        if self.transport is not None and not self.closed and self._turn is not Turn.WAITING:
             self.transport.resume_reading()
 
     # -- the machines -------------------------------------------------------------------------
@@ -594,11 +595,14 @@ class InterNodeServer:
         self._trim: asyncio.Handle | None = None
 
     def set_limits(self, limits: Limits) -> None:
-        """New limits (a configuration reload): connections accepted from now on use them, and
-        the admission bounds apply at the next accept; open connections keep theirs."""
+        """New limits (a configuration reload): connections accepted from now on use them, the
+        admission bounds apply at the next accept, and the handshake turns at once (waiters take
+        the turns a larger limit adds); open connections keep their timeouts."""
         self.limits = limits
         self.unauth_limits = stranger_limits(limits)
         self._admission.limits = limits
+        for conn in self._turns.set_limit(limits.max_handshakes_at_once):
+            conn.take_turn()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:

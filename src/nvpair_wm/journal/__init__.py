@@ -13,8 +13,7 @@ One idea per module:
   orchestration), with :mod:`~nvpair_wm.journal.disk` (its file operations),
   :mod:`~nvpair_wm.journal.compaction` (one compaction's heavy part) and
   :mod:`~nvpair_wm.journal.compactor` (that part in a child process);
-* :mod:`~nvpair_wm.journal.limits`: its knobs.
-
+* :mod:`~nvpair_wm.journal.limits`: its knobs;
 * :mod:`~nvpair_wm.journal.reload`: what each record kind is to the table, whose own reload
   (:meth:`nvpair_wm.dedup.WorkloadTable.reloader`) puts the records back at a start.
 """

@@ -20,8 +20,9 @@ __all__ = ["Compaction"]
 class Compaction:
     """One compaction: :meth:`run` (the heavy part, which may run in another thread or process:
     it reads the log up to ``upto`` and writes only its own temporary file; the node runs it in
-    a child process, :mod:`nvpair_wm.compactor`) between :meth:`Journal.begin_compaction` and
-    :meth:`Journal.finish_compaction` (on the thread that appends)."""
+    a child process, :mod:`nvpair_wm.journal.compactor`) between
+    :meth:`Journal.begin_compaction` and :meth:`Journal.finish_compaction` (on the thread that
+    appends)."""
 
     path: Path
     upto: int  # bytes of the log that existed when it began

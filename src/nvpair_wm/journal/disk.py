@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Final
 
 from nvpair_wm import platforms
+from nvpair_wm.platforms import lock_directory  # one process per journal: the directory's lock
 
 __all__ = [
     "close_quietly",
@@ -112,8 +113,3 @@ def fsync_and_close(fd: int) -> OSError | None:
     finally:
         os.close(fd)
     return None
-
-
-def lock_directory(directory: Path) -> int:
-    """The directory, locked for this process (BlockingIOError: another one holds it)."""
-    return platforms.lock_directory(directory)

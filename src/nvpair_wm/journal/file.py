@@ -153,6 +153,12 @@ class Journal:
         self.health.move(Event.OPENED)
         return records
 
+    def set_limits(self, limits: JournalLimits) -> None:
+        """New knobs (a configuration reload; ``enabled`` needs a restart): the next sync,
+        compaction check and rewrite attempt use them."""
+        self.limits = limits
+        self.health.set_backoff(limits.retry_backoff, limits.retry_backoff_max)
+
     @property
     def active(self) -> bool:
         """Whether records go to the file."""

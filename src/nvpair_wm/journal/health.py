@@ -150,6 +150,11 @@ class Health:
             self._pause = min(self._pause * 2, self.backoff_max)
         return first
 
+    def set_backoff(self, backoff: float, backoff_max: float) -> None:
+        """New bounds (a configuration reload): the next failed attempt waits within them."""
+        self.backoff, self.backoff_max = backoff, backoff_max
+        self._pause = min(max(self._pause, backoff), backoff_max)
+
     def recovered(self) -> None:
         self.move(Event.RECOVERED)
         self.failing_since = self.last_error = None
