@@ -17,8 +17,8 @@ from typing import Any
 import msgspec
 
 from nvpair_wm import cli, codec, dedup, dispatch, endpoint, outbox, peerlink, versions
-from nvpair_wm.codec import INVALID_PARAMS, METHOD_NOT_FOUND, KNOWN_METHODS, RpcError
-from nvpair_wm.http.core import Response
+from nvpair_wm.codec import INVALID_PARAMS, KNOWN_METHODS, METHOD_NOT_FOUND, RpcError
+from nvpair_wm.http.core import Response, error_response, too_large
 from nvpair_wm.outcomes import Outcome
 
 _UNSET: Any = msgspec.UNSET
@@ -72,12 +72,13 @@ def _unknown_removal_untombed() -> None:
     def remove(
         self: dedup.WorkloadTable,
         origin: str,
-        wid: str,
+        workload_id: str,
         run_id: str | None,
         now: float,
         *,
         local: bool = False,
     ) -> tuple[Outcome, dedup.Removal]:
+        wid = workload_id
         held = self._newest(origin, wid) is not None or (
             run_id is not None and self.newest_seq(run_id, wid) is not None
         )
@@ -101,14 +102,16 @@ def _duplicate_answered_applied() -> None:
 # -- local channel -----------------------------------------------------------------------------
 
 
-def _set_emit(emit: Callable[[codec.LineBuffer, bytes, list[Any]], None]) -> None:
-    codec.LineBuffer._emit = emit  # type: ignore[method-assign]
+def _set_emit(
+    emit: Callable[[codec.LineBuffer, bytes, list[bytes | codec.TooLarge]], None],
+) -> None:
+    codec.LineBuffer._emit = emit  # type: ignore[method-assign,assignment]
 
 
 def _limit_exclusive() -> None:
     """A line of exactly 1 MiB is refused -32000 (``>=`` where the limit is inclusive)."""
 
-    def _emit(self: codec.LineBuffer, line: bytes, out: list[Any]) -> None:
+    def _emit(self: codec.LineBuffer, line: bytes, out: list[bytes | codec.TooLarge]) -> None:
         if len(line) >= self.max_frame:
             out.append(codec.TOO_LARGE)
             return
@@ -123,7 +126,7 @@ def _cr_not_counted() -> None:
     """The CR of a CRLF is dropped before the length check, so a line of 1 MiB plus CR is
     accepted (schema/README.md: the limit is counted with any CR)."""
 
-    def _emit(self: codec.LineBuffer, line: bytes, out: list[Any]) -> None:
+    def _emit(self: codec.LineBuffer, line: bytes, out: list[bytes | codec.TooLarge]) -> None:
         line = line.removesuffix(b"\r")
         if len(line) > self.max_frame:
             out.append(codec.TOO_LARGE)
@@ -137,7 +140,7 @@ def _cr_not_counted() -> None:
 def _blank_answered() -> None:
     """A line of only whitespace is parsed and answered -32700 (only empty lines skipped)."""
 
-    def _emit(self: codec.LineBuffer, line: bytes, out: list[Any]) -> None:
+    def _emit(self: codec.LineBuffer, line: bytes, out: list[bytes | codec.TooLarge]) -> None:
         if len(line) > self.max_frame:
             out.append(codec.TOO_LARGE)
             return
@@ -281,15 +284,15 @@ def _reordered_head(order: tuple[str, ...]) -> None:
 
         def pin() -> Response | None:
             if fp is None or not self._is_pinned(fp):
-                return endpoint.error_response(403, "client certificate is not pinned")
+                return error_response(403, "client certificate is not pinned")
             return None
 
         def path() -> Response | None:
-            return endpoint.error_response(404, "not found") if req.path != self.path else None
+            return error_response(404, "not found") if req.path != self.path else None
 
         def method() -> Response | None:
             if req.method != "POST":
-                return endpoint.error_response(405, "method not allowed", [(b"allow", b"POST")])
+                return error_response(405, "method not allowed", [(b"allow", b"POST")])
             return None
 
         def version() -> Response | None:
@@ -300,12 +303,12 @@ def _reordered_head(order: tuple[str, ...]) -> None:
 
         def ctype() -> Response | None:
             if not endpoint.is_json_content_type(fields.get(b"content-type")):
-                return endpoint.error_response(415, "content-type must be application/json")
+                return error_response(415, "content-type must be application/json")
             return None
 
         def size() -> Response | None:
             if req.content_length is not None and req.content_length > self.max_body:
-                return endpoint.too_large(self.max_body)
+                return too_large(self.max_body)
             return None
 
         def busy() -> Response | None:
@@ -387,7 +390,7 @@ def _retry_after_millis_sent() -> None:
     """The 503 of a full broker queue says ``Retry-After: 1000`` (milliseconds, not seconds)."""
 
     def _busy() -> Response:
-        return endpoint.error_response(503, "queue is full", [(b"retry-after", b"1000")])
+        return error_response(503, "queue is full", [(b"retry-after", b"1000")])
 
     endpoint.EventsEndpoint._busy = staticmethod(_busy)  # type: ignore[method-assign]
 
@@ -431,14 +434,14 @@ def _removal_run_unresolved() -> None:
     def remove(
         self: dedup.WorkloadTable,
         origin: str,
-        wid: str,
+        workload_id: str,
         run_id: str | None,
         now: float,
         *,
         local: bool = False,
     ) -> tuple[Outcome, dedup.Removal]:
-        outcome, _removal = orig(self, origin, wid, run_id, now, local=local)
-        return outcome, dedup.Removal(origin, wid, run_id)
+        outcome, _removal = orig(self, origin, workload_id, run_id, now, local=local)
+        return outcome, dedup.Removal(origin, workload_id, run_id)
 
     dedup.WorkloadTable.remove = remove  # type: ignore[method-assign]
 
