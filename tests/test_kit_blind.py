@@ -25,9 +25,9 @@ CAUGHT_BY: dict[str, tuple[str, str]] = {
     "cr-not-counted": ("edge-local", "crlf-line-over-1MiB-by-its-CR"),
     "invalid-not-counted": ("edge-local", "/result/counters/invalid is 0, expected 1"),
     "415-before-409": ("edge-http", "status 415, expected 409"),
-    "retry-after-millis-sent": ("edge-backpressure", "header retry-after: '1000'"),
-    "journal-without-tombstones": ("edge-restart", '"outcome": "removed"'),
-    "journal-local-only": ("edge-restart", '"outcome": "stale"'),
+    "retry-after-millis-sent": ("edge-http", "header retry-after: '1000'"),
+    "journal-without-tombstones": ("edge-http", '"outcome": "removed"'),
+    "journal-local-only": ("edge-http", '"outcome": "stale"'),
 }
 
 
