@@ -272,6 +272,14 @@ def _invalid_not_counted() -> None:
     dispatch.Dispatcher._refused = _refused  # type: ignore[method-assign]
 
 
+def _ipc_last_line_dropped() -> None:
+    """Over ``--ipc``, a last line without LF when the broker closes the socket is dropped
+    (only the stdio reader flushes it; schema/README.md: the same rules both ways)."""
+    if "--ipc" not in sys.argv:
+        return
+    codec.LineBuffer.end = lambda self: []  # type: ignore[method-assign]
+
+
 # -- the inter-node endpoint -------------------------------------------------------------------
 
 
@@ -535,6 +543,7 @@ MODES: dict[str, Callable[[], None]] = {
     "invalid-notification-answered": _invalid_notification_answered,
     "batch-index-from-one": _batch_index_from_one,
     "invalid-not-counted": _invalid_not_counted,
+    "ipc-last-line-dropped": _ipc_last_line_dropped,
     "415-before-409": _415_before_409,
     "404-before-403": _404_before_403,
     "charset-refused": _charset_refused,

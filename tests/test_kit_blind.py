@@ -49,6 +49,14 @@ CAUGHT_BY: dict[str, Catch] = {
         "invalid-request-counted",
         "/result/counters/invalid is 0, expected 1",
     ),
+    # Written after the measurement began (not blind): the local rules were checked over --ipc
+    # by six cases and no last line without LF.
+    "ipc-last-line-dropped": Catch(
+        "edge-local",
+        "invalid-counter-starts-at-0",
+        "invalid-counter-starts-at-0",
+        "edge-local/exit expected 1 line(s), got 0",
+    ),
     "415-before-409": Catch("edge-http", "409-before-415", "409-before-415", "status 415"),
     "retry-after-millis-sent": Catch(
         "edge-http", "pause-broker", "resume-broker", "header retry-after: '1000'"
