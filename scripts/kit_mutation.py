@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import kit_reach
+
 ROOT: Final = Path(__file__).resolve().parents[1]
 WORK: Final = ROOT / "build" / "mutation"
 CONFORMANCE: Final = ROOT / "schema" / "conformance"
@@ -55,16 +57,46 @@ MODULES: Final = (
 # Per mutant: a kit run that fails fast takes seconds, a surviving one about 30 s on a loaded
 # machine; anything past this hangs.
 MUTANT_TIMEOUT_S: Final = 300.0
-KIT_JOBS: Final = 3
+KIT_JOBS: Final = 2
 ANNOTATION: Final = "equivalent: inside an annotation, never evaluated (postponed annotations)"
+NOT_REACHED: Final = "not reached by the kit"
 
 
-def test_command(python: Path, module: str) -> str:
+def test_command(python: Path, module: str, work: str | None = None) -> str:
+    """cosmic-ray's test command: ``kit_mutation.py test``, the kit on the groups that reach
+    the mutated lines (``work``: the session whose copy of src is mutated; default module's)."""
+    src = WORK / (work or module) / "src"
+    return f"{python} {Path(__file__).resolve()} test {module} --src {src}"
+
+
+def kit_argv(python: Path, src: Path, selection: list[str]) -> list[str]:
     kit = python.parent / "nvpair-wm-conformance"
-    return (
-        f"{kit} --fail-fast --jobs {KIT_JOBS} -- env PYTHONPATH={WORK / module / 'src'} "
-        f"{python} -m nvpair_wm --bind 127.0.0.1"
+    return [
+        str(kit), "--fail-fast", "--no-shrink", "--jobs", str(KIT_JOBS), *selection,
+        "--", "env", f"PYTHONPATH={src}", str(python), "-m", "nvpair_wm", "--bind", "127.0.0.1",
+    ]  # fmt: skip
+
+
+def test(module: str, src: Path, python: Path, *, full: bool) -> int:
+    """Run the kit against the mutant in ``src``: only the groups the reach map says execute
+    the mutated lines (all of them when the map is stale or the lines run at import). A
+    mutant no group reaches survives without a run, said "not reached by the kit"."""
+    original = (ROOT / "src" / "nvpair_wm" / f"{module}.py").read_text()
+    mutated = (src / "nvpair_wm" / f"{module}.py").read_text()
+    doc = None if full else kit_reach.load(python, MODULES, rebuild=False)
+    chosen = None if doc is None else kit_reach.select(doc, module, original, mutated)
+    if chosen is not None and not chosen:
+        print(f"{NOT_REACHED}: no group executes the mutated lines", flush=True)
+        return 0
+    groups: list[str] = list(doc["groups"]) if doc is not None else []  # type: ignore[call-overload]
+    selection = [] if chosen is None else kit_reach.selection_args(chosen, groups)
+    shown = "the whole kit" if not selection else " ".join(sorted(chosen or ()))
+    print(f"kit-mutation: selected {shown}", flush=True)
+    proc = subprocess.run(
+        kit_argv(python, src, selection), check=False, capture_output=True, text=True
     )
+    print(proc.stdout, flush=True)
+    return 1 if proc.returncode else 0
 
 
 def config_text(module: str, python: Path) -> str:
@@ -133,12 +165,56 @@ def mark_annotations(db: Path, module_file: Path) -> int:
     return len(marked)
 
 
+# What cosmic-ray stores for an outcome of the committed results: (worker, test, output).
+_STORED: Final = {
+    "killed": ("NORMAL", "KILLED"),
+    "timeout": ("NORMAL", "KILLED"),
+    "survived": ("NORMAL", "SURVIVED"),
+    "equivalent": ("SKIPPED", None),
+    "incompetent": ("ABNORMAL", None),
+}
+
+
+def seed(db: Path, module: str, module_file: Path) -> int:
+    """Give a new session the outcomes the committed results hold, so that what was run is not
+    run again: a mutant is the same when its key matches and the line its diff removes is still
+    the source's line (a changed module runs its changed mutants again)."""
+    source = module_file.read_text().splitlines()
+    known = {m.key: m for m in load_results() if m.module == f"{module}.py"}
+    con = sqlite3.connect(db)
+    with con:
+        rows = con.execute(
+            "select job_id, operator_name, occurrence, start_pos_row from mutation_specs"
+            " where job_id not in (select job_id from work_results)"
+        ).fetchall()
+        stored = []
+        for job, op, occ, row in rows:
+            m = known.get(f"{module}.py:{row}:{op.removeprefix('core/')}:{occ}")
+            if m is None or m.outcome not in _STORED:
+                continue
+            removed = [ln[1:] for ln in m.diff.splitlines() if ln.startswith("-")]
+            if removed and (row > len(source) or removed[0] != source[row - 1]):
+                continue
+            worker, test = _STORED[m.outcome]
+            output = "timeout" if m.outcome == "timeout" else m.note
+            stored.append((worker, output, test, m.diff, job))
+        con.executemany(
+            "insert into work_results (worker_outcome, output, test_outcome, diff, job_id)"
+            " values (?, ?, ?, ?, ?)",
+            stored,
+        )
+    con.close()
+    return len(stored)
+
+
 def session(module: str) -> Path:
     return WORK / module / "session.sqlite"
 
 
 def run(modules: list[str], python: Path, *, init_only: bool = False) -> int:
     cr = python.parent / "cosmic-ray"
+    if not init_only:
+        kit_reach.load(python, MODULES, rebuild=True)  # made again only when src changed
     for module in modules:
         # Each module's session mutates its own copy of src: sessions may run at once. A fresh
         # copy each time: a run stopped in the middle of a mutant leaves it on disk.
@@ -153,6 +229,9 @@ def run(modules: list[str], python: Path, *, init_only: bool = False) -> int:
             subprocess.run([cr, "init", cfg, db], cwd=work, check=True)
             n = mark_annotations(db, work / "src" / "nvpair_wm" / f"{module}.py")
             print(f"kit-mutation: {module}: {n} mutants in annotations marked equivalent")
+            if RESULTS.exists():
+                n = seed(db, module, work / "src" / "nvpair_wm" / f"{module}.py")
+                print(f"kit-mutation: {module}: {n} outcomes taken from the committed results")
             if init_only:
                 continue
             base = subprocess.run(
@@ -184,7 +263,7 @@ def recheck(python: Path) -> int:
         if (work / "src").exists():
             shutil.rmtree(work / "src")
         shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__"))
-        command = test_command(python, "recheck")
+        command = test_command(python, module, "recheck")
         proc = subprocess.run(
             [cr, "mutate-and-test", f"src/nvpair_wm/{module}.py", f"core/{m.operator}",
              str(m.occurrence), command],
@@ -257,6 +336,8 @@ def export_sessions() -> list[Mutant]:
                 outcome, note = "incompetent", (output or "")[-160:]
             elif test == "killed" and output == "timeout":
                 outcome, note = "timeout", ""
+            elif test == "survived" and (output or "").startswith(NOT_REACHED):
+                outcome, note = "survived", NOT_REACHED
             else:
                 outcome, note = str(test), _first_failure(output)
             mutants.append(
@@ -378,11 +459,16 @@ def render(
 
 
 def report(from_sessions: bool) -> int:
-    mutants = export_sessions() if from_sessions else []
-    if mutants:
+    """The results file (a module without a session keeps its committed results) and the
+    report."""
+    mutants = load_results() if RESULTS.exists() else []
+    fresh = export_sessions() if from_sessions else []
+    if fresh:
+        mutants = sorted(
+            [m for m in mutants if m.module not in {f.module for f in fresh}] + fresh,
+            key=lambda m: (MODULES.index(m.module[:-3]), m.line, m.operator, m.occurrence),
+        )
         write_results(mutants)
-    else:
-        mutants = load_results()
     triage: dict[str, str] = json.loads(TRIAGE.read_text()) if TRIAGE.exists() else {}
     rechecked = json.loads(RECHECK.read_text()) if RECHECK.exists() else {}
     REPORT.write_text(render(mutants, triage, rechecked))
@@ -399,6 +485,10 @@ def main(argv: list[str] | None = None) -> int:
         "--init-only", action="store_true", help="make the sessions (what is not run is counted)"
     )
     sub.add_parser("recheck", help="run the kit again on survivors said killed by new vectors")
+    t = sub.add_parser("test", help="cosmic-ray's test command: the kit on the reaching groups")
+    t.add_argument("module", choices=MODULES)
+    t.add_argument("--src", type=Path, required=True, help="the mutated copy of src")
+    t.add_argument("--full", action="store_true", help="the whole kit, whatever the lines")
     rep = sub.add_parser("report", help="write the results file and the report")
     rep.add_argument(
         "--committed", action="store_true", help="from the committed results, not the sessions"
@@ -412,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
         return run(list(args.modules) or list(MODULES), python, init_only=args.init_only)
     if args.cmd == "recheck":
         return recheck(python)
+    if args.cmd == "test":
+        return test(args.module, args.src, python, full=args.full)
     return report(not args.committed)
 
 
