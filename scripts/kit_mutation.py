@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import random
 import shutil
 import sqlite3
 import subprocess
@@ -42,6 +43,7 @@ CONFORMANCE: Final = ROOT / "schema" / "conformance"
 RESULTS: Final = CONFORMANCE / "mutation" / "mutation-results.json"
 TRIAGE: Final = CONFORMANCE / "mutation" / "mutation-triage.json"
 RECHECK: Final = CONFORMANCE / "mutation" / "mutation-recheck.json"
+SOUNDNESS: Final = CONFORMANCE / "mutation" / "mutation-soundness.json"
 REPORT: Final = CONFORMANCE / "mutation" / "mutation-report.md"
 # The daemon's decision code, in the order a run takes them (smallest first).
 MODULES: Final = (
@@ -247,34 +249,70 @@ def run(modules: list[str], python: Path, *, init_only: bool = False) -> int:
     return 0
 
 
+def mutate_and_test(python: Path, m: Mutant, work: str, *, full: bool) -> dict[str, str]:
+    """One mutant, written to a fresh copy of src under ``WORK/work``, and the kit on it."""
+    module = m.module.removesuffix(".py")
+    copy = WORK / work
+    if (copy / "src").exists():
+        shutil.rmtree(copy / "src")
+    shutil.copytree(ROOT / "src", copy / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    command = test_command(python, module, work) + (" --full" if full else "")
+    proc = subprocess.run(
+        [python.parent / "cosmic-ray", "mutate-and-test", f"src/nvpair_wm/{module}.py",
+         f"core/{m.operator}", str(m.occurrence), command],
+        cwd=copy, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    result = json.loads(proc.stdout)
+    outcome = str(result.get("test_outcome") or result.get("worker_outcome")).lower()
+    output = str(result.get("output") or "")
+    if output == "timeout":
+        outcome = "timeout"
+    return {"outcome": outcome, "failure": _first_failure(output), "selected": output[:400]}
+
+
 def recheck(python: Path) -> int:
     """Run the kit as it is now against every survivor whose verdict says a new vector or
     model rule kills it, and keep what happened (the proof of each ``killed:`` verdict)."""
     triage: dict[str, str] = json.loads(TRIAGE.read_text()) if TRIAGE.exists() else {}
     done: dict[str, dict[str, str]] = json.loads(RECHECK.read_text()) if RECHECK.exists() else {}
-    cr = python.parent / "cosmic-ray"
-    work = WORK / "recheck"
-    for m in export_sessions():
+    for m in current_results():
         if m.outcome != "survived" or not triage.get(m.key, "").startswith("killed"):
             continue
         if done.get(m.key, {}).get("outcome") == "killed":
             continue  # the kit only grows: what it killed stays killed
-        module = m.module.removesuffix(".py")
-        if (work / "src").exists():
-            shutil.rmtree(work / "src")
-        shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__"))
-        command = test_command(python, module, "recheck")
-        proc = subprocess.run(
-            [cr, "mutate-and-test", f"src/nvpair_wm/{module}.py", f"core/{m.operator}",
-             str(m.occurrence), command],
-            cwd=work, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        result = json.loads(proc.stdout)
-        outcome = str(result.get("test_outcome") or result.get("worker_outcome")).lower()
-        done[m.key] = {"outcome": outcome, "failure": _first_failure(result.get("output"))}
-        print(f"kit-mutation: recheck {m.key}: {outcome}", flush=True)
+        result = mutate_and_test(python, m, "recheck", full=True)
+        done[m.key] = {"outcome": result["outcome"], "failure": result["failure"]}
+        print(f"kit-mutation: recheck {m.key}: {result['outcome']}", flush=True)
         RECHECK.write_text(json.dumps(done, indent=1, sort_keys=True) + "\n")
     return 0
+
+
+def soundness(python: Path, sample: int, seed: int) -> int:
+    """The differential check of the group selection: survivors and mutants "not reached",
+    run again against the whole kit, must survive it too (a mutant the selected groups killed
+    is killed by the whole kit as well: it runs those groups, and fail-fast stops at none
+    before them). Kept in ``mutation-soundness.json``."""
+    done: dict[str, dict[str, str]] = (
+        json.loads(SOUNDNESS.read_text()) if SOUNDNESS.exists() else {}
+    )
+    pool = [m for m in current_results() if m.outcome == "survived" and m.key not in done]
+    reached = [m for m in pool if m.note != NOT_REACHED]
+    unreached = [m for m in pool if m.note == NOT_REACHED]
+    rng = random.Random(seed)
+    half = sample // 2
+    chosen = rng.sample(unreached, min(half, len(unreached)))
+    chosen += rng.sample(reached, min(sample - len(chosen), len(reached)))
+    for m in chosen:
+        result = mutate_and_test(python, m, "soundness", full=True)
+        agree = result["outcome"] == "survived"
+        done[m.key] = {
+            "selected": m.note or "survived",
+            "whole kit": result["outcome"],
+            "agree": "yes" if agree else "NO",
+        }
+        print(f"kit-mutation: soundness {m.key}: whole kit {result['outcome']}", flush=True)
+        SOUNDNESS.write_text(json.dumps(done, indent=1, sort_keys=True) + "\n")
+    return 0 if all(d["agree"] == "yes" for d in done.values()) else 1
 
 
 # -- the report ------------------------------------------------------------------------------
@@ -458,16 +496,24 @@ def render(
     return "\n".join(out).rstrip() + "\n"
 
 
-def report(from_sessions: bool) -> int:
-    """The results file (a module without a session keeps its committed results) and the
-    report."""
+def current_results(from_sessions: bool = True) -> list[Mutant]:
+    """The committed results, with what the sessions hold instead for modules that have one."""
     mutants = load_results() if RESULTS.exists() else []
     fresh = export_sessions() if from_sessions else []
     if fresh:
+        modules = {f.module for f in fresh}
         mutants = sorted(
-            [m for m in mutants if m.module not in {f.module for f in fresh}] + fresh,
+            [m for m in mutants if m.module not in modules] + fresh,
             key=lambda m: (MODULES.index(m.module[:-3]), m.line, m.operator, m.occurrence),
         )
+    return mutants
+
+
+def report(from_sessions: bool) -> int:
+    """The results file (a module without a session keeps its committed results) and the
+    report."""
+    mutants = current_results(from_sessions)
+    if from_sessions:
         write_results(mutants)
     triage: dict[str, str] = json.loads(TRIAGE.read_text()) if TRIAGE.exists() else {}
     rechecked = json.loads(RECHECK.read_text()) if RECHECK.exists() else {}
@@ -485,6 +531,9 @@ def main(argv: list[str] | None = None) -> int:
         "--init-only", action="store_true", help="make the sessions (what is not run is counted)"
     )
     sub.add_parser("recheck", help="run the kit again on survivors said killed by new vectors")
+    snd = sub.add_parser("soundness", help="survivors again against the whole kit (a sample)")
+    snd.add_argument("--sample", type=int, default=12, help="mutants (%(default)s)")
+    snd.add_argument("--seed", type=int, default=1)
     t = sub.add_parser("test", help="cosmic-ray's test command: the kit on the reaching groups")
     t.add_argument("module", choices=MODULES)
     t.add_argument("--src", type=Path, required=True, help="the mutated copy of src")
@@ -502,6 +551,8 @@ def main(argv: list[str] | None = None) -> int:
         return run(list(args.modules) or list(MODULES), python, init_only=args.init_only)
     if args.cmd == "recheck":
         return recheck(python)
+    if args.cmd == "soundness":
+        return soundness(python, args.sample, args.seed)
     if args.cmd == "test":
         return test(args.module, args.src, python, full=args.full)
     return report(not args.committed)

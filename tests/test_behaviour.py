@@ -301,6 +301,10 @@ STAND_INS: dict[str, dict[str, str]] = {
     },
     "peer-software": {"peer-versions/status-names-them": "softwareVersion is"},
     "snapshot-removals": {"peer-snapshot-removals/snapshot-with-two-removals": "back: expected"},
+    "snapshot-refused": {
+        "peer-snapshot-refused/snapshot-sent-again-after-503": "6 frames arrived, expected 10",
+        "peer-snapshot-refused/snapshot-sent-again-after-413": "6 frames arrived, expected 10",
+    },
 }
 
 
