@@ -39,6 +39,8 @@ SKIPPED = {
     "peer-retry/given-up-after-max-attempts",
     # The outcome counters of manager:status: counters the model does not keep.
     "local-dedup/counters",
+    "local-errors/counters",
+    "local-framing/counters",
     "http-dedup/counters",
     # What each peer said of its versions, in manager:status: status contents, not modelled.
     "peer-versions/nothing-said-yet",
