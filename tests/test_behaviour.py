@@ -236,13 +236,15 @@ def test_kit_passes_nvpair_wm_over_every_group() -> None:
     doc["passed"] -= len(explored)
     ran = {r["group"] for r in doc["results"]}
     assert ran == set(groups)
-    # every case ran (http cases once per protocol), plus startup and exit per group
+    # every case ran (http cases once per protocol), plus startup and exit per group, and a
+    # startup row again after each restart of the implementation
     expected = sum(
         2
         + sum(
             len(c.get("http", {}).get("protocols", ["h2", "http/1.1"])) if "http" in c else 1
             for c in g["cases"]
         )
+        + sum(c.get("control") == "restart" for c in g["cases"])
         for g in groups.values()
     )
     assert len(doc["results"]) == doc["passed"] == expected
