@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import random
 import shutil
 import sqlite3
 import subprocess
@@ -34,12 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import kit_reach
+
 ROOT: Final = Path(__file__).resolve().parents[1]
 WORK: Final = ROOT / "build" / "mutation"
 CONFORMANCE: Final = ROOT / "schema" / "conformance"
 RESULTS: Final = CONFORMANCE / "mutation" / "mutation-results.json"
 TRIAGE: Final = CONFORMANCE / "mutation" / "mutation-triage.json"
 RECHECK: Final = CONFORMANCE / "mutation" / "mutation-recheck.json"
+SOUNDNESS: Final = CONFORMANCE / "mutation" / "mutation-soundness.json"
 REPORT: Final = CONFORMANCE / "mutation" / "mutation-report.md"
 # The daemon's decision code, in the order a run takes them (smallest first).
 MODULES: Final = (
@@ -55,16 +59,46 @@ MODULES: Final = (
 # Per mutant: a kit run that fails fast takes seconds, a surviving one about 30 s on a loaded
 # machine; anything past this hangs.
 MUTANT_TIMEOUT_S: Final = 300.0
-KIT_JOBS: Final = 3
+KIT_JOBS: Final = 2
 ANNOTATION: Final = "equivalent: inside an annotation, never evaluated (postponed annotations)"
+NOT_REACHED: Final = "not reached by the kit"
 
 
-def test_command(python: Path, module: str) -> str:
+def test_command(python: Path, module: str, work: str | None = None) -> str:
+    """cosmic-ray's test command: ``kit_mutation.py test``, the kit on the groups that reach
+    the mutated lines (``work``: the session whose copy of src is mutated; default module's)."""
+    src = WORK / (work or module) / "src"
+    return f"{python} {Path(__file__).resolve()} test {module} --src {src}"
+
+
+def kit_argv(python: Path, src: Path, selection: list[str]) -> list[str]:
     kit = python.parent / "nvpair-wm-conformance"
-    return (
-        f"{kit} --fail-fast --jobs {KIT_JOBS} -- env PYTHONPATH={WORK / module / 'src'} "
-        f"{python} -m nvpair_wm --bind 127.0.0.1"
+    return [
+        str(kit), "--fail-fast", "--no-shrink", "--jobs", str(KIT_JOBS), *selection,
+        "--", "env", f"PYTHONPATH={src}", str(python), "-m", "nvpair_wm", "--bind", "127.0.0.1",
+    ]  # fmt: skip
+
+
+def test(module: str, src: Path, python: Path, *, full: bool) -> int:
+    """Run the kit against the mutant in ``src``: only the groups the reach map says execute
+    the mutated lines (all of them when the map is stale or the lines run at import). A
+    mutant no group reaches survives without a run, said "not reached by the kit"."""
+    original = (ROOT / "src" / "nvpair_wm" / f"{module}.py").read_text()
+    mutated = (src / "nvpair_wm" / f"{module}.py").read_text()
+    doc = None if full else kit_reach.load(python, MODULES, rebuild=False)
+    chosen = None if doc is None else kit_reach.select(doc, module, original, mutated)
+    if chosen is not None and not chosen:
+        print(f"{NOT_REACHED}: no group executes the mutated lines", flush=True)
+        return 0
+    groups: list[str] = list(doc["groups"]) if doc is not None else []  # type: ignore[call-overload]
+    selection = [] if chosen is None else kit_reach.selection_args(chosen, groups)
+    shown = "the whole kit" if not selection else " ".join(sorted(chosen or ()))
+    print(f"kit-mutation: selected {shown}", flush=True)
+    proc = subprocess.run(
+        kit_argv(python, src, selection), check=False, capture_output=True, text=True
     )
+    print(proc.stdout, flush=True)
+    return 1 if proc.returncode else 0
 
 
 def config_text(module: str, python: Path) -> str:
@@ -133,12 +167,56 @@ def mark_annotations(db: Path, module_file: Path) -> int:
     return len(marked)
 
 
+# What cosmic-ray stores for an outcome of the committed results: (worker, test, output).
+_STORED: Final = {
+    "killed": ("NORMAL", "KILLED"),
+    "timeout": ("NORMAL", "KILLED"),
+    "survived": ("NORMAL", "SURVIVED"),
+    "equivalent": ("SKIPPED", None),
+    "incompetent": ("ABNORMAL", None),
+}
+
+
+def seed(db: Path, module: str, module_file: Path) -> int:
+    """Give a new session the outcomes the committed results hold, so that what was run is not
+    run again: a mutant is the same when its key matches and the line its diff removes is still
+    the source's line (a changed module runs its changed mutants again)."""
+    source = module_file.read_text().splitlines()
+    known = {m.key: m for m in load_results() if m.module == f"{module}.py"}
+    con = sqlite3.connect(db)
+    with con:
+        rows = con.execute(
+            "select job_id, operator_name, occurrence, start_pos_row from mutation_specs"
+            " where job_id not in (select job_id from work_results)"
+        ).fetchall()
+        stored = []
+        for job, op, occ, row in rows:
+            m = known.get(f"{module}.py:{row}:{op.removeprefix('core/')}:{occ}")
+            if m is None or m.outcome not in _STORED:
+                continue
+            removed = [ln[1:] for ln in m.diff.splitlines() if ln.startswith("-")]
+            if removed and (row > len(source) or removed[0] != source[row - 1]):
+                continue
+            worker, test = _STORED[m.outcome]
+            output = "timeout" if m.outcome == "timeout" else m.note
+            stored.append((worker, output, test, m.diff, job))
+        con.executemany(
+            "insert into work_results (worker_outcome, output, test_outcome, diff, job_id)"
+            " values (?, ?, ?, ?, ?)",
+            stored,
+        )
+    con.close()
+    return len(stored)
+
+
 def session(module: str) -> Path:
     return WORK / module / "session.sqlite"
 
 
 def run(modules: list[str], python: Path, *, init_only: bool = False) -> int:
     cr = python.parent / "cosmic-ray"
+    if not init_only:
+        kit_reach.load(python, MODULES, rebuild=True)  # made again only when src changed
     for module in modules:
         # Each module's session mutates its own copy of src: sessions may run at once. A fresh
         # copy each time: a run stopped in the middle of a mutant leaves it on disk.
@@ -153,6 +231,9 @@ def run(modules: list[str], python: Path, *, init_only: bool = False) -> int:
             subprocess.run([cr, "init", cfg, db], cwd=work, check=True)
             n = mark_annotations(db, work / "src" / "nvpair_wm" / f"{module}.py")
             print(f"kit-mutation: {module}: {n} mutants in annotations marked equivalent")
+            if RESULTS.exists():
+                n = seed(db, module, work / "src" / "nvpair_wm" / f"{module}.py")
+                print(f"kit-mutation: {module}: {n} outcomes taken from the committed results")
             if init_only:
                 continue
             base = subprocess.run(
@@ -168,34 +249,76 @@ def run(modules: list[str], python: Path, *, init_only: bool = False) -> int:
     return 0
 
 
+def mutate_and_test(python: Path, m: Mutant, work: str, *, full: bool) -> dict[str, str]:
+    """One mutant, written to a fresh copy of src under ``WORK/work``, and the kit on it."""
+    module = m.module.removesuffix(".py")
+    copy = WORK / work
+    if (copy / "src").exists():
+        shutil.rmtree(copy / "src")
+    shutil.copytree(ROOT / "src", copy / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    command = test_command(python, module, work) + (" --full" if full else "")
+    proc = subprocess.run(
+        [python.parent / "cosmic-ray", "mutate-and-test", f"src/nvpair_wm/{module}.py",
+         f"core/{m.operator}", str(m.occurrence), command],
+        cwd=copy, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    result = json.loads(proc.stdout)
+    outcome = str(result.get("test_outcome") or result.get("worker_outcome")).lower()
+    output = str(result.get("output") or "")
+    if output == "timeout":
+        outcome = "timeout"
+    return {"outcome": outcome, "failure": _first_failure(output), "selected": output[:400]}
+
+
 def recheck(python: Path) -> int:
     """Run the kit as it is now against every survivor whose verdict says a new vector or
     model rule kills it, and keep what happened (the proof of each ``killed:`` verdict)."""
     triage: dict[str, str] = json.loads(TRIAGE.read_text()) if TRIAGE.exists() else {}
     done: dict[str, dict[str, str]] = json.loads(RECHECK.read_text()) if RECHECK.exists() else {}
-    cr = python.parent / "cosmic-ray"
-    work = WORK / "recheck"
-    for m in export_sessions():
+    for m in current_results():
         if m.outcome != "survived" or not triage.get(m.key, "").startswith("killed"):
             continue
         if done.get(m.key, {}).get("outcome") == "killed":
             continue  # the kit only grows: what it killed stays killed
-        module = m.module.removesuffix(".py")
-        if (work / "src").exists():
-            shutil.rmtree(work / "src")
-        shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__"))
-        command = test_command(python, "recheck")
-        proc = subprocess.run(
-            [cr, "mutate-and-test", f"src/nvpair_wm/{module}.py", f"core/{m.operator}",
-             str(m.occurrence), command],
-            cwd=work, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        result = json.loads(proc.stdout)
-        outcome = str(result.get("test_outcome") or result.get("worker_outcome")).lower()
-        done[m.key] = {"outcome": outcome, "failure": _first_failure(result.get("output"))}
-        print(f"kit-mutation: recheck {m.key}: {outcome}", flush=True)
+        # The groups that reach the mutant suffice: a kill there is a kill by the whole kit.
+        result = mutate_and_test(python, m, "recheck", full=False)
+        done[m.key] = {"outcome": result["outcome"], "failure": result["failure"]}
+        print(f"kit-mutation: recheck {m.key}: {result['outcome']}", flush=True)
         RECHECK.write_text(json.dumps(done, indent=1, sort_keys=True) + "\n")
     return 0
+
+
+def soundness(python: Path, sample: int, seed: int) -> int:
+    """The differential check of the group selection: a sample of survivors (half of them not
+    reached by the kit, when there are that many) run again, once on the groups the reach map
+    selects and once against the whole kit, with the kit as it is now; the two verdicts must
+    agree. (A mutant the selected groups kill, the whole kit kills too: it runs those groups,
+    and fail-fast stops at none before them; so survivors are where they could differ.)
+    Kept in ``mutation-soundness.json``."""
+    done: dict[str, dict[str, str]] = (
+        json.loads(SOUNDNESS.read_text()) if SOUNDNESS.exists() else {}
+    )
+    pool = [m for m in current_results() if m.outcome == "survived" and m.key not in done]
+    reached = [m for m in pool if m.note != NOT_REACHED]
+    unreached = [m for m in pool if m.note == NOT_REACHED]
+    rng = random.Random(seed)
+    chosen = rng.sample(unreached, min(sample // 2, len(unreached)))
+    chosen += rng.sample(reached, min(sample - len(chosen), len(reached)))
+
+    def verdict(outcome: str) -> str:
+        return "killed" if outcome in ("killed", "timeout") else outcome
+
+    for m in chosen:
+        selected = verdict(mutate_and_test(python, m, "soundness", full=False)["outcome"])
+        whole = verdict(mutate_and_test(python, m, "soundness", full=True)["outcome"])
+        done[m.key] = {
+            "selected": selected,
+            "whole kit": whole,
+            "agree": "yes" if selected == whole else "NO",
+        }
+        print(f"kit-mutation: soundness {m.key}: selected {selected}, whole {whole}", flush=True)
+        SOUNDNESS.write_text(json.dumps(done, indent=1, sort_keys=True) + "\n")
+    return 0 if all(d["agree"] == "yes" for d in done.values()) else 1
 
 
 # -- the report ------------------------------------------------------------------------------
@@ -257,6 +380,8 @@ def export_sessions() -> list[Mutant]:
                 outcome, note = "incompetent", (output or "")[-160:]
             elif test == "killed" and output == "timeout":
                 outcome, note = "timeout", ""
+            elif test == "survived" and (output or "").startswith(NOT_REACHED):
+                outcome, note = "survived", NOT_REACHED
             else:
                 outcome, note = str(test), _first_failure(output)
             mutants.append(
@@ -283,7 +408,10 @@ def write_results(mutants: list[Mutant]) -> None:
 
 
 def render(
-    mutants: list[Mutant], triage: dict[str, str], rechecked: dict[str, dict[str, str]]
+    mutants: list[Mutant],
+    triage: dict[str, str],
+    rechecked: dict[str, dict[str, str]],
+    sound: dict[str, dict[str, str]] | None = None,
 ) -> str:
     """The report: figures per module, then every survivor with its verdict."""
     by_module: dict[str, Counter[str]] = {}
@@ -313,12 +441,15 @@ def render(
         "",
         "Generated by `python scripts/kit_mutation.py report` from the cosmic-ray sessions",
         "(`make kit-mutation`); do not edit. Each mutant is one change to the daemon's decision",
-        "code; the test command is the kit (`nvpair-wm-conformance --fail-fast`) run against",
-        "`python -m nvpair_wm`. A mutant is **killed** when the kit fails, **timeout** when the",
-        "kit did not finish in time (counted as killed), **survived** when the kit passed it,",
-        "**equivalent** when it cannot change behaviour (listed with its reason). A survivor",
-        "said killed by a vector added since counts as killed only when the kit, run again on",
-        "it (`kit_mutation.py recheck`, `mutation-recheck.json`), fails.",
+        "code; the test command is the kit (`nvpair-wm-conformance --fail-fast --no-shrink`) run",
+        "against `python -m nvpair_wm`, on the groups that execute the mutated statement (the",
+        "reach map, `scripts/kit_reach.py`; a mutant no group executes survives without a run,",
+        "noted *not reached by the kit*). A mutant is **killed** when the kit fails, **timeout**",
+        "when the kit did not finish in time (counted as killed), **survived** when the kit",
+        "passed it, **equivalent** when it cannot change behaviour (listed with its reason). A",
+        "survivor said killed by a vector added since counts as killed only when the kit, run",
+        "again on it (`kit_mutation.py recheck`, `mutation-recheck.json`), fails. Mutants run",
+        "before a vector was added were judged by the kit of their time.",
         "",
         "| module | mutants | killed | timeout | survived | equivalent | incompetent | not run |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -360,6 +491,7 @@ def render(
         "where they stopped (`MUTATE=module` for one module). The figure above is over what was "
         "run only.",
         "",
+        *_soundness_lines(mutants, sound or {}),
         "## Survivors",
         "",
         "Verdicts come from `mutation-triage.json` (key: module:line:operator:occurrence).",
@@ -377,15 +509,47 @@ def render(
     return "\n".join(out).rstrip() + "\n"
 
 
+def current_results(from_sessions: bool = True) -> list[Mutant]:
+    """The committed results, with what the sessions hold instead for modules that have one."""
+    mutants = load_results() if RESULTS.exists() else []
+    fresh = export_sessions() if from_sessions else []
+    if fresh:
+        modules = {f.module for f in fresh}
+        mutants = sorted(
+            [m for m in mutants if m.module not in modules] + fresh,
+            key=lambda m: (MODULES.index(m.module[:-3]), m.line, m.operator, m.occurrence),
+        )
+    return mutants
+
+
+def _soundness_lines(mutants: list[Mutant], sound: dict[str, dict[str, str]]) -> list[str]:
+    """The differential check of the group selection, as the report states it."""
+    unreached = sum(m.note == NOT_REACHED for m in mutants)
+    lines = [
+        f"{unreached} survivors were not reached by the kit (no group executes their lines).",
+    ]
+    if sound:
+        agree = [k for k, v in sound.items() if v.get("agree") == "yes"]
+        lines[0] += (
+            f" The selection was checked (`kit_mutation.py soundness`, `mutation-soundness.json`):"
+            f" {len(sound)} survivors, reached or not, run again on the selected groups and"
+            f" against the whole kit, with the kit of the time: {len(agree)} got the same verdict."
+        )
+        lines += [f"- `{k}`: the whole kit says {v.get('whole kit')} ({v.get('note', '')})"
+                  for k, v in sorted(sound.items()) if v.get("agree") != "yes"]  # fmt: skip
+    return [*lines, ""]
+
+
 def report(from_sessions: bool) -> int:
-    mutants = export_sessions() if from_sessions else []
-    if mutants:
+    """The results file (a module without a session keeps its committed results) and the
+    report."""
+    mutants = current_results(from_sessions)
+    if from_sessions:
         write_results(mutants)
-    else:
-        mutants = load_results()
     triage: dict[str, str] = json.loads(TRIAGE.read_text()) if TRIAGE.exists() else {}
     rechecked = json.loads(RECHECK.read_text()) if RECHECK.exists() else {}
-    REPORT.write_text(render(mutants, triage, rechecked))
+    sound = json.loads(SOUNDNESS.read_text()) if SOUNDNESS.exists() else {}
+    REPORT.write_text(render(mutants, triage, rechecked, sound))
     print(f"kit-mutation: wrote {REPORT.relative_to(ROOT)} ({len(mutants)} mutants)")
     return 0
 
@@ -399,6 +563,13 @@ def main(argv: list[str] | None = None) -> int:
         "--init-only", action="store_true", help="make the sessions (what is not run is counted)"
     )
     sub.add_parser("recheck", help="run the kit again on survivors said killed by new vectors")
+    snd = sub.add_parser("soundness", help="survivors again against the whole kit (a sample)")
+    snd.add_argument("--sample", type=int, default=12, help="mutants (%(default)s)")
+    snd.add_argument("--seed", type=int, default=1)
+    t = sub.add_parser("test", help="cosmic-ray's test command: the kit on the reaching groups")
+    t.add_argument("module", choices=MODULES)
+    t.add_argument("--src", type=Path, required=True, help="the mutated copy of src")
+    t.add_argument("--full", action="store_true", help="the whole kit, whatever the lines")
     rep = sub.add_parser("report", help="write the results file and the report")
     rep.add_argument(
         "--committed", action="store_true", help="from the committed results, not the sessions"
@@ -412,6 +583,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(list(args.modules) or list(MODULES), python, init_only=args.init_only)
     if args.cmd == "recheck":
         return recheck(python)
+    if args.cmd == "soundness":
+        return soundness(python, args.sample, args.seed)
+    if args.cmd == "test":
+        return test(args.module, args.src, python, full=args.full)
     return report(not args.committed)
 
 

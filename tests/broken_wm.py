@@ -304,6 +304,19 @@ def _snapshot_removals_misindexed() -> None:
     sync.Snapshot.covered = broken  # type: ignore[method-assign]
 
 
+def _refused_snapshot_frames_lost() -> None:
+    """The frames of a snapshot request that was refused (503, 413) are not handed back to the
+    snapshot: the rest of it goes on, and those workloads reach the peer at its next snapshot
+    at best."""
+    requeue = outbox.PeerOutbox._requeue
+
+    def broken(self: outbox.PeerOutbox, batch: outbox.Batch) -> None:
+        batch.snapshot = []
+        requeue(self, batch)
+
+    outbox.PeerOutbox._requeue = broken  # type: ignore[method-assign]
+
+
 MODES: dict[str, Callable[[], None]] = {
     "code": _wrong_code,
     "nodes-update": _nodes_update_not_applied,
@@ -326,6 +339,7 @@ MODES: dict[str, Callable[[], None]] = {
     "versions": _bare_answers_without_versions,
     "peer-software": _software_is_the_whole_field,
     "snapshot-removals": _snapshot_removals_misindexed,
+    "snapshot-refused": _refused_snapshot_frames_lost,
 }
 
 

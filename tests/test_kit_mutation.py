@@ -19,6 +19,8 @@ NVPAIR_WM = [sys.executable, "-m", "nvpair_wm", "--bind", "127.0.0.1"]
 
 
 def _script() -> ModuleType:
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))  # kit_mutation imports kit_reach beside it
     spec = importlib.util.spec_from_file_location("kit_mutation", ROOT / "scripts/kit_mutation.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -126,3 +128,49 @@ def test_report_counts_survivors_by_their_verdict() -> None:
     assert "`versions.py:23:NumberReplacer:0` — unexplained" in text
     # said killed, but not run again: counted as a gap, not as killed
     assert "**89.5%**" in km.render(mutants, triage, {})
+
+
+REACHED = """\
+import os
+
+LIMIT = 3
+
+
+def decide(n: int) -> str:
+    if n > LIMIT:
+        return "big"
+    try:
+        os.stat("x")
+    except OSError:
+        return "none"
+    total = (n +
+             1)
+    return str(total)
+"""
+
+
+def test_a_mutant_runs_only_the_groups_that_execute_its_statement() -> None:
+    km = _script()
+    kit_reach = km.kit_reach  # the module kit_mutation imported
+
+    # Lines as coverage reports them: a multi-line statement under its first line.
+    reach = {"groups": ["a", "b"], "lines": {"m.py": {"7": ["a", "b"], "8": ["b"], "13": ["a"]}}}
+
+    def chosen(old: str, new: str, line: int) -> set[str] | None:
+        lines = REACHED.splitlines()
+        assert old in lines[line - 1]
+        lines[line - 1] = lines[line - 1].replace(old, new)
+        mutated = "\n".join(lines) + "\n"
+        result: set[str] | None = kit_reach.select(reach, "m", REACHED, mutated)
+        return result
+
+    assert chosen("n > LIMIT", "n >= LIMIT", 7) == {"a", "b"}
+    assert chosen('"big"', '"small"', 8) == {"b"}
+    assert chosen("OSError", "ValueError", 11) == set()  # an except clause never entered
+    assert chosen("1)", "2)", 14) == {"a"}  # the second line of a statement: its first line's
+    assert chosen("LIMIT = 3", "LIMIT = 4", 3) is None  # at import: every group
+    assert kit_reach.select(reach, "m", REACHED, REACHED) is None  # unmutated: the whole kit
+    assert kit_reach.selection_args({"a", "b", kit_reach.EXPLORE}, ["a", "b"]) == []
+    assert kit_reach.selection_args({"b"}, ["a", "b"]) == ["--only", "b"]
+    assert kit_reach.selection_args({kit_reach.EXPLORE}, ["a", "b"])[0] == "--explore"
+    assert km.NOT_REACHED == "not reached by the kit"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from nvpair_wm.conformance import model
-from nvpair_wm.conformance.model import Answer, Deliveries
+from nvpair_wm.conformance.answers import Answer, Deliveries
 
 # The data.path values the contract fixes (behaviour/README.md, "Matchers"); others are free
 # text the model still requires to be a string.

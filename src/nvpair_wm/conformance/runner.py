@@ -677,26 +677,24 @@ def run(
     results: list[Result] = []
     failed = threading.Event()
     with tempfile.TemporaryDirectory(prefix="nvpair-wm-conformance-") as tmp:
-        # One cluster directory per worker: the member under test holds a lock on its own.
-        clusters: queue.SimpleQueue[Cluster] = queue.SimpleQueue()
-        for worker in range(max(1, jobs)):
-            (Path(tmp) / f"w{worker}").mkdir()
-            clusters.put(Cluster.create(Path(tmp) / f"w{worker}"))
 
-        def one(group: dict[str, Any]) -> list[Result]:
+        def one(numbered: tuple[int, dict[str, Any]]) -> list[Result]:
+            index, group = numbered
             if fail_fast and failed.is_set():
                 return []
-            cluster = clusters.get()
-            try:
-                rows = GroupRun(group, command, cluster, timeout, cluster.root).run()
-            finally:
-                clusters.put(cluster)
+            # A cluster directory per group: the member under test keeps its state there (its
+            # journal), and a group must not start from what another left, or its outcome
+            # would hang on the groups before it and on --jobs.
+            root = Path(tmp) / f"g{index}"
+            root.mkdir()
+            cluster = Cluster.create(root)
+            rows = GroupRun(group, command, cluster, timeout, root).run()
             if any(not r.passed for r in rows):
                 failed.set()
             return rows
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            for rows in pool.map(one, groups):
+            for rows in pool.map(one, enumerate(groups)):
                 for result in rows:
                     results.append(result)
                     if on_result is not None:

@@ -14,7 +14,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from nvpair_wm.conformance.model import ANY_PATH
+from nvpair_wm.conformance.answers import ANY_PATH
 
 SCHEMA_DIR: Final = Path(__file__).resolve().parents[3] / "schema"
 BASE: Final = "https://schemas.nvpair.dev/wm/v1/"
