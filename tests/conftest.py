@@ -343,9 +343,8 @@ def _no_inherited_notify_socket() -> Iterator[None]:
 # pytest-xdist gives each worker the next test in collection order as it finishes one, so a long
 # test collected late is the run's tail while the other workers idle. The files holding the
 # longest tests go first (longest first, as measured with --durations); within a file, and for
-# every other file, the collection order stands (a stable sort). The Windows checks share one
-# Wine prefix and wineserver (their xdist_group) and run on one worker: first, since together
-# they are the longest.
+# every other file, the collection order stands (a stable sort). make test hands out whole files
+# (--dist loadfile): the Windows checks, which share one Wine prefix and wineserver, go first.
 # ==================================================================================================
 
 LONG_POLES = (

@@ -71,11 +71,6 @@ class Installed:
     work: Path  # an empty directory to run commands in, outside the source tree
 
 
-# The tests that use `installed` (a wheel built and installed into a fresh venv: a minute) run
-# on one pytest-xdist worker, which builds it once; spread out, each worker would build its own.
-ONE_BUILD = pytest.mark.xdist_group("packaging-installed")
-
-
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     assert importlib.util.find_spec("build"), "build is missing: make venv (or pip install build)"
@@ -93,7 +88,6 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     yield Installed(wheel, env_dir / "bin", work)
 
 
-@ONE_BUILD
 def test_wheel_holds_every_package_py_typed_and_the_generated_schema(installed: Installed) -> None:
     names = set(zipfile.ZipFile(installed.wheel).namelist())
     expected = packages_in_tree()
@@ -107,7 +101,6 @@ def test_wheel_holds_every_package_py_typed_and_the_generated_schema(installed: 
         assert str(path.relative_to(ROOT / "src").with_suffix("")) in modules, path
 
 
-@ONE_BUILD
 def test_version_comes_from_one_place(installed: Installed) -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert "version" not in project and "version" in project["dynamic"]
@@ -116,7 +109,6 @@ def test_version_comes_from_one_place(installed: Installed) -> None:
     assert out.strip() == f"nvpair-wm {__version__} (contract {CONTRACT_VERSION})"
 
 
-@ONE_BUILD
 def test_installed_daemon_answers_on_stdio_and_exits_0_at_eof(installed: Installed) -> None:
     where = run(
         [str(installed.bin / "python"), "-c", "import nvpair_wm.http; print(nvpair_wm.__file__)"],
@@ -138,7 +130,6 @@ def test_installed_daemon_answers_on_stdio_and_exits_0_at_eof(installed: Install
     assert reply["result"]["port"] > 0
 
 
-@ONE_BUILD
 def test_installed_cluster_tool_makes_a_cluster(installed: Installed) -> None:
     tool = str(installed.bin / "nvpair-wm-cluster")
     run([tool, "init", "cl", "--nodes", "2"], cwd=installed.work, env=clean_env())
@@ -150,7 +141,6 @@ def test_installed_cluster_tool_makes_a_cluster(installed: Installed) -> None:
     assert run([tool, "fingerprint", str(pinned)], cwd=installed.work).strip() == fingerprint
 
 
-@ONE_BUILD
 def test_installed_conformance_kit_carries_its_vectors_and_passes_the_installed_daemon(
     installed: Installed,
 ) -> None:

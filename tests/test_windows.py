@@ -34,8 +34,7 @@ from tests.support.wine import WineEnv, prepare, wine_binary, zpath
 from tests.support.wm_process import WmProcess
 
 # One Wine prefix and one wineserver for every test here (the session fixture `windows`, which
-# stops that wineserver at the end): under pytest-xdist they all run on one worker.
-pytestmark = pytest.mark.xdist_group("wine")
+# stops that wineserver at the end): make test's --dist loadfile runs them all on one worker.
 
 if wine_binary() is None:  # one line in the summary, as for h2spec
     pytest.skip(
