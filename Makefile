@@ -77,8 +77,18 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy $(LINTED)
 
+# pytest in two phases. First every test not marked `serial` on TEST_JOBS workers (pytest-xdist;
+# most tests wait on processes and sockets, so more workers than cores pay; --dist loadfile: a
+# file's tests run on one worker, so a module- or session-scoped fixture is made once, and the
+# Windows checks share one wineserver; xdist_group marks do not group under pytest 9). Then the
+# `serial` tests, which assert a wall-clock bound, one at a time on an otherwise idle suite.
+# ARGS goes to both phases;
+# exit status 5 is "ARGS selected no serial test". TEST_JOBS=0 runs the first phase in-process.
+TEST_JOBS ?= 4
+
 test: check-gen check-compat lint typecheck ts-deps
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile -m "not serial" $(ARGS)
+	$(PY) -m pytest -m serial $(ARGS) || [ $$? -eq 5 ]
 
 # RFC 9113 conformance with the external h2spec ($$H2SPEC, PATH or ../shared/tools/h2spec; README:
 # h2spec). make test runs it too when it is found, and says in one line when it is not.

@@ -335,3 +335,40 @@ def _no_inherited_notify_socket() -> Iterator[None]:
     for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
         os.environ.pop(name, None)
     yield
+
+
+# ==================================================================================================
+# The order make test hands tests out in (the whole suite)
+#
+# pytest-xdist gives each worker the next test in collection order as it finishes one, so a long
+# test collected late is the run's tail while the other workers idle. The files holding the
+# longest tests go first (longest first, as measured with --durations); within a file, and for
+# every other file, the collection order stands (a stable sort). make test hands out whole files
+# (--dist loadfile): the Windows checks, which share one Wine prefix and wineserver, go first.
+# ==================================================================================================
+
+LONG_POLES = (
+    "test_windows.py",
+    "test_properties.py",
+    "test_vector_coverage.py",
+    "test_packaging.py",
+    "test_releases.py",
+    "test_ts_package.py",
+    "test_model.py",
+    "test_make_run.py",
+    "test_soak.py",
+    "test_explore.py",
+    "test_behaviour.py",
+    "test_admission.py",
+    "test_quicktype.py",
+    "test_consumers_go.py",
+    "test_consumers.py",
+    "test_schema_strict.py",
+    "test_fuzz_differential.py",
+    "test_kit_codec.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_POLES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

@@ -87,6 +87,7 @@ def _close_all(conns: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]) -
         writer.transport.abort()  # no close_notify round trips: just drop them
 
 
+@pytest.mark.serial  # a wall-clock bound: run alone (Makefile: test)
 def test_idle_unpinned_connections_cannot_lock_out_a_pinned_peer(
     start_node: StartNode, tls_cluster: TLSCluster
 ) -> None:

@@ -225,6 +225,7 @@ def test_no_response_means_no_line() -> None:
 # -- the kit against implementations ---------------------------------------------------------
 
 
+@pytest.mark.serial  # a wall-clock bound: run alone (Makefile: test)
 def test_kit_passes_nvpair_wm_over_every_group() -> None:
     status, doc = kit_json("--", *NVPAIR_WM)
     failed = [(r["name"], r["problems"]) for r in doc["results"] if not r["passed"]]
@@ -351,6 +352,7 @@ def test_kit_usage_errors_exit_2() -> None:
     assert listed.returncode == 0 and "http-backpressure" in listed.stdout
 
 
+@pytest.mark.serial  # a wall-clock bound: run alone (Makefile: test)
 def test_kit_fails_a_silent_implementation_quickly(tmp_path: Path) -> None:
     """An implementation that says ready and then never answers: one timeout, not one per case."""
     script = tmp_path / "silent.py"

@@ -46,6 +46,21 @@ FAST = BroadcastLimits(
 )
 
 
+# For tests that look at a link between a change to the pins and the next publish: with
+# sources read per tick that look needs one turn of the loop, and FAST's reconcile (every 50 ms)
+# may come due in that very turn on a loaded machine and drop the link first. Nothing in those
+# tests waits for a reconcile; the run's bound (4 * WAIT) ends first.
+NO_TICKER = dataclasses.replace(FAST, reconcile_interval=5 * WAIT)
+
+
+async def reconcile_now(b: Node, nodes: list[NodeRecord]) -> None:
+    """What NO_TICKER's reconcile would do, now: after one turn of the loop (sources read per
+    tick read the files again), the broker's same ``nodes:update``: a link the task dropped
+    while the peer was not one is added again, a link still there is left alone."""
+    await asyncio.sleep(0)
+    b.bc.update_nodes(nodes)
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
     async def bounded() -> T:
         async with asyncio.timeout(4 * WAIT):
@@ -391,13 +406,14 @@ def test_a_removed_pin_or_identity_stops_the_very_next_batch(
     right after it, in the same tick; with sources read per tick, by one in the next tick."""
     handler = Scripted()
     a = servers.start(tls_cluster.dirs["a"], handler=handler)
-    b = Node(tls_cluster, watched=watched)
+    b = Node(tls_cluster, limits=NO_TICKER, watched=watched)
     pin = tls_cluster.dirs["b"] / "trusted" / "a.crt"
     key = tls_cluster.dirs["b"] / "node.key"
     saved_pin, saved_key = pin.read_bytes(), key.read_bytes()
 
     async def go() -> None:
-        b.bc.update_nodes([record(tls_cluster, "a", a.port)])
+        nodes = [record(tls_cluster, "a", a.port)]
+        b.bc.update_nodes(nodes)
         await b.bc.start()
         (link,) = b.bc._links.values()
         await eventually_async(lambda: link.conn is not None and link.conn.usable, "a connected")
@@ -411,6 +427,7 @@ def test_a_removed_pin_or_identity_stops_the_very_next_batch(
         b.report(submitted("2"))
         assert (link.outbox.in_flight, link.outbox.depth) == (0, 1)  # not sent: a is unpinned
         pin.write_bytes(saved_pin)
+        await reconcile_now(b, nodes)
         _, frames = await handler.next()
         assert ("2", 1) in ids(frames)
         await eventually_async(lambda: link.outbox.in_flight == 0, "the batch answered")
@@ -420,6 +437,7 @@ def test_a_removed_pin_or_identity_stops_the_very_next_batch(
         b.report(submitted("3"))
         assert (link.outbox.in_flight, link.outbox.depth) == (0, 1)
         key.write_bytes(saved_key)
+        await reconcile_now(b, nodes)
         _, frames = await handler.next()
         assert ("3", 1) in ids(frames)
         await b.bc.close(1.0)
@@ -436,12 +454,13 @@ def test_one_look_per_publish_gives_each_link_its_own_verdict(
     ha, hc = Scripted(), Scripted()
     a = servers.start(tls_cluster.dirs["a"], handler=ha)
     c = servers.start(tls_cluster.dirs["c"], handler=hc)
-    b = Node(tls_cluster, watched=watched)
+    b = Node(tls_cluster, limits=NO_TICKER, watched=watched)
     pin = tls_cluster.dirs["b"] / "trusted" / "a.crt"
     saved = pin.read_bytes()
 
     async def go() -> None:
-        b.bc.update_nodes([record(tls_cluster, "a", a.port), record(tls_cluster, "c", c.port)])
+        nodes = [record(tls_cluster, "a", a.port), record(tls_cluster, "c", c.port)]
+        b.bc.update_nodes(nodes)
         await b.bc.start()
         links = {lk.peer.node_id: lk for lk in b.bc._links.values()}
         await eventually_async(
@@ -463,6 +482,7 @@ def test_one_look_per_publish_gives_each_link_its_own_verdict(
         assert links["c"].outbox.in_flight == 1  # still pinned: sent at once
         assert ids((await hc.next())[1]) == [("2", 1)]
         pin.write_bytes(saved)
+        await reconcile_now(b, nodes)
         frames: list[Any] = []
         while ("2", 1) not in ids(frames):
             frames += (await ha.next())[1]  # a snapshot when re-added, or the queued frame

@@ -261,6 +261,7 @@ def test_kill_9_then_restart_on_the_same_port_converges(cluster: Cluster) -> Non
     fence(b, [a, c], "fence-b")
 
 
+@pytest.mark.serial  # a wall-clock bound: run alone (Makefile: test)
 def test_peer_whose_retries_were_exhausted_converges_on_restart(
     make_cluster: Callable[..., Cluster],
 ) -> None:

@@ -137,6 +137,7 @@ def test_declared_length_over_limit_gets_413_before_the_body(
     assert headers.get("connection") == "close"
 
 
+@pytest.mark.serial  # a wall-clock bound: run alone (Makefile: test)
 def test_slowloris_headers_get_408_after_header_timeout(
     start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
 ) -> None:
@@ -152,6 +153,7 @@ def test_slowloris_headers_get_408_after_header_timeout(
     assert 0.25 <= elapsed < 3.0
 
 
+@pytest.mark.serial  # a wall-clock bound: run alone (Makefile: test)
 def test_idle_keep_alive_connection_is_closed_after_idle_timeout(
     start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
 ) -> None:

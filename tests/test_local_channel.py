@@ -282,6 +282,7 @@ def test_ipc_dial_waits_for_a_broker_that_listens_half_a_second_late(tmp_path: P
     assert len(attempts) >= 4  # 0, 0.05, 0.15, 0.35, 0.75 s: backoff doubling from 50 ms
 
 
+@pytest.mark.serial  # a wall-clock bound: run alone (Makefile: test)
 @pytest.mark.parametrize("kind", ["missing", "not listening"])
 def test_ipc_dial_gives_up_after_its_budget_in_one_line_exit_1(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "broker.sock"

@@ -85,6 +85,7 @@ def process_state(pid: int) -> str:
     return stat.rsplit(")", 1)[1].split()[0]
 
 
+@pytest.mark.serial  # a wall-clock bound: run alone (Makefile: test)
 @pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])
 def test_ready_status_watchdog_and_stopping(tmp_path: Path, abstract: bool) -> None:
     with fake_systemd(tmp_path, abstract=abstract) as systemd:

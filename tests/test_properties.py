@@ -162,6 +162,9 @@ def _drawn_with_ref(ref: str) -> st.SearchStrategy[tuple[str, Any]]:
     return from_schema(bundle(ref), codec="utf-8").map(lambda instance: (ref, instance))
 
 
+# Hang guard, not a bound: drawing is all CPU (about a minute over every target alone), and
+# while make test's other workers share the cores one target can take past the default 120 s.
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("target", list(TARGETS))
 def test_generated_instances_validate_and_round_trip(target: str) -> None:
     refs = TARGETS[target]

@@ -150,6 +150,7 @@ def test_mismatched_key_fails_handshakes_and_listener_survives(
     assert _served(https_client, wm.port, tls_cluster.pair("b"))
 
 
+@pytest.mark.serial  # a wall-clock bound: run alone (Makefile: test)
 def test_handshake_timeout_closes_a_silent_connection(start_wm_server: StartServer) -> None:
     wm = start_wm_server(handshake_timeout=0.3)
     with socket.create_connection(("127.0.0.1", wm.port), timeout=WAIT) as raw:
@@ -158,6 +159,7 @@ def test_handshake_timeout_closes_a_silent_connection(start_wm_server: StartServ
         assert 0.25 <= time.monotonic() - started < 3.0
 
 
+@pytest.mark.serial  # a wall-clock bound: run alone (Makefile: test)
 def test_connection_cap_evicts_the_oldest_stranger(
     start_wm_server: StartServer, https_client: Connect, tls_cluster: TLSCluster
 ) -> None:

@@ -33,6 +33,9 @@ from tests.support.cluster import Cluster, Node, event, is_upsert, workload
 from tests.support.wine import WineEnv, prepare, wine_binary, zpath
 from tests.support.wm_process import WmProcess
 
+# One Wine prefix and one wineserver for every test here (the session fixture `windows`, which
+# stops that wineserver at the end): make test's --dist loadfile runs them all on one worker.
+
 if wine_binary() is None:  # one line in the summary, as for h2spec
     pytest.skip(
         "Wine is missing (apt-get install -y wine64; .ci/run installs it): the Windows build "

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -136,10 +137,10 @@ class WmProcess:
         for line in self.stderr_log:
             if needle in line:
                 return line
-        deadline = timeout
+        deadline = time.monotonic() + timeout  # for the whole wait, not per line read
         while True:
             try:
-                line = self.stderr_lines.get(timeout=deadline)
+                line = self.stderr_lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 raise AssertionError(
                     f"{needle!r} not logged within {timeout}s:\n" + "\n".join(self.stderr_log)
