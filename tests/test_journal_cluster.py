@@ -127,6 +127,13 @@ def test_origin_killed_while_its_peer_refuses_it_loses_nothing(
     pin = b.cluster_dir / "trusted" / "node-a.crt"
     saved = pin.read_bytes()
     pin.unlink()  # B refuses A from its next request on (403, which A retries)
+    # ...read after B's event loop saw the change: a request read in the same loop iteration
+    # as the inotify event (both ready after one epoll_wait, the socket's callback first) is
+    # still judged by the old pins and accepted, and A would then have nothing left to send.
+    # B's reconcile dropping A as a peer says B's watch has seen it (it is the same watch the
+    # endpoint checks); it comes within broadcast.reconcile_interval (1 s), well inside WAIT.
+    dropped = b.wait_log(") removed (not in nodes:update, unpinned")
+    assert "peer node-a (" in dropped, dropped
     a.send(event("workload:submitted", workload("node-a", "probe")))
     # A's log line for the 403, not its status: lastError holds the latest failure only, and
     # a closed connection or a failed reconnect between two retries can replace the 403 there
