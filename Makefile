@@ -129,10 +129,12 @@ fuzz: venv
 # daemon's decision code with the kit as the test command; long, not part of make test.
 # make kit-mutation MUTATE="versions sync" (default: every module); build/mutation keeps the
 # sessions, so a second run resumes; the report is schema/conformance/mutation/mutation-report.md.
+# MUTATION_OPERATORS=all runs every mutant cosmic-ray makes, not only the sufficient set.
 MUTATE ?=
+MUTATION_OPERATORS ?= sufficient
 .PHONY: kit-mutation
 kit-mutation: venv
 	@$(PY) -m pip install --quiet -e '.[dev,bench,mutation]' $(PIP_QUIET)
-	$(PY) scripts/kit_mutation.py run $(MUTATE)
+	$(PY) scripts/kit_mutation.py run --operators $(MUTATION_OPERATORS) $(MUTATE)
 	$(PY) scripts/kit_mutation.py recheck
 	$(PY) scripts/kit_mutation.py report

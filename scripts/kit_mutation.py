@@ -31,6 +31,7 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -62,6 +63,51 @@ MUTANT_TIMEOUT_S: Final = 300.0
 KIT_JOBS: Final = 2
 ANNOTATION: Final = "equivalent: inside an annotation, never evaluated (postponed annotations)"
 NOT_REACHED: Final = "not reached by the kit"
+UNSELECTED: Final = "not run: outside the sufficient operator set (--operators all runs it)"
+# Selective mutation: cosmic-ray replaces a binary operator with each of 11 others and a
+# comparison with each of 9, mostly redundant (``a + b`` as ``a << b``, ``a < b`` as
+# ``a is b``). By default only the replacements that subsume the rest are run: the inverse
+# operator, and for comparisons the sufficient set of Kaminski, Ammann and Offutt ("Better
+# predicate testing", 2011) without its constant true/false (AddNot stands for negation).
+# Every other operator runs all its mutants. ``--operators all`` runs everything.
+SUFFICIENT: Final[dict[str, dict[str, frozenset[str]]]] = {
+    "ReplaceBinaryOperator": {
+        "Add": frozenset({"Sub"}),
+        "Sub": frozenset({"Add"}),
+        "Mul": frozenset({"Div", "FloorDiv"}),
+        "Div": frozenset({"Mul"}),
+        "FloorDiv": frozenset({"Mul"}),
+        "Mod": frozenset({"FloorDiv"}),
+        "Pow": frozenset({"Mul"}),
+        "LShift": frozenset({"RShift"}),
+        "RShift": frozenset({"LShift"}),
+        "BitOr": frozenset({"BitAnd"}),
+        "BitAnd": frozenset({"BitOr"}),
+        "BitXor": frozenset({"BitOr"}),
+    },
+    "ReplaceComparisonOperator": {
+        "Lt": frozenset({"LtE", "NotEq"}),
+        "Gt": frozenset({"GtE", "NotEq"}),
+        "LtE": frozenset({"Lt", "Eq"}),
+        "GtE": frozenset({"Gt", "Eq"}),
+        "Eq": frozenset({"NotEq", "LtE", "GtE"}),
+        "NotEq": frozenset({"Eq", "Lt", "Gt"}),
+        "Is": frozenset({"IsNot"}),
+        "IsNot": frozenset({"Is"}),
+        "In": frozenset({"NotIn"}),
+        "NotIn": frozenset({"In"}),
+    },
+}
+
+
+def sufficient(operator: str) -> bool:
+    """Whether the default run runs this cosmic-ray operator (``core/`` prefix optional)."""
+    family, _, change = operator.removeprefix("core/").partition("_")
+    table = SUFFICIENT.get(family)
+    if table is None:
+        return True
+    original, _, replacement = change.partition("_")
+    return replacement in table.get(original, frozenset())
 
 
 def test_command(python: Path, module: str, work: str | None = None) -> str:
@@ -213,7 +259,32 @@ def session(module: str) -> Path:
     return WORK / module / "session.sqlite"
 
 
-def run(modules: list[str], python: Path, *, init_only: bool = False) -> int:
+def select_operators(db: Path, *, everything: bool) -> int:
+    """Mark the mutants outside the sufficient operator set as not to run (``everything``:
+    unmark them, so they run); returns how many are marked."""
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("delete from work_results where output = ?", (UNSELECTED,))
+        if not everything:
+            rows = con.execute(
+                "select job_id, operator_name from mutation_specs where job_id not in"
+                " (select job_id from work_results)"
+            ).fetchall()
+            con.executemany(
+                "insert into work_results (worker_outcome, output, test_outcome, diff, job_id)"
+                " values ('SKIPPED', ?, NULL, NULL, ?)",
+                [(UNSELECTED, job) for job, op in rows if not sufficient(op)],
+            )
+        (marked,) = con.execute(
+            "select count(*) from work_results where output = ?", (UNSELECTED,)
+        ).fetchone()
+    con.close()
+    return int(marked)
+
+
+def run(
+    modules: list[str], python: Path, *, init_only: bool = False, all_operators: bool = False
+) -> int:
     cr = python.parent / "cosmic-ray"
     if not init_only:
         kit_reach.load(python, MODULES, rebuild=True)  # made again only when src changed
@@ -234,14 +305,15 @@ def run(modules: list[str], python: Path, *, init_only: bool = False) -> int:
             if RESULTS.exists():
                 n = seed(db, module, work / "src" / "nvpair_wm" / f"{module}.py")
                 print(f"kit-mutation: {module}: {n} outcomes taken from the committed results")
-            if init_only:
-                continue
-            base = subprocess.run(
-                [cr, "baseline", cfg], cwd=work, check=False, capture_output=True, text=True
-            )
-            if base.returncode != 0:
-                print(f"kit-mutation: the kit fails the unmutated daemon:\n{base.stdout}")
-                return 1
+            if not init_only:
+                base = subprocess.run(
+                    [cr, "baseline", cfg], cwd=work, check=False, capture_output=True, text=True
+                )
+                if base.returncode != 0:
+                    print(f"kit-mutation: the kit fails the unmutated daemon:\n{base.stdout}")
+                    return 1
+        n = select_operators(db, everything=all_operators)
+        print(f"kit-mutation: {module}: {n} mutants outside the sufficient operator set not run")
         if init_only:
             continue
         print(f"kit-mutation: {module}: running the remaining mutants", flush=True)
@@ -330,7 +402,9 @@ class Mutant:
     operator: str
     occurrence: int
     line: int
-    outcome: str  # killed, timeout, survived, equivalent (skipped), incompetent, pending
+    # killed, timeout, survived, equivalent (skipped), incompetent, pending, unselected (outside
+    # the sufficient operator set)
+    outcome: str
     diff: str
     note: str
 
@@ -374,6 +448,8 @@ def export_sessions() -> list[Mutant]:
             test = test_name.lower() if test_name else None
             if worker is None:
                 outcome, note = "pending", ""
+            elif worker == "skipped" and output == UNSELECTED:
+                outcome, note = "unselected", ""
             elif worker == "skipped":
                 outcome, note = "equivalent", output or ""
             elif worker != "normal":
@@ -451,30 +527,33 @@ def render(
         "again on it (`kit_mutation.py recheck`, `mutation-recheck.json`), fails. Mutants run",
         "before a vector was added were judged by the kit of their time.",
         "",
-        "| module | mutants | killed | timeout | survived | equivalent | incompetent | not run |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "Operators: by default the sufficient set (`SUFFICIENT` in `scripts/kit_mutation.py`):",
+        "of cosmic-ray's replacements of a binary or comparison operator, only those that",
+        "subsume the rest; every other operator with all its mutants. The others are counted",
+        "under *not selected*; modules run before the set was chosen ran every mutant.",
+        "",
+        "| module | mutants | killed | timeout | survived | equivalent | incompetent"
+        " | not selected | not run |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     total: Counter[str] = Counter()
     for module, c in by_module.items():
         total.update(c)
         out.append(
             f"| {module} | {sum(c.values())} | {c['killed']} | {c['timeout']} | {c['survived']}"
-            f" | {c['equivalent']} | {c['incompetent']} | {c['pending']} |"
+            f" | {c['equivalent']} | {c['incompetent']} | {c['unselected']} | {c['pending']} |"
         )
     out.append(
         f"| **all** | {sum(total.values())} | {total['killed']} | {total['timeout']} |"
         f" {total['survived']} | {total['equivalent']} | {total['incompetent']} |"
-        f" {total['pending']} |"
+        f" {total['unselected']} | {total['pending']} |"
     )
     contract_free = verdicts["equivalent (contract)"]
-    equivalent_survivors = verdicts["equivalent"] + contract_free
-    timeouts_read = sum(m.outcome == "timeout" for m in survivors)
-    caught = total["killed"] + total["timeout"] - timeouts_read + verdicts["killed"]
-    non_equivalent = (
-        caught + total["survived"] + timeouts_read - verdicts["killed"] - equivalent_survivors
+    score, strict, non_equivalent = _score(mutants, survivors, verdict)
+    in_set = [m for m in mutants if sufficient(m.operator)]
+    set_score, set_strict, set_non_equivalent = _score(
+        in_set, [m for m in survivors if sufficient(m.operator)], verdict
     )
-    score = 100.0 * caught / non_equivalent if non_equivalent else 100.0
-    strict = 100.0 * caught / (non_equivalent + contract_free) if non_equivalent else 100.0
     out += [
         "",
         f"Of the mutants run, {len(survivors)} survived the kit (or timed out and are explained):"
@@ -485,7 +564,9 @@ def render(
         f"Killed: **{score:.1f}%** of the {non_equivalent} non-equivalent mutants run "
         "(killed and timeouts, plus survivors killed since, over everything run but the "
         "equivalent). Counting the survivors that change only what the contract leaves free "
-        f"as not killed: {strict:.1f}%.",
+        f"as not killed: {strict:.1f}%. Over the sufficient operator set alone (the default"
+        f" run; {set_non_equivalent} non-equivalent mutants): **{set_score:.1f}%**, and"
+        f" {set_strict:.1f}% counting those that change only what the contract leaves free.",
         "",
         f"{total['pending']} mutants are not run yet; `make kit-mutation` resumes the sessions "
         "where they stopped (`MUTATE=module` for one module). The figure above is over what was "
@@ -507,6 +588,33 @@ def render(
     eq = Counter(m.note for m in mutants if m.outcome == "equivalent")
     out += [f"- {n} mutants: {reason}" for reason, n in eq.items()]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _score(
+    mutants: list[Mutant], survivors: list[Mutant], verdict: Callable[[Mutant], str]
+) -> tuple[float, float, int]:
+    """The share of non-equivalent mutants killed, the same counting the survivors that change
+    only what the contract leaves free as not killed, and how many are non-equivalent."""
+    total = Counter(m.outcome for m in mutants)
+    verdicts = Counter(verdict(m).split(":")[0] for m in survivors)
+    contract_free = verdicts["equivalent (contract)"]
+    timeouts_read = sum(m.outcome == "timeout" for m in survivors)
+    caught = total["killed"] + total["timeout"] - timeouts_read + verdicts["killed"]
+    non_equivalent = (
+        caught
+        + total["survived"]
+        + timeouts_read
+        - verdicts["killed"]
+        - verdicts["equivalent"]
+        - contract_free
+    )
+    if not non_equivalent:
+        return 100.0, 100.0, 0
+    return (
+        100.0 * caught / non_equivalent,
+        100.0 * caught / (non_equivalent + contract_free),
+        non_equivalent,
+    )
 
 
 def current_results(from_sessions: bool = True) -> list[Mutant]:
@@ -562,6 +670,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument(
         "--init-only", action="store_true", help="make the sessions (what is not run is counted)"
     )
+    r.add_argument(
+        "--operators",
+        choices=("sufficient", "all"),
+        default="sufficient",
+        help="run the sufficient operator set (default) or every mutant cosmic-ray makes",
+    )
     sub.add_parser("recheck", help="run the kit again on survivors said killed by new vectors")
     snd = sub.add_parser("soundness", help="survivors again against the whole kit (a sample)")
     snd.add_argument("--sample", type=int, default=12, help="mutants (%(default)s)")
@@ -580,7 +694,12 @@ def main(argv: list[str] | None = None) -> int:
         unknown = set(args.modules) - set(MODULES)
         if unknown:
             p.error(f"not a module of the decision code: {', '.join(sorted(unknown))}")
-        return run(list(args.modules) or list(MODULES), python, init_only=args.init_only)
+        return run(
+            list(args.modules) or list(MODULES),
+            python,
+            init_only=args.init_only,
+            all_operators=args.operators == "all",
+        )
     if args.cmd == "recheck":
         return recheck(python)
     if args.cmd == "soundness":

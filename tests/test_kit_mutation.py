@@ -56,6 +56,22 @@ def test_fail_fast_starts_no_group_after_a_failure() -> None:
     }
 
 
+def test_fail_fast_stops_a_group_at_its_first_failing_case(tmp_path: Path) -> None:
+    # Says it is ready, then never answers: the group starts, and its first request fails.
+    mute = tmp_path / "mute.py"
+    params = {"version": "0", "contractVersion": (ROOT / "schema/VERSION").read_text().strip()}
+    ready = {"jsonrpc": "2.0", "method": "ready", "params": params}
+    mute.write_text(f"import sys\nprint({json.dumps(json.dumps(ready))}, flush=True)\n"
+                    "for line in sys.stdin:\n    pass\n")  # fmt: skip
+    impl = ["--", sys.executable, str(mute)]
+    status, doc = _kit("--only", "local-requests", "--fail-fast", *impl)
+    assert status == 1
+    passed = [r["passed"] for r in doc["results"]]
+    assert passed == [True, False]  # startup, then the first request; nothing after it
+    status, doc = _kit("--only", "local-requests", *impl)
+    assert len(doc["results"]) > 2
+
+
 def test_jobs_run_groups_at_once_each_against_its_own_process() -> None:
     # Both groups start the member under test at the same time: each needs its own cluster
     # directory (the daemon locks its own), and the results keep the groups' order.
@@ -122,12 +138,41 @@ def test_report_counts_survivors_by_their_verdict() -> None:
     }
     rechecked = {"versions.py:21:NumberReplacer:0": {"outcome": "killed", "failure": "x"}}
     text = km.render(mutants, triage, rechecked)
-    assert "| versions.py | 22 | 16 | 1 | 4 | 1 | 0 | 0 |" in text
+    assert "| versions.py | 22 | 16 | 1 | 4 | 1 | 0 | 0 | 0 |" in text
     # (16 killed + 1 timeout + 1 killed since) / (22 - 1 equivalent - 2 equivalent survivors)
     assert "**94.7%** of the 19 non-equivalent" in text
     assert "`versions.py:23:NumberReplacer:0` — unexplained" in text
     # said killed, but not run again: counted as a gap, not as killed
     assert "**89.5%**" in km.render(mutants, triage, {})
+    # a mutant outside the sufficient operator set is counted apart and scores nothing
+    unselected = km.Mutant("versions.py", "ReplaceBinaryOperator_Add_Mod", 0, 30, "unselected",
+                           "", "")  # fmt: skip
+    text = km.render([*mutants, unselected], triage, rechecked)
+    assert "| versions.py | 23 | 16 | 1 | 4 | 1 | 0 | 1 | 0 |" in text
+    assert "**94.7%** of the 19 non-equivalent" in text
+
+
+def test_the_sufficient_operator_set_keeps_the_inverse_and_the_boundary_replacements() -> None:
+    km = _script()
+    run = [
+        "core/ReplaceBinaryOperator_Add_Sub",
+        "ReplaceBinaryOperator_LShift_RShift",
+        "ReplaceComparisonOperator_Lt_LtE",  # the boundary
+        "ReplaceComparisonOperator_Lt_NotEq",
+        "ReplaceComparisonOperator_Eq_NotEq",  # the negation
+        "ReplaceComparisonOperator_Is_IsNot",
+        "NumberReplacer",  # every other operator runs whole
+        "AddNot",
+    ]
+    skipped = [
+        "ReplaceBinaryOperator_Add_LShift",
+        "ReplaceBinaryOperator_Add_Mod",
+        "ReplaceComparisonOperator_Lt_Is",
+        "ReplaceComparisonOperator_Lt_GtE",  # subsumed by Lt_LtE and Lt_NotEq
+        "ReplaceComparisonOperator_IsNot_Lt",
+    ]
+    assert all(km.sufficient(op) for op in run)
+    assert not any(km.sufficient(op) for op in skipped)
 
 
 REACHED = """\

@@ -99,8 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fail-fast",
         action="store_true",
-        help="start no further group after one failed, and explore nothing then (a mutation "
-        "run's test command: one disagreement is enough)",
+        help="stop at the first failing case: no further case or group, and no exploration "
+        "(a mutation run's test command: one disagreement is enough)",
     )
     p.add_argument(
         "--jobs",

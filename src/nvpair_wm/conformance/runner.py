@@ -162,8 +162,13 @@ class GroupRun:
         cluster: Cluster,
         timeout: float = WAIT,
         workdir: Path | None = None,
+        *,
+        stop: threading.Event | None = None,
     ) -> None:
         self.group = group
+        # Set by --fail-fast when any group has failed: this one stops after its current case,
+        # and sets it at its own first failure (a mutation run needs one disagreement).
+        self.stop = stop
         self.workdir = workdir if workdir is not None else cluster.root
         self.timeout = timeout
         # An HTTP answer may come only when a server-side timeout fires (408 after a 10 s
@@ -200,7 +205,10 @@ class GroupRun:
             if self._start(ipc):
                 for case in self.group["cases"]:
                     self._case(case)
-                self._exit()
+                    if self.stop is not None and self._stopping():
+                        break
+                else:
+                    self._exit()
         finally:
             if self.impl is not None:
                 self.impl.kill()
@@ -209,6 +217,13 @@ class GroupRun:
             if ipc_dir is not None:
                 shutil.rmtree(ipc_dir, ignore_errors=True)
         return self.results
+
+    def _stopping(self) -> bool:
+        """Whether --fail-fast ends the group here (this group failed, or another did)."""
+        assert self.stop is not None
+        if any(not r.passed for r in self.results):
+            self.stop.set()
+        return self.stop.is_set()
 
     def _prepare(self) -> None:
         """The group's --config file and, for the peer role, its cluster and peer servers."""
@@ -672,8 +687,9 @@ def run(
     fail_fast: bool = False,
 ) -> list[Result]:
     """Every group, ``jobs`` of them at once (each has its own process, port and directory);
-    results come in the groups' order. ``fail_fast`` starts no group once one has failed: a
-    mutation run needs one disagreement, not all of them."""
+    results come in the groups' order. ``fail_fast`` starts no group once one has failed and
+    stops the running ones after their current case: a mutation run needs one disagreement,
+    not all of them."""
     results: list[Result] = []
     failed = threading.Event()
     with tempfile.TemporaryDirectory(prefix="nvpair-wm-conformance-") as tmp:
@@ -688,7 +704,8 @@ def run(
             root = Path(tmp) / f"g{index}"
             root.mkdir()
             cluster = Cluster.create(root)
-            rows = GroupRun(group, command, cluster, timeout, root).run()
+            stop = failed if fail_fast else None
+            rows = GroupRun(group, command, cluster, timeout, root, stop=stop).run()
             if any(not r.passed for r in rows):
                 failed.set()
             return rows
