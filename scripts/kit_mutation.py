@@ -573,6 +573,7 @@ def render(
         "run only.",
         "",
         *_soundness_lines(mutants, sound or {}),
+        *_subsumption_lines(mutants, triage),
         "## Survivors",
         "",
         "Verdicts come from `mutation-triage.json` (key: module:line:operator:occurrence).",
@@ -628,6 +629,38 @@ def current_results(from_sessions: bool = True) -> list[Mutant]:
             key=lambda m: (MODULES.index(m.module[:-3]), m.line, m.operator, m.occurrence),
         )
     return mutants
+
+
+def _subsumption_lines(mutants: list[Mutant], triage: dict[str, str]) -> list[str]:
+    """The evidence for the sufficient operator set, from the sites run with every replacement
+    of their operator: where the set's replacements were all killed, did any other
+    replacement survive that is not equivalent?"""
+    sites: dict[tuple[str, int, str, str], list[Mutant]] = {}
+    for m in mutants:
+        family, _, change = m.operator.partition("_")
+        if family in SUFFICIENT:
+            sites.setdefault((m.module, m.line, family, change.partition("_")[0]), []).append(m)
+    run = ("killed", "timeout", "survived")
+    whole = [ms for ms in sites.values() if all(m.outcome in run for m in ms)]
+    covered = [
+        ms
+        for ms in whole
+        if any(sufficient(m.operator) for m in ms)
+        and all(m.outcome != "survived" for m in ms if sufficient(m.operator))
+    ]
+    missed = [
+        m.key
+        for ms in covered
+        for m in ms
+        if m.outcome == "survived" and not triage.get(m.key, "").startswith("equivalent")
+    ]
+    return [
+        f"The sufficient operator set, checked where every replacement ran: at {len(covered)}"
+        f" of the {len(whole)} operator sites run whole, the set's replacements were all killed;"
+        f" {len(missed)} other replacements survived there and are not equivalent"
+        + (f" ({', '.join(f'`{k}`' for k in missed)})." if missed else "."),
+        "",
+    ]
 
 
 def _soundness_lines(mutants: list[Mutant], sound: dict[str, dict[str, str]]) -> list[str]:

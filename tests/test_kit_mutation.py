@@ -175,6 +175,26 @@ def test_the_sufficient_operator_set_keeps_the_inverse_and_the_boundary_replacem
     assert not any(km.sufficient(op) for op in skipped)
 
 
+def test_the_report_checks_the_sufficient_set_where_every_replacement_ran() -> None:
+    km = _script()
+
+    def mutant(line: int, change: str, outcome: str) -> Any:
+        op = f"ReplaceComparisonOperator_{change}"
+        return km.Mutant("dedup.py", op, 0, line, outcome, "", "")
+
+    others = ["Lt_Gt", "Lt_GtE", "Lt_Eq", "Lt_Is", "Lt_IsNot"]
+    site = [mutant(5, "Lt_LtE", "killed"), mutant(5, "Lt_NotEq", "killed")]
+    mutants = [*site, *(mutant(5, c, "killed") for c in others[1:]), mutant(5, "Lt_Gt", "survived")]
+    missed = mutants[-1].key
+    # a site not run whole (one replacement outside the set) proves nothing either way
+    mutants += [mutant(9, "Lt_LtE", "killed"), mutant(9, "Lt_Gt", "unselected")]
+    line = km._subsumption_lines(mutants, {})[0]
+    assert "at 1 of the 1 operator sites run whole" in line
+    assert f"1 other replacements survived there and are not equivalent (`{missed}`)" in line
+    line = km._subsumption_lines(mutants, {missed: "equivalent: same order"})[0]
+    assert "0 other replacements survived" in line
+
+
 REACHED = """\
 import os
 
