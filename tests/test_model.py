@@ -43,6 +43,7 @@ SKIPPED = {
     "local-framing/counters",
     "http-dedup/counters",
     "http-dedup/counters-after-413",
+    "http-dedup/gauges-at-the-end",
     "edge-local/invalid-notification-counted",
     "edge-local/invalid-request-counted",
     "edge-local/counters-follow-outcomes",
