@@ -80,10 +80,12 @@ def payload(spec: dict[str, Any], start: int = 0) -> bytes:
 
 def with_records(value: Any, records: dict[str, Any]) -> Any:
     """``value`` with every ``{"$record": NAME}`` replaced by that member's node record (the
-    kit's peers get their ports when the group starts)."""
+    kit's peers get their ports when the group starts). Other members beside ``$record``
+    replace the record's (``{"$record": NAME, "port": 1}``: the member moved elsewhere)."""
     if isinstance(value, dict):
-        if set(value) == {RECORD}:
-            return records[value[RECORD]]
+        if RECORD in value:
+            moved = {k: with_records(v, records) for k, v in value.items() if k != RECORD}
+            return {**records[value[RECORD]], **moved}
         return {k: with_records(v, records) for k, v in value.items()}
     if isinstance(value, list):
         return [with_records(v, records) for v in value]
