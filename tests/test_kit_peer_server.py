@@ -146,6 +146,16 @@ def test_down_refuses_connections_and_up_listens_on_the_same_port(
     assert _send(server, cluster, json.dumps(EVENT).encode()).status == 202
 
 
+def test_move_listens_on_another_port_only(server: PeerServer, cluster: dict[str, Path]) -> None:
+    """``move``: a member that moved is served at its new port and nowhere else."""
+    port = server.port
+    server.move()
+    assert server.port != port
+    assert _send(server, cluster, json.dumps(EVENT).encode()).status == 202
+    with pytest.raises(OSError), socket.create_connection((HOST, port), timeout=5):
+        pass
+
+
 def test_a_connection_accepted_just_before_down_is_cut(server: PeerServer) -> None:
     """``down`` between an accept and its thread registering the connection (the window a busy
     machine widens): the thread cuts it, so a peer that is down takes nothing, even over a

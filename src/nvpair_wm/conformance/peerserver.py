@@ -128,12 +128,17 @@ class PeerServer:
 
     def up(self) -> None:
         """Listen (again, on the same port once it has one)."""
-        if self._listener is not None:
-            return
+        if self._listener is None:
+            self._start(self._listen(self.port))
+
+    def _listen(self, port: int) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
+        sock.bind((self.host, port))
         sock.listen(64)
+        return sock
+
+    def _start(self, sock: socket.socket) -> None:
         self.port = int(sock.getsockname()[1])
         self._listener = sock
         threading.Thread(target=self._accept, args=(sock,), daemon=True).start()
@@ -148,6 +153,13 @@ class PeerServer:
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
         self.drop_connections()
+
+    def move(self) -> None:
+        """Go down, then listen on another port: a member that moved (its record in a
+        ``nodes:update`` built after this names the new port)."""
+        sock = self._listen(0)  # before the old port closes, so it cannot be the same one
+        self.down()
+        self._start(sock)
 
     def drop_connections(self) -> None:
         """Cut every open connection without a close_notify (a peer that restarted)."""

@@ -532,6 +532,8 @@ class GroupRun:
             server.up()
         elif action == "restart":
             server.drop_connections()
+        elif action == "move":
+            server.move()
         return []
 
     def _arrivals(self, case: dict[str, Any], _: str) -> list[str]:
