@@ -56,6 +56,7 @@ SKIPPED = {
     "peer-versions/status-after-nothing",
     "peer-versions/status-after-another-client",
     "peer-versions/status-contract-only",
+    "peer-versions/status-after-its-response",
     "peer-versions/status-after-nothing-again",
 }
 HTTP_GROUPS_SKIPPED = {"http-backpressure", "http-timeouts"}
