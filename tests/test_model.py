@@ -57,6 +57,7 @@ SKIPPED = {
     "peer-versions/status-after-another-client",
     "peer-versions/status-contract-only",
     "peer-versions/status-after-its-response",
+    "peer-versions/status-after-its-refusal",
     "peer-versions/status-after-nothing-again",
 }
 HTTP_GROUPS_SKIPPED = {"http-backpressure", "http-timeouts"}
