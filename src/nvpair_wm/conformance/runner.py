@@ -253,6 +253,7 @@ class GroupRun:
                 client_cert=cluster.subject_dir / "node.crt",
                 protocols=[PROTOCOLS[p] for p in spec.get("protocols", list(PROTOCOLS))],
                 host=HOST,
+                max_streams=spec.get("maxConcurrentStreams"),
             )
             self.seen[name] = 0
 
