@@ -9,6 +9,9 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import h2.config
+import h2.connection
+import h2.settings
 import pytest
 from nvpair_wm_schema.contract import CONTRACT_VERSION
 
@@ -144,6 +147,54 @@ def test_down_refuses_connections_and_up_listens_on_the_same_port(
     server.up()
     assert server.port == port
     assert _send(server, cluster, json.dumps(EVENT).encode()).status == 202
+
+
+def test_move_listens_on_another_port_only(server: PeerServer, cluster: dict[str, Path]) -> None:
+    """``move``: a member that moved is served at its new port and nowhere else."""
+    port = server.port
+    server.move()
+    assert server.port != port
+    assert _send(server, cluster, json.dumps(EVENT).encode()).status == 202
+    with pytest.raises(OSError), socket.create_connection((HOST, port), timeout=5):
+        pass
+
+
+def test_more_streams_than_the_peer_allows_is_a_problem(cluster: dict[str, Path]) -> None:
+    """``maxConcurrentStreams``: a client that opens more streams at once than the peer's
+    SETTINGS allow (once it acknowledged them) fails the case; up to the limit is served."""
+    server = PeerServer(
+        "p",
+        cert=cluster["p"] / "node.crt",
+        key=cluster["p"] / "node.key",
+        client_cert=cluster["subject"] / "node.crt",
+        protocols=[peer.H2],
+        max_streams=2,
+    )
+    identity = peer.Identity(cluster["subject"] / "node.crt", cluster["subject"] / "node.key")
+    sock = peer._connect(HOST, server.port, identity, peer.H2, 5)
+    try:
+        client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        client.initiate_connection()
+        sock.sendall(client.data_to_send())
+        while client.remote_settings.max_concurrent_streams != 2:
+            client.receive_data(sock.recv(65536))
+        sock.sendall(client.data_to_send())  # the SETTINGS ack: the limit holds from here
+        # Our h2 would refuse to open a third stream: let it believe the limit is higher.
+        client.remote_settings = h2.settings.Settings(client=False)
+        body = json.dumps(EVENT).encode()
+        for sid in (1, 3, 5):
+            headers = [(":method", "POST"), (":scheme", "https"), (":authority", HOST)]
+            headers += [(":path", "/v1/workloads/events"), *GOOD_HEADERS]
+            client.send_headers(sid, headers)
+            client.send_data(sid, body, end_stream=True)
+        sock.sendall(client.data_to_send())
+        assert server.wait_for(lambda s: bool(s.problems), 5)
+    finally:
+        sock.close()
+        server.close()
+    (problem,) = server.take_problems()
+    assert "SETTINGS_MAX_CONCURRENT_STREAMS" in problem
+    assert len(server.requests()) <= 2
 
 
 def test_a_connection_accepted_just_before_down_is_cut(server: PeerServer) -> None:

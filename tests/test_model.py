@@ -58,6 +58,11 @@ SKIPPED = {
     "peer-versions/status-after-nothing",
     "peer-versions/status-after-another-client",
     "peer-versions/status-contract-only",
+    "peer-versions/status-after-its-response",
+    "peer-versions/status-after-its-refusal",
+    # Whether a link is up, and its protocol: status contents, not modelled.
+    "peer-bounds/status-shows-the-live-link",
+    "peer-snapshot-removals/status-shows-the-live-link",
     "peer-versions/status-after-nothing-again",
 }
 HTTP_GROUPS_SKIPPED = {"http-backpressure", "http-timeouts"}

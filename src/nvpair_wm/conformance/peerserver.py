@@ -28,6 +28,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h11
+from h2.settings import SettingCodes
 from nvpair_wm_schema.contract import CONTRACT_VERSION
 
 from nvpair_wm.conformance.expect import CONTRACT_HEADER, contract_header
@@ -97,10 +98,12 @@ class PeerServer:
         client_cert: Path,
         protocols: list[str],
         host: str = "127.0.0.1",
+        max_streams: int | None = None,
     ) -> None:
         self.name = name
         self.host = host
         self.protocols = protocols
+        self.max_streams = max_streams  # HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS, if set
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(cert, key)
@@ -128,12 +131,17 @@ class PeerServer:
 
     def up(self) -> None:
         """Listen (again, on the same port once it has one)."""
-        if self._listener is not None:
-            return
+        if self._listener is None:
+            self._start(self._listen(self.port))
+
+    def _listen(self, port: int) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
+        sock.bind((self.host, port))
         sock.listen(64)
+        return sock
+
+    def _start(self, sock: socket.socket) -> None:
         self.port = int(sock.getsockname()[1])
         self._listener = sock
         threading.Thread(target=self._accept, args=(sock,), daemon=True).start()
@@ -148,6 +156,13 @@ class PeerServer:
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
         self.drop_connections()
+
+    def move(self) -> None:
+        """Go down, then listen on another port: a member that moved (its record in a
+        ``nodes:update`` built after this names the new port)."""
+        sock = self._listen(0)  # before the old port closes, so it cannot be the same one
+        self.down()
+        self._start(sock)
 
     def drop_connections(self) -> None:
         """Cut every open connection without a close_notify (a peer that restarted)."""
@@ -277,13 +292,26 @@ class PeerServer:
             h2.config.H2Configuration(client_side=False, header_encoding="latin-1")
         )
         conn.initiate_connection()
+        if self.max_streams is not None:
+            conn.update_settings({SettingCodes.MAX_CONCURRENT_STREAMS: self.max_streams})
         tls.sendall(conn.data_to_send())
         streams: dict[int, tuple[dict[str, str], bytearray]] = {}
         while True:
             data = tls.recv(65536)
             if not data:
                 return
-            for event in conn.receive_data(data):
+            try:
+                events = conn.receive_data(data)
+            except h2.exceptions.TooManyStreamsError:
+                # h2 counts the limit once the client acknowledged it, as RFC 9113 5.1.2 does.
+                with self._lock:
+                    self.problems.append(
+                        f"more streams open at once than the {self.max_streams} its "
+                        "SETTINGS_MAX_CONCURRENT_STREAMS allows (RFC 9113, 5.1.2)"
+                    )
+                    self._lock.notify_all()
+                raise
+            for event in events:
                 if isinstance(event, h2.events.RequestReceived):
                     hdrs = {str(n).lower(): str(v) for n, v in event.headers}
                     streams[event.stream_id] = (hdrs, bytearray())

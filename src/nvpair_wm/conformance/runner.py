@@ -253,6 +253,7 @@ class GroupRun:
                 client_cert=cluster.subject_dir / "node.crt",
                 protocols=[PROTOCOLS[p] for p in spec.get("protocols", list(PROTOCOLS))],
                 host=HOST,
+                max_streams=spec.get("maxConcurrentStreams"),
             )
             self.seen[name] = 0
 
@@ -532,6 +533,8 @@ class GroupRun:
             server.up()
         elif action == "restart":
             server.drop_connections()
+        elif action == "move":
+            server.move()
         return []
 
     def _arrivals(self, case: dict[str, Any], _: str) -> list[str]:

@@ -17,6 +17,7 @@ DEFAULT_DIR: Final = Path(__file__).parent / "vectors"
 FORMAT_SCHEMA: Final = "behaviour-vector.schema.json"
 COUNTER: Final = "{n}"
 RECORD: Final = "$record"
+AT: Final = "$at"
 
 
 def load(directory: Path = DEFAULT_DIR) -> list[dict[str, Any]]:
@@ -80,10 +81,17 @@ def payload(spec: dict[str, Any], start: int = 0) -> bytes:
 
 def with_records(value: Any, records: dict[str, Any]) -> Any:
     """``value`` with every ``{"$record": NAME}`` replaced by that member's node record (the
-    kit's peers get their ports when the group starts)."""
+    kit's peers get their ports when the group starts). Other members beside ``$record``
+    replace the record's (``{"$record": NAME, "port": 1}``: the member moved elsewhere), and
+    ``"$at": OTHER`` takes OTHER's address and port (NAME's record naming another's server)."""
     if isinstance(value, dict):
-        if set(value) == {RECORD}:
-            return records[value[RECORD]]
+        if RECORD in value:
+            record = dict(records[value[RECORD]])
+            if AT in value:
+                other = records[value[AT]]
+                record.update(address=other["address"], port=other["port"])
+            moved = {k: with_records(v, records) for k, v in value.items() if k not in (RECORD, AT)}
+            return {**record, **moved}
         return {k: with_records(v, records) for k, v in value.items()}
     if isinstance(value, list):
         return [with_records(v, records) for v in value]
