@@ -165,6 +165,8 @@ def statement_span(tree: ast.Module, line: int) -> tuple[int, int] | None:
     if not in_function:
         return None
     best: tuple[int, int] | None = None
+    best_node: ast.AST | None = None
+    enclosing: tuple[int, int] | None = None  # the innermost compound statement's header
     for node in ast.walk(tree):
         if not isinstance(node, ast.stmt | ast.ExceptHandler):
             continue
@@ -175,9 +177,15 @@ def statement_span(tree: ast.Module, line: int) -> tuple[int, int] | None:
         if body:
             end = max(start, body[0].lineno - 1)  # the header of a compound statement
             if line > end:
+                if enclosing is None or start >= enclosing[0]:
+                    enclosing = (start, end)
                 continue  # inside the body: a statement there is innermost
         if best is None or end - start <= best[1] - best[0]:
-            best = (start, end)
+            best, best_node = (start, end), node
+    if isinstance(best_node, ast.Continue | ast.Break | ast.Pass) and enclosing is not None:
+        # coverage records no line for a lone jump (CPython emits no line event for it): the
+        # groups that execute the statement holding it stand for it (a superset: sound)
+        return enclosing
     return best
 
 

@@ -239,3 +239,22 @@ def test_a_mutant_runs_only_the_groups_that_execute_its_statement() -> None:
     assert kit_reach.selection_args({"b"}, ["a", "b"]) == ["--only", "b"]
     assert kit_reach.selection_args({kit_reach.EXPLORE}, ["a", "b"])[0] == "--explore"
     assert km.NOT_REACHED == "not reached by the kit"
+
+
+JUMPS = """\
+def first(items: list[int]) -> int:
+    for n in items:
+        if n < 0:
+            continue
+        return n
+    return 0
+"""
+
+
+def test_a_lone_jump_is_reached_by_the_groups_of_the_statement_holding_it() -> None:
+    # CPython emits no line event for a lone `continue`, so coverage never lists its line: the
+    # `if` that holds it stands for it, or a mutant there would pass as "not reached".
+    kit_reach = _script().kit_reach
+    reach = {"groups": ["a", "b"], "lines": {"m.py": {"2": ["a", "b"], "3": ["a"], "5": ["b"]}}}
+    mutated = JUMPS.replace("continue", "break")
+    assert kit_reach.select(reach, "m", JUMPS, mutated) == {"a"}
