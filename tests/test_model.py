@@ -41,6 +41,8 @@ SKIPPED = {
     "peer-retry/status-after-a-retry",
     "peer-retry/gave-up-once",
     "peer-retry/gave-up-at-the-third-failure",
+    "peer-bounds/status-after-the-backlog",
+    "peer-snapshot/status-while-down",
     # The outcome counters of manager:status: counters the model does not keep.
     "local-dedup/counters",
     "local-errors/counters",
