@@ -42,6 +42,7 @@ SKIPPED = {
     "peer-retry/gave-up-once",
     "peer-retry/gave-up-at-the-third-failure",
     "peer-bounds/status-after-the-backlog",
+    "peer-bounds/status-counts-it-sent",
     "peer-snapshot/status-while-down",
     # The outcome counters of manager:status: counters the model does not keep.
     "local-dedup/counters",
