@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,14 @@ def test_pointers_and_constraints() -> None:
     assert expect.match(value, {"absent": ["/id"]})  # present but null is not absent
     assert expect.match(value, {"equal": {"/error/code": -32601}})
     assert expect.match(value, {"types": {"/error/data/path": "string"}})
+
+
+def test_recent_is_an_epoch_millisecond_time_of_the_last_minutes() -> None:
+    now = int(time.time() * 1000)
+    value = {"at": now - 1000, "old": now - 20 * 86_400_000, "soon": now + 86_400_000, "s": "x"}
+    assert expect.match(value, {"recent": ["/at"]}) == []
+    for pointer in ("/old", "/soon", "/s", "/missing"):
+        assert expect.match(value, {"recent": [pointer]}), pointer
 
 
 def test_items_match_in_any_order_one_to_one() -> None:

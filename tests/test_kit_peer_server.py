@@ -122,6 +122,34 @@ def test_retry_after_is_enforced_and_rules_run_out(
     assert [a.accepted for a in server.requests()] == [False, True]
 
 
+def test_a_request_in_flight_with_the_refused_one_is_not_held_to_its_retry_after(
+    server: PeerServer, cluster: dict[str, Path]
+) -> None:
+    """Two HTTP/2 requests written together: the second was sent before the client could read
+    the first one's Retry-After, so only a request read after that answer is held to it."""
+    server.respond([{"status": 503, "headers": {"retry-after": "30"}, "count": 1}])
+    identity = peer.Identity(cluster["subject"] / "node.crt", cluster["subject"] / "node.key")
+    sock = peer._connect(HOST, server.port, identity, peer.H2, 5.0)
+    try:
+        ex = peer._H2Exchange(sock)
+        conn = ex.conn
+        conn.initiate_connection()
+        body = json.dumps(EVENT).encode()
+        pseudo = [(":method", "POST"), (":scheme", "https"), (":authority", HOST)]
+        for sid in (1, 3):  # both in one write, before any answer
+            conn.send_headers(sid, [*pseudo, (":path", "/v1/workloads/events"), *GOOD_HEADERS])
+            conn.send_data(sid, body, end_stream=True)
+        ex.flush()
+        while len(server.requests()) < 2:
+            ex.pump()
+    finally:
+        sock.close()
+    assert [a.status for a in server.requests()] == [503, 202]
+    assert server.take_problems() == []
+    assert _send(server, cluster, body).status == 202  # read after the Retry-After: held
+    assert any("before the Retry-After" in p for p in server.take_problems())
+
+
 def test_frames_above_selects_large_batches(server: PeerServer, cluster: dict[str, Path]) -> None:
     server.respond([{"status": 413, "framesAbove": 2}])
     assert _send(server, cluster, json.dumps([EVENT] * 3).encode()).status == 413

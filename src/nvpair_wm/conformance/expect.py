@@ -8,6 +8,9 @@ A matcher is a JSON object; every key it has must hold:
 - ``present`` / ``absent``: pointers that must / must not resolve;
 - ``types``: ``{pointer: type}`` with JSON types ``object``, ``array``, ``string``,
   ``integer``, ``number``, ``boolean``, ``null``;
+- ``recent``: pointers to integers that are epoch-millisecond times of the last
+  ``RECENT_S`` seconds by the kit's clock (a timestamp taken while the group ran; the only
+  matcher that reads the clock);
 - ``items``: the value is an array of exactly this many elements, matched one-to-one by these
   matchers in any order (JSON-RPC lets a batch's responses come in any order);
 - ``elements``: the value is an array of exactly this many elements, the i-th matching the i-th
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any, Final
 
 from nvpair_wm_schema.contract import CONTRACT_VERSION
@@ -33,6 +37,8 @@ _SEMVER: Final = re.compile(
     r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+][0-9A-Za-z.+-]+)?"
 )
 _MAJOR: Final = CONTRACT_VERSION.split(".")[0]
+RECENT_S: Final = 600.0  # "recent": at most this long before the check...
+AHEAD_S: Final = 5.0  # ... and at most this far ahead of the kit's clock (clock granularity)
 
 
 def contract_header(value: str | None, where: str) -> list[str]:
@@ -125,6 +131,8 @@ def match(value: Any, matcher: dict[str, Any]) -> list[str]:
         kind = "absent" if got is _MISSING else json_type(got)
         if kind != want and not (want == "number" and kind == "integer"):
             problems.append(f"{pointer} is {kind}, expected {want}")
+    for pointer in matcher.get("recent", []):
+        problems += _recent(resolve(value, pointer), pointer)
     if "items" in matcher:
         problems += _match_unordered(value, matcher["items"])
     if "elements" in matcher:
@@ -135,6 +143,17 @@ def match(value: Any, matcher: dict[str, Any]) -> list[str]:
             for i, (v, m) in enumerate(zip(value, want, strict=True)):
                 problems += [f"[{i}]: {p}" for p in match(v, m)]
     return problems
+
+
+def _recent(got: Any, pointer: str) -> list[str]:
+    """Whether ``got`` is an epoch-millisecond time of the last ``RECENT_S`` seconds."""
+    if got is _MISSING or json_type(got) != "integer":
+        kind = "absent" if got is _MISSING else json_type(got)
+        return [f"{pointer} is {kind}, expected an epoch-millisecond integer"]
+    now = time.time() * 1000
+    if not now - RECENT_S * 1000 <= got <= now + AHEAD_S * 1000:
+        return [f"{pointer} is {_short(got)}, not a time of the last {RECENT_S:g} s in epoch ms"]
+    return []
 
 
 def canonical(value: Any) -> str:

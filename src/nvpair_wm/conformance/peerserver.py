@@ -117,6 +117,9 @@ class PeerServer:
         self._lock = threading.Condition()
         self._rules: list[Rule] = []
         self._not_before = 0.0  # set by a response with Retry-After
+        # When that response was made: a request read before it (in flight together with the
+        # refused one, over HTTP/2) was sent before the client could know, and is not held to it.
+        self._not_before_given = 0.0
         self._conns: set[int] = set()  # file descriptors of open connections
         self._listener: socket.socket | None = None
         self.arrivals: list[Arrival] = []
@@ -254,6 +257,7 @@ class PeerServer:
 
     def _serve_h1(self, tls: ssl.SSLSocket) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+        received = time.monotonic()
         request: h11.Request | None = None
         body = bytearray()
         while True:
@@ -264,6 +268,7 @@ class PeerServer:
                         conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
                     )
                 data = tls.recv(65536)
+                received = time.monotonic()
                 conn.receive_data(data)
                 if not data and conn.their_state is not h11.DONE:
                     return
@@ -276,7 +281,12 @@ class PeerServer:
                 assert request is not None
                 headers = {n.decode().lower(): v.decode("latin-1") for n, v in request.headers}
                 status, extra = self._handle(
-                    H1, request.method.decode(), request.target.decode(), headers, bytes(body)
+                    H1,
+                    request.method.decode(),
+                    request.target.decode(),
+                    headers,
+                    bytes(body),
+                    received=received,
                 )
                 out = [(k, v) for k, v in extra.items()] + [("content-length", "0")]
                 tls.sendall(conn.send(h11.Response(status_code=status, headers=out)) or b"")
@@ -298,6 +308,7 @@ class PeerServer:
         streams: dict[int, tuple[dict[str, str], bytearray]] = {}
         while True:
             data = tls.recv(65536)
+            received = time.monotonic()
             if not data:
                 return
             try:
@@ -322,7 +333,12 @@ class PeerServer:
                 elif isinstance(event, h2.events.StreamEnded):
                     hdrs, body = streams.pop(event.stream_id, ({}, bytearray()))
                     status, extra = self._handle(
-                        H2, hdrs.get(":method", ""), hdrs.get(":path", ""), hdrs, bytes(body)
+                        H2,
+                        hdrs.get(":method", ""),
+                        hdrs.get(":path", ""),
+                        hdrs,
+                        bytes(body),
+                        received=received,
                     )
                     conn.send_headers(
                         event.stream_id,
@@ -337,8 +353,16 @@ class PeerServer:
     # -- one request ----------------------------------------------------------------------------
 
     def _handle(
-        self, protocol: str, method: str, path: str, headers: dict[str, str], body: bytes
+        self,
+        protocol: str,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes,
+        *,
+        received: float,
     ) -> tuple[int, dict[str, str]]:
+        """One request, whose last bytes were read at ``received`` (monotonic)."""
         now = time.monotonic()
         problems: list[str] = []
         if method != "POST" or path != PATH:
@@ -362,7 +386,8 @@ class PeerServer:
                 problems.append(f"a batch of {len(frames)} frames, over {MAX_BATCH_FRAMES}")
             problems += [p for f in frames for p in _frame_problems(f)]
         with self._lock:
-            if now < self._not_before - RETRY_AFTER_SLACK_S:
+            late = received > self._not_before_given  # read after the Retry-After was given
+            if late and now < self._not_before - RETRY_AFTER_SLACK_S:
                 problems.append(
                     f"a request {self._not_before - now:.2f} s before the Retry-After it was "
                     "given ran out"
@@ -373,6 +398,7 @@ class PeerServer:
                 rule.count -= 1
             if "retry-after" in extra:
                 self._not_before = now + float(extra["retry-after"])
+                self._not_before_given = now
             self.problems += problems
             self.arrivals.append(Arrival(now, protocol, status, tuple(frames), len(body)))
             self._lock.notify_all()
