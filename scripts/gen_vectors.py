@@ -202,9 +202,9 @@ def _schema_of(method: str) -> tuple[dict[str, Any], str]:
 def _deep(depth: int) -> dict[str, Any]:
     """A frame nesting exactly ``depth`` levels (the frame object is level 1)."""
     inner: Any = 1
-    for _ in range(depth - 4):  # frame, params, workloadInfo, then the unknown member's levels
+    for _ in range(depth - 3):  # frame, params and workloadInfo are 3; the arrays are the rest
         inner = [inner]
-    info = {**_info("g-deep-{depth}"), "id": f"g-deep-{depth}", "x-deep": inner}
+    info = {**_info(f"g-deep-{depth}"), "x-deep": inner}
     return {"jsonrpc": "2.0", "method": "workload:started", "params": {"workloadInfo": info}}
 
 

@@ -24,6 +24,8 @@ and more) are far beyond any scenario a kit runs.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import math
 import re
@@ -113,14 +115,34 @@ def parse(data: bytes) -> Any:
     if text.startswith("\ufeff"):
         return Error(PARSE_ERROR)
     try:
-        return json.loads(text, parse_constant=lambda _: _Bad(), parse_float=_float)
-    except (ValueError, RecursionError):
+        return _loads(text)
+    except ValueError:
         return Error(PARSE_ERROR)
+    except RecursionError:  # deeper than Python's parser goes: only such an element is refused
+        blank = _STRING.sub(lambda m: "_" * len(m.group()), text).strip(" \t\r\n")
+        depth = list(itertools.accumulate((c in "[{") - (c in "]}") for c in blank))
+        if blank[:1] + blank[-1:] != "[]" or 0 in depth[:-1] or depth[-1]:
+            return Error(PARSE_ERROR)  # not one array
+        at = len(text) - len(text.lstrip(" \t\r\n"))
+        cuts = [i for i, c in enumerate(blank) if c in ",]" and depth[i] == (c == ",")]
+        elements = []
+        for a, b in itertools.pairwise([0, *cuts]):
+            try:
+                elements.append(_loads(text[at + a + 1 : at + b]))
+            except RecursionError:
+                elements.append(_Bad())
+            except ValueError:
+                return Error(PARSE_ERROR)
+        return elements
 
 
 def _float(text: str) -> Any:
     value = float(text)
     return _Bad() if math.isinf(value) else value
+
+
+_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)  # a JSON string
+_loads: Final = functools.partial(json.loads, parse_constant=lambda _: _Bad(), parse_float=_float)
 
 
 def element_fault(value: Any, depth: int = 1) -> bool:

@@ -383,6 +383,8 @@ class GroupRun:
         records = self._records()
         for item in case["local"]:
             self.impl.write(vectors.line(vectors.with_records(item, records)))
+            if "pauseAfter" in item:  # read apart from the next write (no event to await)
+                time.sleep(float(item["pauseAfter"]))
         lines = self.impl.collect()
         problems = expect.match_lines(lines, case.get("expect", []))
         for line in lines:
