@@ -136,5 +136,5 @@ MUTATION_OPERATORS ?= sufficient
 kit-mutation: venv
 	@$(PY) -m pip install --quiet -e '.[dev,bench,mutation]' $(PIP_QUIET)
 	$(PY) scripts/kit_mutation.py run --operators $(MUTATION_OPERATORS) $(MUTATE)
-	$(PY) scripts/kit_mutation.py recheck
+	$(PY) scripts/kit_mutation.py recheck --jobs 2
 	$(PY) scripts/kit_mutation.py report

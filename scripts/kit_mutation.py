@@ -25,13 +25,16 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import queue
 import random
 import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -342,21 +345,41 @@ def mutate_and_test(python: Path, m: Mutant, work: str, *, full: bool) -> dict[s
     return {"outcome": outcome, "failure": _first_failure(output), "selected": output[:400]}
 
 
-def recheck(python: Path) -> int:
+def recheck(python: Path, jobs: int = 1) -> int:
     """Run the kit as it is now against every survivor whose verdict says a new vector or
-    model rule kills it, and keep what happened (the proof of each ``killed:`` verdict)."""
+    model rule kills it, and keep what happened (the proof of each ``killed:`` verdict);
+    ``jobs`` mutants at once, each in its own copy of src."""
     triage: dict[str, str] = json.loads(TRIAGE.read_text()) if TRIAGE.exists() else {}
     done: dict[str, dict[str, str]] = json.loads(RECHECK.read_text()) if RECHECK.exists() else {}
-    for m in current_results():
-        if m.outcome != "survived" or not triage.get(m.key, "").startswith("killed"):
-            continue
-        if done.get(m.key, {}).get("outcome") == "killed":
-            continue  # the kit only grows: what it killed stays killed
-        # The groups that reach the mutant suffice: a kill there is a kill by the whole kit.
-        result = mutate_and_test(python, m, "recheck", full=False)
-        done[m.key] = {"outcome": result["outcome"], "failure": result["failure"]}
-        print(f"kit-mutation: recheck {m.key}: {result['outcome']}", flush=True)
-        RECHECK.write_text(json.dumps(done, indent=1, sort_keys=True) + "\n")
+    todo = [
+        m
+        for m in current_results()
+        if m.outcome == "survived"
+        and triage.get(m.key, "").startswith("killed")
+        # the kit only grows: what it killed stays killed
+        and done.get(m.key, {}).get("outcome") != "killed"
+    ]
+    if todo:
+        kit_reach.load(python, MODULES, rebuild=True)  # the groups of the kit as it is now
+    copies: queue.Queue[str] = queue.Queue()
+    for n in range(max(1, jobs)):
+        copies.put(f"recheck-{n}")
+    lock = threading.Lock()
+
+    def one(m: Mutant) -> None:
+        work = copies.get()
+        try:
+            # The groups that reach the mutant suffice: a kill there is a kill by the whole kit.
+            result = mutate_and_test(python, m, work, full=False)
+        finally:
+            copies.put(work)
+        with lock:
+            done[m.key] = {"outcome": result["outcome"], "failure": result["failure"]}
+            print(f"kit-mutation: recheck {m.key}: {result['outcome']}", flush=True)
+            RECHECK.write_text(json.dumps(done, indent=1, sort_keys=True) + "\n")
+
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        list(pool.map(one, todo))
     return 0
 
 
@@ -709,7 +732,8 @@ def main(argv: list[str] | None = None) -> int:
         default="sufficient",
         help="run the sufficient operator set (default) or every mutant cosmic-ray makes",
     )
-    sub.add_parser("recheck", help="run the kit again on survivors said killed by new vectors")
+    rc = sub.add_parser("recheck", help="run the kit again on survivors said killed by new vectors")
+    rc.add_argument("--jobs", type=int, default=1, help="mutants at once (%(default)s)")
     snd = sub.add_parser("soundness", help="survivors again against the whole kit (a sample)")
     snd.add_argument("--sample", type=int, default=12, help="mutants (%(default)s)")
     snd.add_argument("--seed", type=int, default=1)
@@ -734,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
             all_operators=args.operators == "all",
         )
     if args.cmd == "recheck":
-        return recheck(python)
+        return recheck(python, args.jobs)
     if args.cmd == "soundness":
         return soundness(python, args.sample, args.seed)
     if args.cmd == "test":
