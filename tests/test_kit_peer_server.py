@@ -129,9 +129,9 @@ def test_a_request_in_flight_with_the_refused_one_is_not_held_to_its_retry_after
     the first one's Retry-After, so only a request read after that answer is held to it."""
     server.respond([{"status": 503, "headers": {"retry-after": "30"}, "count": 1}])
     identity = peer.Identity(cluster["subject"] / "node.crt", cluster["subject"] / "node.key")
-    sock = peer._connect(HOST, server.port, identity, peer.H2, 5.0)
+    sock = peer.connect_tls(HOST, server.port, identity, peer.H2, 5.0)
     try:
-        ex = peer._H2Exchange(sock)
+        ex = peer.H2Exchange(sock)
         conn = ex.conn
         conn.initiate_connection()
         body = json.dumps(EVENT).encode()
@@ -199,7 +199,7 @@ def test_more_streams_than_the_peer_allows_is_a_problem(cluster: dict[str, Path]
         max_streams=2,
     )
     identity = peer.Identity(cluster["subject"] / "node.crt", cluster["subject"] / "node.key")
-    sock = peer._connect(HOST, server.port, identity, peer.H2, 5)
+    sock = peer.connect_tls(HOST, server.port, identity, peer.H2, 5)
     try:
         client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         client.initiate_connection()

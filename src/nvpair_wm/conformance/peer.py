@@ -56,9 +56,11 @@ class HttpRequest:
     raw: bytes | None = None  # HTTP/1.1 only: these bytes instead of a well-formed request
 
 
-def _connect(
+def connect_tls(
     host: str, port: int, identity: Identity | None, alpn: str, timeout: float
 ) -> ssl.SSLSocket:
+    """A TLS connection to a member offering ``alpn``, with ``identity`` as the client
+    certificate (public: tests drive the kit's peer server over it at the frame level)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     # Nodes are self-signed and checked by pin: the caller compares server_fingerprint.
@@ -97,7 +99,7 @@ def request(
     timeout: float = 10.0,
 ) -> HttpResponse:
     """Send one request on a new connection and return the response."""
-    sock = _connect(host, port, identity, protocol, timeout)
+    sock = connect_tls(host, port, identity, protocol, timeout)
     try:
         if protocol == H2:
             resp = _h2_exchange(sock, host, port, req)
@@ -178,7 +180,9 @@ def _join(pairs: object) -> dict[str, str]:
     return headers
 
 
-class _H2Exchange:
+class H2Exchange:
+    """Requests over one HTTP/2 connection, driven by h2 (the kit's client side)."""
+
     def __init__(self, sock: ssl.SSLSocket) -> None:
         self.sock = sock
         self.conn = h2.connection.H2Connection(
@@ -223,7 +227,7 @@ class _H2Exchange:
 
 
 def _h2_exchange(sock: ssl.SSLSocket, host: str, port: int, req: HttpRequest) -> HttpResponse:
-    ex = _H2Exchange(sock)
+    ex = H2Exchange(sock)
     conn = ex.conn
     conn.initiate_connection()
     sid = conn.get_next_available_stream_id()
