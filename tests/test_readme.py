@@ -7,7 +7,8 @@ new blocks need nothing but these):
 * Every fenced block tagged ``sh``, ``bash``, ``shell``, ``zsh`` or ``console`` is run, alone,
   with ``bash -eo pipefail`` in a fresh empty temporary directory, with this checkout's
   ``.venv/bin`` first on ``PATH`` (so ``nvpair-wm`` and ``nvpair-wm-cluster`` are the commands
-  of this tree) and ``PORT`` set to a free loopback port. It must exit 0 within
+  of this tree) and ``PORT`` set to the first of ``PORT_COUNT`` consecutive free loopback
+  ports (a block may start several listeners from it). It must exit 0 within
   ``BLOCK_TIMEOUT`` seconds; whatever it leaves running is killed.
 * A block that cannot run here (``make ...`` targets tested elsewhere, long runs, a
   placeholder) gets the exact line ``<!-- illustrative -->`` immediately before its fence.
@@ -23,7 +24,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -31,12 +31,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import free_port_block
 from tests.support.source_tree import ROOT
 
 ILLUSTRATIVE = "<!-- illustrative -->"
 OUTPUT = "<!-- output -->"
 SHELL_TAGS = frozenset({"sh", "bash", "shell", "zsh", "console"})
 BLOCK_TIMEOUT = 60.0
+PORT_COUNT = 8
 DOCS = [
     ROOT / "README.md",
     *sorted((ROOT / "docs").glob("*.md")),
@@ -117,13 +119,6 @@ def matches(shown: str, actual: str) -> bool:
     return True
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def test_the_docs_have_runnable_examples_with_output() -> None:
     """Guards the parser: the README's own examples are found, and some show output."""
     readme = [ex for ex in RUNNABLE if ex.doc == ROOT / "README.md"]
@@ -138,6 +133,11 @@ def test_matches_elisions() -> None:
     assert not matches("a\nb", "a")
 
 
+def tail(path: Path, lines: int = 20) -> str:
+    """The end of a log the example wrote, so a failure shows why a node stopped."""
+    return "".join(f"{line}\n" for line in path.read_text(errors="replace").splitlines()[-lines:])
+
+
 @pytest.mark.parametrize("example", RUNNABLE, ids=[ex.name for ex in RUNNABLE])
 def test_example_runs_as_written(example: Example, tmp_path: Path) -> None:
     bin_dir = Path(sys.executable).parent
@@ -145,7 +145,7 @@ def test_example_runs_as_written(example: Example, tmp_path: Path) -> None:
     env = {
         **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PORT": str(free_port()),
+        "PORT": str(free_port_block(PORT_COUNT)),
         "TMPDIR": str(tmp_path),  # mktemp -d stays inside the test's directory
     }
     work = tmp_path / "work"
@@ -172,6 +172,8 @@ def test_example_runs_as_written(example: Example, tmp_path: Path) -> None:
             proc.wait()
     shown_out = stdout.read_text(errors="replace")
     report = f"{example.name}\n--- stdout\n{shown_out}--- stderr\n{stderr.read_text()}"
+    for log in sorted(work.glob("*.log")):
+        report += f"--- {log.name} (last lines)\n{tail(log)}"
     assert code == 0, f"exit {code} (None: timed out after {BLOCK_TIMEOUT}s)\n{report}"
     if example.shown is not None:
         assert matches(example.shown, shown_out), f"--- shown\n{example.shown}\n{report}"

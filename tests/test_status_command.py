@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ import jsonschema
 from nvpair_wm import status_command
 from tests.support.cluster import Cluster, event, is_upsert, workload
 from tests.support.conformance import BASE, REGISTRY
+from tests.support.ports import free_port
 from tests.support.wm_process import WAIT
 
 COMMAND = Path(sys.executable).parent / "nvpair-wm"
@@ -40,13 +40,6 @@ def status(*args: str) -> subprocess.CompletedProcess[str]:
 def validate(document: Any) -> None:
     schema = {"$ref": BASE + "node-status.schema.json"}
     jsonschema.Draft202012Validator(schema, registry=REGISTRY).validate(document)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def test_status_of_a_running_node_lists_its_peers(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from nvpair_wm.clusterdir import init_cluster
+from tests.support.ports import free_port
 from tests.support.source_tree import ROOT
 from tests.support.wm_process import WAIT
 
@@ -51,13 +52,6 @@ UNIT_KEYS = directives(UNIT.read_text())
 def one(key: str) -> str:
     [value] = UNIT_KEYS[key]
     return value
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def localised(command: str, places: dict[str, str]) -> list[str]:
