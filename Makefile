@@ -132,9 +132,11 @@ fuzz: venv
 # MUTATION_OPERATORS=all runs every mutant cosmic-ray makes, not only the sufficient set.
 MUTATE ?=
 MUTATION_OPERATORS ?= sufficient
+# MUTATION_FLAGS=--changed-only runs only the mutants of lines changed since the results.
+MUTATION_FLAGS ?=
 .PHONY: kit-mutation
 kit-mutation: venv
 	@$(PY) -m pip install --quiet -e '.[dev,bench,mutation]' $(PIP_QUIET)
-	$(PY) scripts/kit_mutation.py run --operators $(MUTATION_OPERATORS) $(MUTATE)
+	$(PY) scripts/kit_mutation.py run --operators $(MUTATION_OPERATORS) $(MUTATION_FLAGS) $(MUTATE)
 	$(PY) scripts/kit_mutation.py recheck --jobs 2
 	$(PY) scripts/kit_mutation.py report

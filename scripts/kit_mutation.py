@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import json
 import queue
 import random
@@ -35,7 +36,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
@@ -67,6 +68,7 @@ KIT_JOBS: Final = 2
 ANNOTATION: Final = "equivalent: inside an annotation, never evaluated (postponed annotations)"
 NOT_REACHED: Final = "not reached by the kit"
 UNSELECTED: Final = "not run: outside the sufficient operator set (--operators all runs it)"
+HELD_BACK: Final = "not run: held back by --changed-only"
 # Selective mutation: cosmic-ray replaces a binary operator with each of 11 others and a
 # comparison with each of 9, mostly redundant (``a + b`` as ``a << b``, ``a < b`` as
 # ``a is b``). By default only the replacements that subsume the rest are run: the inverse
@@ -244,7 +246,7 @@ def seed(db: Path, module: str, module_file: Path) -> int:
             if m is None or m.outcome not in _STORED:
                 continue
             removed = [ln[1:] for ln in m.diff.splitlines() if ln.startswith("-")]
-            if removed and (row > len(source) or removed[0] != source[row - 1]):
+            if removed and (row > len(source) or source[row - 1] not in removed):
                 continue
             worker, test = _STORED[m.outcome]
             output = "timeout" if m.outcome == "timeout" else m.note
@@ -260,6 +262,117 @@ def seed(db: Path, module: str, module_file: Path) -> int:
 
 def session(module: str) -> Path:
     return WORK / module / "session.sqlite"
+
+
+def snapshot(module: str) -> Path:
+    """The module's source as it was when its session was made."""
+    return WORK / module / "source.py"
+
+
+def _spans(db: Path) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """(operator, occurrence) -> (first row, column, last row) of each mutant of a session."""
+    con = sqlite3.connect(db)
+    rows = con.execute(
+        "select operator_name, occurrence, start_pos_row, start_pos_col, end_pos_row"
+        " from mutation_specs"
+    ).fetchall()
+    con.close()
+    return {(op.removeprefix("core/"), occ): (row, col, end) for op, occ, row, col, end in rows}
+
+
+def line_map(old: str, new: str) -> dict[int, int]:
+    """The lines (1-based) of ``old`` that ``new`` keeps unchanged, to their number there."""
+    kept: dict[int, int] = {}
+    matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False)
+    for tag, i1, i2, j1, _j2 in matcher.get_opcodes():
+        if tag == "equal":
+            kept.update((i1 + k + 1, j1 + k + 1) for k in range(i2 - i1))
+    return kept
+
+
+def key_map(
+    module: str, old_db: Path, old_source: str, new_db: Path, new_source: str
+) -> dict[str, str]:
+    """Old key -> new key for every mutant whose lines the edit left as they were: same
+    operator, same column, every line of its span kept and still together. cosmic-ray numbers
+    an operator's mutants through the module, so a new site shifts the occurrences after it;
+    mutants at one place keep their order."""
+    lines = line_map(old_source, new_source)
+    new_at: dict[tuple[str, int, int, int], list[int]] = {}
+    for (op, occ), (row, col, end) in _spans(new_db).items():
+        new_at.setdefault((op, row, col, end), []).append(occ)
+    old_at: dict[tuple[str, int, int, int], list[int]] = {}
+    for (op, occ), (row, col, end) in _spans(old_db).items():
+        old_at.setdefault((op, row, col, end), []).append(occ)
+    mapping: dict[str, str] = {}
+    name = f"{module}.py"
+    for (op, row, col, end), occs in old_at.items():
+        moved = [lines.get(r) for r in range(row, end + 1)]
+        first = moved[0]
+        if first is None or moved != list(range(first, first + end - row + 1)):
+            continue  # a line of it changed: it runs again
+        twins = new_at.get((op, first, col, first + end - row), [])
+        if len(twins) != len(occs):
+            continue
+        for old_occ, new_occ in zip(sorted(occs), sorted(twins), strict=True):
+            mapping[f"{name}:{row}:{op}:{old_occ}"] = f"{name}:{first}:{op}:{new_occ}"
+    return mapping
+
+
+def rekey(module: str, mapping: dict[str, str]) -> int:
+    """Move the module's committed outcomes and verdicts to their new keys; those of mutants
+    the edit changed are dropped (they run again). Returns how many are dropped."""
+    name = f"{module}.py"
+    mutants = load_results() if RESULTS.exists() else []
+    kept: list[Mutant] = []
+    for m in mutants:
+        if m.module != name:
+            kept.append(m)
+        elif m.key in mapping:
+            _module, line, _op, occ = mapping[m.key].split(":")
+            kept.append(replace(m, line=int(line), occurrence=int(occ)))
+    write_results(kept)
+    for path in (TRIAGE, RECHECK, SOUNDNESS):
+        if path.exists():
+            doc = json.loads(path.read_text())
+            moved = {
+                mapping.get(k, k): v
+                for k, v in doc.items()
+                if not k.startswith(f"{name}:") or k in mapping
+            }
+            path.write_text(json.dumps(moved, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    return len(mutants) - len(kept)
+
+
+def hold_back(db: Path, module: str, *, changed_only: bool) -> int:
+    """With ``changed_only``, mark the mutants the committed results list as pending as not to
+    run, so that only those of changed lines run; without it, unmark them. Returns how many
+    are held back."""
+    pending = (
+        {m.key for m in load_results() if m.outcome == "pending"} if RESULTS.exists() else set()
+    )
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("delete from work_results where output = ?", (HELD_BACK,))
+        if changed_only:
+            rows = con.execute(
+                "select job_id, operator_name, occurrence, start_pos_row from mutation_specs"
+                " where job_id not in (select job_id from work_results)"
+            ).fetchall()
+            con.executemany(
+                "insert into work_results (worker_outcome, output, test_outcome, diff, job_id)"
+                " values ('SKIPPED', ?, NULL, NULL, ?)",
+                [
+                    (HELD_BACK, job)
+                    for job, op, occ, row in rows
+                    if f"{module}.py:{row}:{op.removeprefix('core/')}:{occ}" in pending
+                ],
+            )
+        (held,) = con.execute(
+            "select count(*) from work_results where output = ?", (HELD_BACK,)
+        ).fetchone()
+    con.close()
+    return int(held)
 
 
 def select_operators(db: Path, *, everything: bool) -> int:
@@ -286,7 +399,12 @@ def select_operators(db: Path, *, everything: bool) -> int:
 
 
 def run(
-    modules: list[str], python: Path, *, init_only: bool = False, all_operators: bool = False
+    modules: list[str],
+    python: Path,
+    *,
+    init_only: bool = False,
+    all_operators: bool = False,
+    changed_only: bool = False,
 ) -> int:
     cr = python.parent / "cosmic-ray"
     if not init_only:
@@ -301,8 +419,23 @@ def run(
         cfg = work / "cosmic-ray.toml"
         db = session(module)
         cfg.write_text(config_text(module, python))
+        source = (ROOT / "src" / "nvpair_wm" / f"{module}.py").read_text()
+        old_source = snapshot(module).read_text() if snapshot(module).exists() else source
+        old_db = db.with_name("session.old.sqlite")
+        if db.exists() and old_source != source:
+            # The module changed since its session was made: keep what the session holds,
+            # make a new one, and carry every outcome whose lines the edit left alone.
+            write_results(current_results())
+            db.replace(old_db)
         if not db.exists():
             subprocess.run([cr, "init", cfg, db], cwd=work, check=True)
+            snapshot(module).write_text(source)
+            if old_db.exists():
+                mapping = key_map(module, old_db, old_source, db, source)
+                dropped = rekey(module, mapping)
+                old_db.unlink()
+                print(f"kit-mutation: {module}: changed; {len(mapping)} outcomes carried over,"
+                      f" {dropped} of changed lines to run again")  # fmt: skip
             n = mark_annotations(db, work / "src" / "nvpair_wm" / f"{module}.py")
             print(f"kit-mutation: {module}: {n} mutants in annotations marked equivalent")
             if RESULTS.exists():
@@ -317,6 +450,9 @@ def run(
                     return 1
         n = select_operators(db, everything=all_operators)
         print(f"kit-mutation: {module}: {n} mutants outside the sufficient operator set not run")
+        n = hold_back(db, module, changed_only=changed_only)
+        if n:
+            print(f"kit-mutation: {module}: {n} pending mutants of unchanged lines held back")
         if init_only:
             continue
         print(f"kit-mutation: {module}: running the remaining mutants", flush=True)
@@ -473,6 +609,8 @@ def export_sessions() -> list[Mutant]:
                 outcome, note = "pending", ""
             elif worker == "skipped" and output == UNSELECTED:
                 outcome, note = "unselected", ""
+            elif worker == "skipped" and output == HELD_BACK:
+                outcome, note = "pending", ""
             elif worker == "skipped":
                 outcome, note = "equivalent", output or ""
             elif worker != "normal":
@@ -732,6 +870,11 @@ def main(argv: list[str] | None = None) -> int:
         default="sufficient",
         help="run the sufficient operator set (default) or every mutant cosmic-ray makes",
     )
+    r.add_argument(
+        "--changed-only",
+        action="store_true",
+        help="run only the mutants of lines changed since the results were made",
+    )
     rc = sub.add_parser("recheck", help="run the kit again on survivors said killed by new vectors")
     rc.add_argument("--jobs", type=int, default=1, help="mutants at once (%(default)s)")
     snd = sub.add_parser("soundness", help="survivors again against the whole kit (a sample)")
@@ -756,6 +899,7 @@ def main(argv: list[str] | None = None) -> int:
             python,
             init_only=args.init_only,
             all_operators=args.operators == "all",
+            changed_only=args.changed_only,
         )
     if args.cmd == "recheck":
         return recheck(python, args.jobs)

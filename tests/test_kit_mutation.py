@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -258,3 +259,39 @@ def test_a_lone_jump_is_reached_by_the_groups_of_the_statement_holding_it() -> N
     reach = {"groups": ["a", "b"], "lines": {"m.py": {"2": ["a", "b"], "3": ["a"], "5": ["b"]}}}
     mutated = JUMPS.replace("continue", "break")
     assert kit_reach.select(reach, "m", JUMPS, mutated) == {"a"}
+
+
+def _session(path: Path, specs: list[tuple[str, int, int, int, int]]) -> Path:
+    """A session file as cosmic-ray makes it, holding only what ``key_map`` reads: each spec is
+    (operator, occurrence, first row, column, last row)."""
+    con = sqlite3.connect(path)
+    with con:
+        con.execute(
+            "create table mutation_specs (operator_name, occurrence, start_pos_row,"
+            " start_pos_col, end_pos_row, job_id)"
+        )
+        con.executemany(
+            "insert into mutation_specs values (?, ?, ?, ?, ?, ?)",
+            [(f"core/{op}", occ, row, col, end, f"{op}{occ}") for op, occ, row, col, end in specs],
+        )
+    con.close()
+    return path
+
+
+def test_an_edit_carries_the_outcomes_of_the_lines_it_left_alone(tmp_path: Path) -> None:
+    """A line added above moves the keys (line and occurrence) of what follows; a changed line,
+    or a span one of whose lines changed, loses its outcome and runs again."""
+    km = _script()
+    old = "a = 1\nif a < 2:\n    b = (a <\n         3)\nc = a < 4\n"
+    new = "z = 0 < 1\na = 1\nif a < 2:\n    b = (a <\n         5)\nc = a < 4\n"
+    assert km.line_map(old, new) == {1: 2, 2: 3, 3: 4, 5: 6}
+    lt = "ReplaceComparisonOperator_Lt_Gt"
+    old_db = _session(
+        tmp_path / "old.sqlite", [(lt, 0, 2, 3, 2), (lt, 1, 3, 9, 4), (lt, 2, 5, 4, 5)]
+    )
+    new_db = _session(
+        tmp_path / "new.sqlite",
+        [(lt, 0, 1, 4, 1), (lt, 1, 3, 3, 3), (lt, 2, 4, 9, 5), (lt, 3, 6, 4, 6)],
+    )
+    mapping = km.key_map("m", old_db, old, new_db, new)
+    assert mapping == {f"m.py:2:{lt}:0": f"m.py:3:{lt}:1", f"m.py:5:{lt}:2": f"m.py:6:{lt}:3"}
