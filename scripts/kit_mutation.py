@@ -340,7 +340,7 @@ def rekey(module: str, mapping: dict[str, str]) -> int:
                 for k, v in doc.items()
                 if not k.startswith(f"{name}:") or k in mapping
             }
-            path.write_text(json.dumps(moved, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+            path.write_text(json.dumps(moved, indent=1, ensure_ascii=False) + "\n")
     return len(mutants) - len(kept)
 
 
