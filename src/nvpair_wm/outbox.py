@@ -191,7 +191,7 @@ class RetryRun:
         lim = self._limits
         if generation is not None and generation != self.generation:
             if retry_after is not None:
-                self._asked(now + min(retry_after, lim.max_retry_after))
+                self.asked(now + min(retry_after, lim.max_retry_after))
             return None
         self.generation += 1
         self.failures += 1
@@ -199,13 +199,13 @@ class RetryRun:
             self.since = now
         delay = self.backoff.delay(self.failures)
         if retry_after is not None:
-            self._asked(now + self.backoff.after(min(retry_after, lim.max_retry_after)))
+            self.asked(now + self.backoff.after(min(retry_after, lim.max_retry_after)))
         self.retry_at = max(now + delay, self.asked_until)
         if self.failures >= lim.retry_max_attempts or now - self.since >= lim.retry_max_age:
             return LinkEvent.EXHAUSTED
         return LinkEvent.FAILED
 
-    def _asked(self, until: float) -> None:
+    def asked(self, until: float) -> None:
         """The peer asked us to wait until ``until``: the later of its waits holds."""
         self.asked_until = max(self.asked_until, until)
         self.retry_at = max(self.retry_at, self.asked_until)
