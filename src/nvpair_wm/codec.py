@@ -59,6 +59,7 @@ from nvpair_wm_schema.jsonrpc_schema import (
 )
 
 from nvpair_wm.errors import InvalidFrame  # defined there; still importable from here
+from nvpair_wm.jsontext import is_json_text
 
 # The error codes and messages are the contract's (generated); they are re-exported from here.
 __all__ = [
@@ -266,6 +267,8 @@ _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
 _NOT_BRACKETS_OR_DIGITS: Final = bytes(b for b in range(256) if b not in b"[]{}0123456789")
 _STEP: Final = tuple(1 if b in b"[{" else -1 if b in b"]}" else 0 for b in range(256))
 _BOM: Final = b"\xef\xbb\xbf"
+# The first four bytes of a \\u escape of a surrogate (see _not_json_text).
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
 TOO_DEEP: Final = (
     f"nested deeper than {MAX_DEPTH} levels of arrays and objects (the contract's MAX_DEPTH)"
 )
@@ -706,6 +709,25 @@ def _split_array(payload: bytes) -> list[bytes] | None:
     return elements
 
 
+def _not_json_text(batch: bytes) -> str | None:
+    """Why a batch that msgspec's splitter refused is not JSON text; None when it is.
+
+    What the splitter refuses as an element's own fault is set aside: a lone surrogate escape
+    gets other hex digits (as long, so msgspec's byte offsets hold; the text after an escaped
+    backslash may change too, which changes no grammar), and text nested beyond its bound is
+    read by :func:`is_json_text`, which does not recurse. The splitter does not check UTF-8
+    inside strings: each element's own decode does."""
+    text = _SURROGATE_ESCAPE.sub(rb"\\u00", batch)
+    try:
+        _batch_decoder.decode(text)
+    except msgspec.DecodeError as exc:
+        return f"malformed JSON: {exc}"
+    except RecursionError:
+        if not is_json_text(text):
+            return f"malformed JSON: not JSON text (RFC 8259; read without recursion: {TOO_DEEP})"
+    return None
+
+
 def batch_too_long(count: int, limit: int) -> RpcError:
     """The one error of a batch over ``limit`` elements (its ids are not read: null)."""
     return RpcError(
@@ -735,21 +757,15 @@ def decode(payload: bytes, max_batch: int = MAX_BATCH_FRAMES) -> Decoded:
         if len(views) > max_batch:
             return _too_many(len(views), max_batch)
         raws = [bytes(r) for r in views]
-    except RecursionError:
-        # An element nests beyond msgspec's own bound: split by brackets, judge each alone.
-        split = _split_array(payload)
-        if split is None:
-            return Decoded([RpcError(PARSE_ERROR, f"malformed JSON: {TOO_DEEP}")], batch=False)
-        raws = split
-    except msgspec.DecodeError as exc:
-        # msgspec's splitter refuses a lone surrogate anywhere in the batch. Like every other
-        # I-JSON rule (and the nesting bound) it is the offending element's error, not the
-        # whole body's: only a body that is not JSON at all is one parse error.
-        lone = b"\\u" in payload and _lone_surrogate(payload) is not None
-        split = _split_array(payload) if lone else None
-        if split is None:
-            return Decoded([RpcError(PARSE_ERROR, _why_unparseable(payload, exc))], batch=False)
-        raws = split
+    except (msgspec.DecodeError, RecursionError):
+        # msgspec's splitter refuses a lone surrogate escape anywhere in the batch, and an
+        # element nested beyond its own bound. Like every other I-JSON rule (and the nesting
+        # bound) each is the offending element's error, not the whole body's: only a body that
+        # is not JSON text at all is one parse error, and that is settled first.
+        why = _not_json_text(payload)
+        if why is not None:
+            return Decoded([RpcError(PARSE_ERROR, why)], batch=False)
+        raws = _split_array(payload) or []
     if not raws:
         return Decoded([RpcError(INVALID_REQUEST, "empty batch")], batch=False)
     if len(raws) > max_batch:
