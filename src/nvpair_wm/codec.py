@@ -257,7 +257,10 @@ def _integral_floats_to_int(obj: Any) -> Any:
 
 # -- I-JSON in every member, and the nesting bound --------------------------------------------
 
-_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# A string, or one never closed, to the end of the text: so every quote starts a match that ends
+# where its string does and no match is retried inside a string (a closing quote required, a
+# string of escaped quotes never closed cost time quadratic in its length).
+_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 _ESCAPE: Final = re.compile(rb"\\(?:u([0-9A-Fa-f]{4})|.)", re.DOTALL)
 _NUMBER: Final = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 # An integer literal that no finite double holds has at least 309 digits (2**1024 ~ 1.8e308).
