@@ -10,9 +10,10 @@ member names, as the contract says.
 
 msgspec skips unknown members without checking them, so a frame that passed the strict pass but
 carried one (found cheaply, see :func:`_fully_read`) is re-read generically too: every member
-must be I-JSON, and no frame may nest deeper than ``MAX_DEPTH``. Nothing raises out of
-:func:`decode`, whatever the bytes: each failure is that frame's -32700 with a reason that says
-what was wrong and where.
+must be I-JSON, and no frame may nest deeper than ``MAX_DEPTH``; in a batch each such fault is
+its element's, once the whole text is known to be JSON (:func:`_not_json_text`). Nothing raises
+out of :func:`decode`, whatever the bytes: each failure is that frame's -32700 with a reason that
+says what was wrong and where.
 
 :func:`validate` checks JSON text against any one generated type, with the same rules; a tagged
 frame type decoded on its own still requires its ``method``, as the schema does (msgspec by itself
