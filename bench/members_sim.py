@@ -403,7 +403,7 @@ class Member:
             self.statuses[status] += 1
             self.cluster.statuses[status] += 1
             if 200 <= status < 300:
-                self.retry.success()
+                self.retry.success(loop.time)
                 self.sent_ok += len(chunk)
                 i += len(chunk)
                 continue

@@ -199,12 +199,16 @@ def _schema_of(method: str) -> tuple[dict[str, Any], str]:
     raise KeyError(method)
 
 
-def _deep(depth: int) -> dict[str, Any]:
-    """A frame nesting exactly ``depth`` levels (the frame object is level 1)."""
+def _deep(depth: int, wide: int = 0) -> dict[str, Any]:
+    """A frame nesting exactly ``depth`` levels (the frame object is level 1); ``wide`` empty
+    arrays beside the deep member give it more brackets than twice its depth, so that a count of
+    brackets cannot stand in for the depth."""
     inner: Any = 1
     for _ in range(depth - 3):  # frame, params and workloadInfo are 3; the arrays are the rest
         inner = [inner]
-    info = {**_info(f"g-deep-{depth}"), "x-deep": inner}
+    info = {**_info(f"g-deep-{depth}{'-wide' if wide else ''}"), "x-deep": inner}
+    if wide:
+        info["x-wide"] = [[] for _ in range(wide)]
     return {"jsonrpc": "2.0", "method": "workload:started", "params": {"workloadInfo": info}}
 
 
@@ -350,6 +354,7 @@ def schema_group() -> dict[str, Any]:
         frame = _deep(depth)
         b.local(f"depth-{depth}-local", {**frame, "id": depth})
         b.local(f"depth-{depth}-local-batch", [{**_deep(depth), "id": depth}])
+        b.local(f"depth-{depth}-wide-local", {**_deep(depth, wide=depth), "id": depth})
         for proto in ("h2", "http/1.1"):
             deep = _deep(depth)
             deep["params"]["workloadInfo"]["id"] += proto

@@ -59,6 +59,7 @@ MODULES: Final = (
     "dedup",
     "broadcaster",
     "codec",
+    "jsontext",
     "outbox",
 )
 # Per mutant: a kit run that fails fast takes seconds, a surviving one about 30 s on a loaded

@@ -35,6 +35,7 @@ from hypothesis_jsonschema import from_schema
 from jsonschema import Draft202012Validator
 
 from nvpair_wm import codec
+from nvpair_wm.conformance.grammar import is_json_text as model_is_json_text
 from nvpair_wm.dedup import WorkloadTable
 from nvpair_wm.dispatch import Dispatcher
 from tests.support.bundle import bundle
@@ -300,13 +301,70 @@ MUTATIONS: Final[dict[str, Callable[[dict[str, Any]], st.SearchStrategy[bytes]]]
 }
 
 
+# A batch [good, mutated, good], whole or broken: only text that is not JSON is one -32700.
+BATCHES: Final[dict[str, Callable[[bytes, bytes], bytes]]] = {
+    "whole": lambda good, text: b"[" + good + b"," + text + b"," + good + b"]",
+    "a missing comma": lambda good, text: b"[" + good + b"," + text + b" " + good + b"]",
+    "a byte after the array": lambda good, text: b"[" + good + b"," + text + b"]x",
+    "a trailing comma": lambda good, text: b"[" + good + b"," + text + b",]",
+    "a bare word before": lambda good, text: b"[" + good[:-1] + b",oops}," + text + b"]",
+}
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON text")
+
+
+def is_json_text(payload: bytes) -> bool:
+    """RFC 8259's grammar alone (I-JSON and depth are each element's): Python's json, which
+    takes lone surrogates, big numbers and (as surrogates) invalid UTF-8 in strings; past its
+    own depth bound the model's grammar, which shares no code with the codec's."""
+    text = payload.decode("utf-8", "surrogateescape")
+    try:
+        json.loads(text, parse_constant=_no_constant)
+    except ValueError:
+        return False
+    except RecursionError:
+        return model_is_json_text(text)
+    return True
+
+
+def agree_in_a_batch(good: bytes, text: bytes, broken: str) -> None:
+    """The mutated frame as a batch element: its own verdict if the batch is JSON text (the
+    others accepted), else one -32700 for the whole line."""
+    payload = BATCHES[broken](good, text)
+    decoded = codec.decode(payload)
+    detail = f"\n  batch ({broken}): {payload[:400]!r}\n  codec: {decoded!r}"[:1200]
+    if not is_json_text(payload):
+        assert not decoded.batch and len(decoded.items) == 1, "split text that is not JSON" + detail
+        [item] = decoded.items
+        assert isinstance(item, codec.RpcError) and item.code == codec.PARSE_ERROR, detail
+        return
+    assert decoded.batch and len(decoded.items) == 3, detail
+    first, element = decoded.items[:2]
+    assert not isinstance(first, codec.RpcError), detail
+    verdict, _ = reference(text)
+    if verdict == "unparseable":
+        assert isinstance(element, codec.RpcError), "accepted unparseable text" + detail
+        assert element.code == codec.PARSE_ERROR, "not a parse error" + detail
+    elif verdict == "invalid":
+        assert isinstance(element, codec.RpcError), "accepted an invalid frame" + detail
+        assert element.code != codec.PARSE_ERROR, "valid JSON called unparseable" + detail
+    else:
+        assert not isinstance(element, codec.RpcError), "refused a valid frame" + detail
+
+
 @FUZZ
 @given(frame=FRAMES, data=st.data())
 def test_codec_agrees_with_the_reference(frame: dict[str, Any], data: st.DataObject) -> None:
-    """Each drawn frame goes through every mutation class (drawing frames is the slow part)."""
+    """Each drawn frame goes through every mutation class (drawing frames is the slow part),
+    alone and as an element of a batch, whole or broken."""
+    good = json.dumps(frame, separators=(",", ":")).encode()
     for name, mutate in MUTATIONS.items():
         text = data.draw(mutate(copy.deepcopy(frame)), label=name)
         agree(text)
+        if text.lstrip()[:1] != b"[":
+            agree_in_a_batch(good, text, data.draw(st.sampled_from(sorted(BATCHES))))
 
 
 def test_the_reference_and_the_codec_share_the_bound() -> None:

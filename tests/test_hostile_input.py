@@ -18,7 +18,8 @@ import socket
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -274,6 +275,64 @@ def test_split_array_judges_structure_only() -> None:
     assert codec._split_array(b' [ 1 , {"a":[","]} ,"]"] ') == [b" 1 ", b' {"a":[","]} ', b'"]"']
     for bad in [b"[1,]", b"[,1]", b"[1] x", b"x [1]", b"[1", b"{}", b"[1]]", b"[]"]:
         assert codec._split_array(bad) is None, bad
+
+
+# What an element of a batch answers for alone (its own -32700, with the reason's words) ...
+ELEMENT_FAULTS = {
+    "a lone surrogate": (unknown(b'"\\ud800"', rid="b"), SURROGATE),
+    "a lone surrogate in a member name": (unknown(b'{"\\udc00":1}', rid="b"), SURROGATE),
+    "1e400": (unknown(b"1e400", rid="b"), NOT_FINITE),
+    "an integer of 309 digits": (unknown(b"9" * 309, rid="b"), NOT_FINITE),
+    "nested 1,100 deep (past msgspec's own bound)": (unknown(deep(1100), rid="b"), TOO_DEEP),
+    "a surrogate encoded in UTF-8": (unknown(b'"\xed\xa0\x80"', rid="b"), "invalid UTF-8 at byte"),
+    "a UTF-8 sequence cut short": (unknown(b'"\xe2\x82"', rid="b"), "invalid UTF-8 at byte"),
+}
+# ... and every way a batch [a, bad, c] can fail to be JSON text: then one -32700 for the line.
+NOT_JSON: dict[str, Callable[[bytes, bytes, bytes], bytes]] = {
+    "a byte after the array": lambda a, bad, c: b"[" + a + b"," + bad + b"," + c + b"]x",
+    "a missing comma": lambda a, bad, c: b"[" + a + b"," + bad + b" " + c + b"]",
+    "one ']' too many": lambda a, bad, c: b"[" + a + b"," + bad + b"," + c + b"]]",
+    "a string never closed": lambda a, bad, c: b"[" + a + b"," + bad + b',"abc]',
+    "a syntax error before": lambda a, bad, c: b"[" + a[:-1] + b",oops}," + bad + b"]",
+    "a syntax error after": lambda a, bad, c: b"[" + bad + b"," + c[:-1] + b",}]",
+    "a syntax error inside it": lambda a, bad, c: b"[" + a + b"," + bad[:-1] + b' "z":1}]',
+    "invalid UTF-8 between elements": lambda a, bad, c: b"[" + a + b", \xff ," + bad + b"]",
+    "NaN in another element": lambda a, bad, c: b"[" + a[:-1] + b',"n":NaN},' + bad + b"]",
+}
+
+
+@pytest.mark.parametrize("fault", list(ELEMENT_FAULTS))
+def test_a_batch_that_is_not_json_text_is_one_error_whatever_faults_it_holds(fault: str) -> None:
+    bad, why = ELEMENT_FAULTS[fault]
+    a, c = dumps(request("a")), dumps(request("c"))
+    decoded = codec.decode(b"[" + a + b"," + bad + b"," + c + b"]")  # JSON text: each alone
+    assert decoded.batch and [type(i) is RpcError for i in decoded.items] == [False, True, False]
+    error = decoded.items[1]
+    assert isinstance(error, RpcError) and error.code == PARSE_ERROR and why in error.reason
+    for syntax, build in NOT_JSON.items():
+        decoded = codec.decode(build(a, bad, c))
+        assert not decoded.batch and len(decoded.items) == 1, (fault, syntax, decoded)
+        [error] = decoded.items
+        assert isinstance(error, RpcError) and error.code == PARSE_ERROR, (fault, syntax)
+        assert error.id is None and error.respond, (fault, syntax)
+
+
+def test_the_whole_line_error_names_the_syntax_error_not_the_element_fault() -> None:
+    a, c = dumps(request("a")), dumps(request("c"))
+    bad = unknown(b'"\\ud800"', rid="b")
+    [error] = codec.decode(b"[" + a + b"," + bad + b" " + c + b"]").items
+    assert isinstance(error, RpcError) and "expected ','" in error.reason, error
+    assert f"(byte {len(a) + len(bad) + 3})" in error.reason, error  # offsets survive
+
+
+def test_an_unclosed_string_of_escaped_quotes_is_refused_in_linear_time() -> None:
+    """Each quote of such a string once started a match that ran to the end: quadratic."""
+    never_closed = b'"' + b'\\"' * 200_000
+    for payload in (b"[" * 1100 + never_closed, b'{"x":' + b"[" * 200 + never_closed):
+        started = time.perf_counter()
+        [error] = codec.decode(payload).items
+        assert isinstance(error, RpcError) and error.code == PARSE_ERROR
+        assert time.perf_counter() - started < 20  # minutes before; well under a second here
 
 
 @settings(max_examples=300, deadline=None)

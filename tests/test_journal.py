@@ -15,6 +15,7 @@ import math
 import os
 import random
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -925,7 +926,7 @@ def test_a_compaction_folds_with_the_cyclic_gc_paused(
 
 def table_state(table: WorkloadTable) -> Any:
     """Everything a table holds, in order (eviction pops in insertion order), comparable."""
-    classes = (table._live, table._done, table._tombs)
+    classes = (table._live, table._done, table._tombs, table._taken)
     index = [
         (wid, entry if isinstance(entry, tuple) else (entry.held, list(entry.newest)))
         for wid, entry in table._runs.items()
@@ -947,12 +948,14 @@ def random_records(rng: random.Random, n: int) -> list[Record]:
     for _ in range(n):
         kind = rng.choice(kinds)
         origin = rng.choice(("node-a", "node-b"))
-        wid, run = f"w{rng.randrange(12)}", rng.choice(("", f"run-{origin}-{rng.randrange(3)}"))
+        # A run is now and then one of the other origin's (the key (runId, id) is shared).
+        owner = origin if rng.random() < 0.8 else rng.choice(("node-a", "node-b"))
+        wid, run = f"w{rng.randrange(12)}", rng.choice(("", f"run-{owner}-{rng.randrange(3)}"))
         at = T0 - rng.choice((0.0, 1.0, 5.0, 50.0, 150.0))  # 150 s: past every TTL
         if kind in (REMOVAL, FORWARDED_REMOVAL):
             records.append(Record(kind, at, origin, wid, run))
             continue
-        run = run or f"run-{origin}-0"
+        run = run or f"run-{owner}-0"
         seq = rng.choice((0, 1, 2, 3, 5))
         body = b'{"method":"x"}' if kind in (LIVE, TERMINAL_EVENT) else b""
         records.append(Record(kind, at, origin, wid, run, body, seq))
@@ -991,6 +994,33 @@ def test_the_reload_fast_path_takes_a_compacted_full_log_inline() -> None:
     assert reload_table(fast, records, mono=10.0, wall=T0) == 0
     reload_table_one_by_one(general, records, mono=10.0, wall=T0)
     assert len(fast) == 200 and table_state(fast) == table_state(general)
+
+
+def forwarded(origin: str, run: str, at: float) -> Record:
+    """A peer's event of id "1", seq 1, as forwarded to the broker."""
+    return Record(FORWARDED_LIVE, at, origin, "1", run, b"", 1)
+
+
+@pytest.mark.parametrize("load", [reload_table, reload_table_one_by_one])
+def test_a_run_another_origin_removed_is_still_its_origins_newest_after_a_reload(
+    load: Callable[[WorkloadTable, list[Record], float, float], int],
+) -> None:
+    """node-b's removal naming r1 took node-a's workload of r1 (the key (runId, id) is shared)
+    before the restart: after it, node-a's removal without runId covers r1 alone, as before;
+    and a later run of node-a reloaded after that removal is its newest instead."""
+    records = [
+        forwarded("node-a", "r0", T0 - 4),
+        forwarded("node-a", "r1", T0 - 3),
+        Record(FORWARDED_REMOVAL, T0 - 2, "node-b", "1", "r1"),
+    ]
+    table = WorkloadTable(LIMITS)
+    load(table, records, 10.0, T0)
+    assert table.remove("node-a", "1", None, 10.0) == ("applied", Removal("node-a", "1", "r1"))
+    assert table.newest_seq("r0", "1") == 1  # r0 was not removed
+    later = WorkloadTable(LIMITS)
+    load(later, [*records, forwarded("node-a", "r2", T0 - 1)], 10.0, T0)
+    assert later.remove("node-a", "1", "r2", 10.0)[0] == "applied"
+    assert later.remove("node-a", "1", None, 10.0) == ("duplicate", Removal("node-a", "1", "r2"))
 
 
 @pytest.mark.parametrize("seed", range(100))

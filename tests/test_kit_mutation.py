@@ -45,7 +45,7 @@ def _kit(*args: str) -> tuple[int, dict[str, Any]]:
 def test_fail_fast_starts_no_group_after_a_failure() -> None:
     only = ["--only", "local-requests", "--only", "local-errors", "--only", "local-batches"]
     dead = ["--", sys.executable, "-c", "pass"]  # exits at once: every group fails
-    status, doc = _kit(*only, "--fail-fast", *dead)
+    status, doc = _kit(*only, "--fail-fast", "--jobs", "1", *dead)  # in turn: none after it
     assert status == 1
     assert {r["group"] for r in doc["results"]} == {"local-requests"}
     status, doc = _kit(*only, *dead)

@@ -6,6 +6,7 @@ import json
 import random
 from typing import Any
 
+import pytest
 from nvpair_wm_schema.workload_info_schema import WorkloadInfo
 
 from nvpair_wm.dedup import Removal, WorkloadTable
@@ -13,6 +14,7 @@ from nvpair_wm.dispatch import outbound_event, outbound_removal
 from nvpair_wm.events import Outbound, lifecycle_frame
 from nvpair_wm.outbox import Backoff, Batch, BroadcastLimits, PeerOutbox, RetryRun
 from nvpair_wm.sync import Snapshot
+from nvpair_wm.versions import CONTRACT_HEADER
 from tests.support.frames import info
 
 STATES = {1: "queued", 2: "running", 3: "completed"}
@@ -291,6 +293,96 @@ def test_a_failure_after_a_success_starts_a_new_run_even_for_an_older_request() 
     box.delivered(first)
     box.failed(second, "reset")
     assert box.retry.failures == 1
+
+
+# -- a wait the peer asked for --------------------------------------------------------------------
+
+RETRY_AFTER_1 = [(b"retry-after", b"1")]
+BAD_FIRST = b'[{"jsonrpc":"2.0","id":null,"error":{"code":-32602,"message":"Invalid params",'
+BAD_FIRST += b'"data":{"index":0}}}]'
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [(202, b""), (404, b"no such path"), (400, BAD_FIRST)],
+    ids=["taken", "final-4xx", "partly-taken"],
+)
+def test_an_answer_beside_a_503_keeps_its_retry_after(status: int, body: bytes) -> None:
+    """Two requests in flight: one answered 503 with Retry-After: 1, then the other answered
+    (taken, refused for good, taken but for a frame). That ends the run of failures, not the
+    wait the peer asked for: the refused frame goes again only once it has run out."""
+    clock = Clock()
+    box = make(clock=clock, max_batch_frames=1)
+    box.push([ev("1"), ev("2")])
+    refused, beside = box.next_batch(), box.next_batch()
+    assert refused is not None and beside is not None
+    box.answered(refused, 503, RETRY_AFTER_1, b"busy")
+    box.answered(beside, status, [], body)
+    assert box.retry.failures == 0 and box.retry.since is None
+    assert box.ready_at() >= clock.now + 1.0
+    clock.now += 0.999
+    assert box.next_batch() is None
+    clock.now = box.ready_at()
+    assert ids(box.next_batch()) == [("1", 1)]
+
+
+def test_a_version_refusal_beside_a_503_keeps_its_retry_after() -> None:
+    """The other request is refused for its contract version (409): the version probe, due in
+    0.1 s, still waits for the Retry-After."""
+    clock = Clock()
+    table = WorkloadTable()
+    observe_local(table, info(id="1"), 0.0)
+    box = make(table.originated, clock=clock, max_batch_frames=1, version_probe_interval=0.1)
+    box.push([ev("1"), ev("2")])
+    refused, beside = box.next_batch(), box.next_batch()
+    assert refused is not None and beside is not None
+    box.answered(refused, 503, RETRY_AFTER_1, b"busy")
+    box.answered(beside, 409, [(CONTRACT_HEADER, b"99.0.0")], b"")
+    assert box.peer_state(connected=True) == "refused"
+    clock.now += 0.999
+    assert box.next_batch() is None
+    clock.now = box.ready_at()
+    assert ids(box.next_batch()) == [("1", 1)]  # the probe: a snapshot
+
+
+def test_a_reload_or_a_failed_connection_does_not_shorten_a_retry_after() -> None:
+    clock = Clock()
+    box = make(clock=clock)
+    box.push([ev("1")])
+    batch = box.next_batch()
+    assert batch is not None
+    box.answered(batch, 503, [(b"retry-after", b"2")], b"busy")
+    until = box.ready_at()
+    assert until >= clock.now + 2.0
+    box.set_limits(BroadcastLimits(retry_base=0.01, retry_max_delay=0.02, max_retry_after=0.5))
+    assert box.ready_at() == until
+    box.failed(None, "connection refused")  # counted, with a backoff of 0.02 s at most
+    assert box.ready_at() == until
+
+
+class CountingClock(Clock):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.now
+
+
+def test_a_success_reads_the_clock_only_while_a_retry_after_is_recorded() -> None:
+    clock = CountingClock()
+    run = RetryRun(BroadcastLimits(), random.Random(1))
+    run.success(clock)
+    assert clock.reads == 0 and run.retry_at == 0.0
+    run.failure(clock.now, retry_after=1.0)
+    run.success(clock)  # the wait runs: kept
+    assert clock.reads == 1 and run.retry_at >= clock.now + 1.0
+    clock.now = run.retry_at
+    run.success(clock)  # it ran out: forgotten, so that next_batch reads no clock either
+    assert run.retry_at == 0.0 and run.asked_until == 0.0
+    run.success(clock)
+    assert clock.reads == 2
 
 
 def test_requeued_frame_loses_to_a_newer_queued_one() -> None:

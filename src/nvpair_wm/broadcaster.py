@@ -24,7 +24,8 @@ tick); the set of links is reconciled on every
 ``nodes:update``, and every ``reconcile_interval`` for changes to ``trusted/`` and to our own
 certificate. A node without an identity has no links and sends
 nothing; once its files appear, links start at the next reconcile. A rotated identity closes
-the connections made with the old one.
+the connections made with the old one. A peer dropped and announced again (or unpinned and
+pinned again) while a ``Retry-After`` it gave runs gets a new link that still waits for it.
 
 Shutdown (:meth:`Broadcaster.close`): no more publishing, snapshots are skipped, each link
 sends what is queued and stops; whatever is left after ``grace`` seconds is abandoned.
@@ -38,6 +39,7 @@ import dataclasses
 import functools
 import logging
 import random
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -521,6 +523,10 @@ class Broadcaster:
         self._ticker: asyncio.Task[None] | None = None
         self._stopping: set[asyncio.Task[None]] = set()
         self._no_identity_logged = False
+        # fingerprint → the end of a Retry-After a removed link was given (monotonic): a link
+        # made for that peer again waits for it. Pruned once past: each lives at most
+        # 1.5 max_retry_after.
+        self._waits: dict[str, float] = {}
 
     # -- the API node.py uses ---------------------------------------------------------------------
 
@@ -619,8 +625,13 @@ class Broadcaster:
         else:
             self._no_identity_logged = False
         changes = diff({fp: lk.peer for fp, lk in self._links.items()}, wanted)
+        if self._waits:
+            now = time.monotonic()
+            self._waits = {fp: until for fp, until in self._waits.items() if until > now}
         for peer in changes.removed:
             link = self._links.pop(peer.fingerprint)
+            if link.outbox.retry.asked_until:
+                self._waits[peer.fingerprint] = link.outbox.retry.asked_until
             log.info(
                 "peer %s removed (not in nodes:update, unpinned, or we lost our identity); "
                 "dropping %d queued frames",
@@ -639,6 +650,7 @@ class Broadcaster:
         spread = self.limits.connect_spread_per_link * len(changes.added)
         for peer in changes.added:
             link = _Link(peer, self._link_context)
+            link.outbox.retry.asked(self._waits.pop(peer.fingerprint, 0.0))
             self._links[peer.fingerprint] = link
             log.info("peer %s added", link.outbox.name, extra=link.outbox.fields)
             if self._started:

@@ -10,9 +10,10 @@ member names, as the contract says.
 
 msgspec skips unknown members without checking them, so a frame that passed the strict pass but
 carried one (found cheaply, see :func:`_fully_read`) is re-read generically too: every member
-must be I-JSON, and no frame may nest deeper than ``MAX_DEPTH``. Nothing raises out of
-:func:`decode`, whatever the bytes: each failure is that frame's -32700 with a reason that says
-what was wrong and where.
+must be I-JSON, and no frame may nest deeper than ``MAX_DEPTH``; in a batch each such fault is
+its element's, once the whole text is known to be JSON (:func:`_not_json_text`). Nothing raises
+out of :func:`decode`, whatever the bytes: each failure is that frame's -32700 with a reason that
+says what was wrong and where.
 
 :func:`validate` checks JSON text against any one generated type, with the same rules; a tagged
 frame type decoded on its own still requires its ``method``, as the schema does (msgspec by itself
@@ -59,6 +60,7 @@ from nvpair_wm_schema.jsonrpc_schema import (
 )
 
 from nvpair_wm.errors import InvalidFrame  # defined there; still importable from here
+from nvpair_wm.jsontext import is_json_text
 
 # The error codes and messages are the contract's (generated); they are re-exported from here.
 __all__ = [
@@ -256,7 +258,10 @@ def _integral_floats_to_int(obj: Any) -> Any:
 
 # -- I-JSON in every member, and the nesting bound --------------------------------------------
 
-_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# A string, or one never closed, to the end of the text: so every quote starts a match that ends
+# where its string does and no match is retried inside a string (a closing quote required, a
+# string of escaped quotes never closed cost time quadratic in its length).
+_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 _ESCAPE: Final = re.compile(rb"\\(?:u([0-9A-Fa-f]{4})|.)", re.DOTALL)
 _NUMBER: Final = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 # An integer literal that no finite double holds has at least 309 digits (2**1024 ~ 1.8e308).
@@ -266,6 +271,8 @@ _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
 _NOT_BRACKETS_OR_DIGITS: Final = bytes(b for b in range(256) if b not in b"[]{}0123456789")
 _STEP: Final = tuple(1 if b in b"[{" else -1 if b in b"]}" else 0 for b in range(256))
 _BOM: Final = b"\xef\xbb\xbf"
+# The first four bytes of a \\u escape of a surrogate (see _not_json_text).
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
 TOO_DEEP: Final = (
     f"nested deeper than {MAX_DEPTH} levels of arrays and objects (the contract's MAX_DEPTH)"
 )
@@ -706,6 +713,25 @@ def _split_array(payload: bytes) -> list[bytes] | None:
     return elements
 
 
+def _not_json_text(batch: bytes) -> str | None:
+    """Why a batch that msgspec's splitter refused is not JSON text; None when it is.
+
+    What the splitter refuses as an element's own fault is set aside: a lone surrogate escape
+    gets other hex digits (as long, so msgspec's byte offsets hold; the text after an escaped
+    backslash may change too, which changes no grammar), and text nested beyond its bound is
+    read by :func:`is_json_text`, which does not recurse. The splitter does not check UTF-8
+    inside strings: each element's own decode does."""
+    text = _SURROGATE_ESCAPE.sub(rb"\\u00", batch)
+    try:
+        _batch_decoder.decode(text)
+    except msgspec.DecodeError as exc:
+        return f"malformed JSON: {exc}"
+    except RecursionError:
+        if not is_json_text(text):
+            return f"malformed JSON: not JSON text (RFC 8259; read without recursion: {TOO_DEEP})"
+    return None
+
+
 def batch_too_long(count: int, limit: int) -> RpcError:
     """The one error of a batch over ``limit`` elements (its ids are not read: null)."""
     return RpcError(
@@ -735,21 +761,15 @@ def decode(payload: bytes, max_batch: int = MAX_BATCH_FRAMES) -> Decoded:
         if len(views) > max_batch:
             return _too_many(len(views), max_batch)
         raws = [bytes(r) for r in views]
-    except RecursionError:
-        # An element nests beyond msgspec's own bound: split by brackets, judge each alone.
-        split = _split_array(payload)
-        if split is None:
-            return Decoded([RpcError(PARSE_ERROR, f"malformed JSON: {TOO_DEEP}")], batch=False)
-        raws = split
-    except msgspec.DecodeError as exc:
-        # msgspec's splitter refuses a lone surrogate anywhere in the batch. Like every other
-        # I-JSON rule (and the nesting bound) it is the offending element's error, not the
-        # whole body's: only a body that is not JSON at all is one parse error.
-        lone = b"\\u" in payload and _lone_surrogate(payload) is not None
-        split = _split_array(payload) if lone else None
-        if split is None:
-            return Decoded([RpcError(PARSE_ERROR, _why_unparseable(payload, exc))], batch=False)
-        raws = split
+    except (msgspec.DecodeError, RecursionError):
+        # msgspec's splitter refuses a lone surrogate escape anywhere in the batch, and an
+        # element nested beyond its own bound. Like every other I-JSON rule (and the nesting
+        # bound) each is the offending element's error, not the whole body's: only a body that
+        # is not JSON text at all is one parse error, and that is settled first.
+        why = _not_json_text(payload)
+        if why is not None:
+            return Decoded([RpcError(PARSE_ERROR, why)], batch=False)
+        raws = _split_array(payload) or []
     if not raws:
         return Decoded([RpcError(INVALID_REQUEST, "empty batch")], batch=False)
     if len(raws) > max_batch:

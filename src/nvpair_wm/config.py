@@ -145,7 +145,7 @@ UNITS: Final[dict[str, str]] = {
 
 #: Meanings for fields whose dataclass line carries no (or no self-explanatory) comment.
 MEANINGS: Final[dict[str, str]] = {
-    "table.max_tombstones": "removals remembered; the oldest are forgotten first",
+    "table.max_tombstones": "removals, and runs another origin's removal took (these go first)",
     "http.h2_max_concurrent_streams": "SETTINGS_MAX_CONCURRENT_STREAMS offered to clients",
     "http.h2_max_frame_size": "SETTINGS_MAX_FRAME_SIZE offered to clients",
     "http.h2_initial_window_size": "per-stream receive window (SETTINGS_INITIAL_WINDOW_SIZE)",

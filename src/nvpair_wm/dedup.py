@@ -8,8 +8,9 @@ unique (every engine facade counts from 1 and restarts at 1), ``runId`` separate
 * a lower seq than the newest seen → **stale** (the broker's view never moves backwards);
 * a (originatedFrom, id) that was removed → **removed**: a tombstone keeps a late event or a
   retry from bringing it back. A removal with runId covers that run; without it, the newest run
-  of (originatedFrom, id) the table holds (the one whose first event came last), or, if it holds
-  none, every run of (originatedFrom, id) until the tombstone expires. One tombstone per
+  of (originatedFrom, id) the table holds (the one whose first event came last), or the one
+  another origin's removal took from it (the key (runId, id) is shared by origins), or, if there
+  is none, every run of (originatedFrom, id) until the tombstone expires. One tombstone per
   (originatedFrom, id) remembers every run of it that was removed (up to ``MAX_TOMB_RUNS``), so
   removing run 2's workload "7" does not let a late event of run 1's "7" back in.
 
@@ -56,7 +57,9 @@ one workload holds the id, the entry is its shared (originatedFrom, runId) pair 
 newest of its origin); when several do (ids restart at 1 in every run), an :class:`_Ids` counts
 them and names the newest run still held of each origin. The index covers exactly the workloads
 held, and is cleaned as they go. It also spares a new workload's key the lookups in the older
-generations: an id the index does not hold is in none of them.
+generations: an id the index does not hold is in none of them. When a removal of another origin
+takes an origin's newest run, ``_taken`` remembers it under (originatedFrom, id) until that
+origin's next new workload of the id, with the tombstones' TTL and within their cap.
 """
 
 from __future__ import annotations
@@ -208,6 +211,9 @@ class WorkloadTable:
         self._live: _Generations[_Value] = _Generations(lim.live_ttl)
         self._done: _Generations[_Value] = _Generations(lim.terminal_ttl)
         self._tombs: _Generations[_Tomb] = _Generations(lim.tombstone_ttl)
+        # (originatedFrom, id) → its newest run, which another origin's removal took (module
+        # docstring); expires as tombstones do and counts against max_tombstones.
+        self._taken: _Generations[str] = _Generations(lim.tombstone_ttl)
         # id → the workloads holding it: the one's shared (originatedFrom, runId) pair, or, for
         # several, their count and the newest run held of each origin (module docstring).
         self._runs: dict[str, _Index] = {}
@@ -333,6 +339,10 @@ class WorkloadTable:
             self._runs[wid] = pair
         else:
             self._index_another(wid, pair, entry)
+        taken = self._taken
+        if taken.cur or taken.prev:  # it is the newest run of (origin, id) now
+            taken.cur.pop((origin, wid), None)
+            taken.prev.pop((origin, wid), None)
         over = len(self) - self._max_workloads
         if over > 0:
             self._evict(over, key)
@@ -367,8 +377,8 @@ class WorkloadTable:
         covered = None if tomb is None else _tomb_runs(tomb)
         run = run_id if run_id is not None else self._newest(origin, workload_id)
         if run is None and covered is not None:
-            # No run given and none held since the tombstone: this removal is the newest one it
-            # records.
+            # No run given and none held or taken since the tombstone: this removal is the newest
+            # one it records.
             run = covered[-1] or None
         removal = Removal(origin, workload_id, run)
         # Already covered (a run it records, or a tombstone for every run): a repeat, which must
@@ -376,11 +386,19 @@ class WorkloadTable:
         if covered is not None and ("" in covered or run in covered):
             self.duplicates += 1
             return DUPLICATE, removal
+        taken = self._taken
+        kept = okey  # what this removal records is not evicted to make room for it
         if run is not None:
             key = (run, workload_id)
             for gen in (self._live.cur, self._live.prev, self._done.cur, self._done.prev):
                 if gen.pop(key, None) is not None:
-                    self._unindex(key)
+                    owner = self._unindex(key)
+                    if owner is not None and owner != origin:
+                        # Its owner's newest run, which no tombstone of its owner names.
+                        kept = (owner, workload_id)
+                        taken.prev.pop(kept, None)
+                        taken.cur[kept] = run
+                        taken.cur_last = now
                     self._resend.discard(key)
                     break
         tombs.prev.pop(okey, None)
@@ -393,8 +411,8 @@ class WorkloadTable:
         else:
             tombs.cur[okey] = runs[0] if len(runs) == 1 else runs
         tombs.cur_last = now
-        while len(tombs) > self.limits.max_tombstones:
-            if tombs.pop_oldest(okey) is None:
+        while len(tombs) + len(taken) > self.limits.max_tombstones:  # taken runs go first
+            if taken.pop_oldest(kept) is None and tombs.pop_oldest(okey) is None:
                 break
             self.evicted += 1
         return APPLIED, removal
@@ -487,6 +505,8 @@ class WorkloadTable:
             self._pairs.clear()
         for tombs in self._tombs.expire(now):
             dropped += len(tombs)
+        for taken in self._taken.expire(now):
+            dropped += len(taken)
         return dropped
 
     def originated(self) -> tuple[list[Outbound], list[Removal]]:
@@ -534,31 +554,39 @@ class WorkloadTable:
             self._unindex(key)
 
     def _newest(self, origin: str, wid: str) -> str | None:
-        """The newest run of (origin, id) that the table holds, if any."""
+        """The newest run of (origin, id) that the table holds, else the one another origin's
+        removal took (``_taken``), if any."""
         entry = self._runs.get(wid)
-        if entry is None:
-            return None
         if isinstance(entry, tuple):
-            return entry[1] if entry[0] == origin else None
-        for pair in entry.newest:
-            if pair[0] == origin:
-                return pair[1]
+            if entry[0] == origin:
+                return entry[1]
+        elif entry is not None:
+            for pair in entry.newest:
+                if pair[0] == origin:
+                    return pair[1]
+        taken = self._taken
+        if taken.cur or taken.prev:
+            return taken.cur.get((origin, wid)) or taken.prev.get((origin, wid))
         return None
 
-    def _unindex(self, key: _Key) -> None:
-        """(runId, id) is no longer held: count it out of the index."""
+    def _unindex(self, key: _Key) -> str | None:
+        """(runId, id) is no longer held: count it out of the index. Returns the origin whose
+        newest run it was, if it was one."""
         run, wid = key
         runs = self._runs
         entry = runs.get(wid)
         if entry is None:
-            return
+            return None
         if isinstance(entry, tuple):  # it was the only workload holding the id
             if entry[1] == run:
                 del runs[wid]
-            return
+                return entry[0]
+            return None
         newest = entry.newest
+        owner = None
         for i, pair in enumerate(newest):
             if pair[1] == run:
+                owner = pair[0]
                 del newest[i]
                 break
         entry.held -= 1
@@ -566,6 +594,7 @@ class WorkloadTable:
             del runs[wid]
         elif entry.held == 1 and newest:  # the one left is its origin's newest: a pair again
             runs[wid] = newest[0]
+        return owner
 
 
 # -- the reload at a start -------------------------------------------------------------------
@@ -611,10 +640,11 @@ class Reloader:
     was applied is kept): the tombstone goes and the event is put back. ``skipped``: the events
     without a seq (a format-1 record whose frame no longer decodes).
 
-    The usual record, a new workload without a tombstone (all of a compacted log), is written
-    straight into the table's dicts, the index and the generations' times kept as locals for
-    the whole run; any other goes through :meth:`observe` or :meth:`remove`. A start reloads a
-    full table (200,000 workloads) before ``ready``: a call per record would be half of it."""
+    The usual record, a new workload without a tombstone or a taken run (``_taken``; nearly all
+    of a compacted log), is written straight into the table's dicts, the index and the
+    generations' times kept as locals for the whole run; any other goes through :meth:`observe`
+    or :meth:`remove`. A start reloads a full table (200,000 workloads) before ``ready``: a call
+    per record would be half of it."""
 
     __slots__ = ("forwarded", "kinds", "mono", "skipped", "table", "ttl", "wall")
 
@@ -645,6 +675,7 @@ class Reloader:
             t._resend,
         )
         kinds, ttl, mono, wall, intern = self.kinds, self.ttl, self.mono, self.wall, sys.intern
+        taken = t._taken
         usual = {kind for kind, k in kinds.items() if not k.removal}
         local = {kind for kind, k in kinds.items() if k.local}
         terminal_kinds = {kind for kind, k in kinds.items() if k.terminal}
@@ -664,6 +695,8 @@ class Reloader:
                 or seq <= 0
                 or (tomb_cur and (origin, wid) in tomb_cur)
                 or (tomb_prev and (origin, wid) in tomb_prev)
+                or (taken.cur and (origin, wid) in taken.cur)  # through observe, which drops it
+                or (taken.prev and (origin, wid) in taken.prev)
                 or (
                     entry is not None
                     and (

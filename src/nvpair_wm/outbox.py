@@ -30,12 +30,15 @@ Retry
     up to ``max_retry_after``, spread over [r, 1.5 r] so that the senders a busy peer answered
     503 together do not all come back in the same instant. An exhausted link keeps being
     probed at the capped delay.
-    Success resets the run. Only a delivered request counts as success: a peer that accepts
-    connections but fails every request still backs off. Requests that were in flight together
-    when the link failed are one failure, not one each: a failure counts only when its request
-    was sent after the last counted one (``Batch.generation``). Otherwise the 16 requests of an
-    HTTP/2 link that time out together, or all get 503 from a peer whose broker is busy, would
-    use up ``retry_max_attempts`` at once and drop the queue within a millisecond.
+    Success resets the run and our own backoff, not a wait the peer asked for: a request in
+    flight beside the one answered 503 may be taken, and the ``Retry-After`` still holds (no
+    success, refusal, reload or reconnect brings the next attempt before it). Only a delivered
+    request counts as success: a peer that accepts connections but fails every request still
+    backs off. Requests that were in flight together when the link failed are one failure, not
+    one each: a failure counts only when its request was sent after the last counted one
+    (``Batch.generation``). Otherwise the 16 requests of an HTTP/2 link that time out together,
+    or all get 503 from a peer whose broker is busy, would use up ``retry_max_attempts`` at once
+    and drop the queue within a millisecond.
 
 What is retried: connection errors, timeouts, stream resets, 408, 429, 5xx (503 with
 ``Retry-After``), and 403, which says the peer does not pin us *yet* (a property of the link,
@@ -173,6 +176,7 @@ class RetryRun:
         self.failures = 0
         self.since: float | None = None
         self.retry_at = 0.0
+        self.asked_until = 0.0  # the end of the peer's last Retry-After (0.0: none running)
         self.generation = 0  # counted failures so far, ever: batches remember it when sent
 
     def failure(
@@ -187,7 +191,7 @@ class RetryRun:
         lim = self._limits
         if generation is not None and generation != self.generation:
             if retry_after is not None:
-                self.retry_at = max(self.retry_at, now + min(retry_after, lim.max_retry_after))
+                self.asked(now + min(retry_after, lim.max_retry_after))
             return None
         self.generation += 1
         self.failures += 1
@@ -195,31 +199,41 @@ class RetryRun:
             self.since = now
         delay = self.backoff.delay(self.failures)
         if retry_after is not None:
-            delay = max(delay, self.backoff.after(min(retry_after, lim.max_retry_after)))
-        self.retry_at = now + delay
+            self.asked(now + self.backoff.after(min(retry_after, lim.max_retry_after)))
+        self.retry_at = max(now + delay, self.asked_until)
         if self.failures >= lim.retry_max_attempts or now - self.since >= lim.retry_max_age:
             return LinkEvent.EXHAUSTED
         return LinkEvent.FAILED
 
+    def asked(self, until: float) -> None:
+        """The peer asked us to wait until ``until``: the later of its waits holds."""
+        self.asked_until = max(self.asked_until, until)
+        self.retry_at = max(self.retry_at, self.asked_until)
+
     def refused(self, now: float, wait: float) -> None:
         """The peer cannot read us (another major version): counted, next try in ``wait``
-        seconds."""
+        seconds (or once a Retry-After it gave runs out, if later)."""
         self.generation += 1
         self.failures += 1
         if self.since is None:
             self.since = now
-        self.retry_at = now + wait
+        self.retry_at = max(now + wait, self.asked_until)
 
     def set_limits(self, limits: BroadcastLimits) -> None:
-        """New bounds: the run so far is judged by them from its next failure."""
+        """New bounds: the run so far is judged by them from its next failure (a wait already
+        scheduled, and the peer's Retry-After, stand)."""
         self._limits = limits
         self.backoff.base = limits.retry_base
         self.backoff.cap = limits.retry_max_delay
 
-    def success(self) -> None:
+    def success(self, clock: Callable[[], float]) -> None:
+        """End the run and our backoff, not the peer's Retry-After (a request in flight beside
+        the refused one may succeed first); ``clock`` is read only while one is recorded."""
         self.failures = 0
         self.since = None
-        self.retry_at = 0.0
+        if self.asked_until and clock() >= self.asked_until:
+            self.asked_until = 0.0
+        self.retry_at = self.asked_until
 
 
 @dataclass(slots=True, init=False)
@@ -513,7 +527,7 @@ class PeerOutbox:
         if not queue and self.snapshot is None and not sync:
             return None  # nothing at all
         retry_at = self.retry.retry_at
-        # Not backing off (0.0 after a success): no clock read.
+        # Not backing off (0.0 after a success, unless the peer's Retry-After runs): no clock read.
         if retry_at and self._clock() < retry_at:
             return None
         if sync:
@@ -641,7 +655,7 @@ class PeerOutbox:
         self._answered()
 
     def _answered(self) -> None:
-        self.retry.success()
+        self.retry.success(self._clock)
         if self._move(LinkEvent.ANSWERED) is LinkState.VERSION_REFUSED:
             self._accepted_again()
 

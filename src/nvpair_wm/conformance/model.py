@@ -44,6 +44,7 @@ from nvpair_wm_schema.contract import (
 )
 
 from nvpair_wm.conformance.answers import ANY_PATH, Answer, Deliveries, Error, Validator, trust
+from nvpair_wm.conformance.grammar import is_json_text
 
 # Lifecycle method -> the state it sets (schema/README.md, method catalogue; WorkloadState).
 STATE_OF: Final = {
@@ -107,11 +108,9 @@ class _Bad:
 def parse(data: bytes) -> Any:
     """The JSON value of a line or body, or an :class:`Error` -32700 when it is not JSON text
     (schema/README.md, "Framing" and "JSON text is I-JSON"). Per-element faults (I-JSON, depth)
-    are left for :func:`element_fault`, since in a batch they refuse only that element."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return Error(PARSE_ERROR)
+    are left for :func:`element_fault`, since in a batch they refuse only that element; so is
+    invalid UTF-8 in a string, read as lone surrogates (outside any string it is not JSON)."""
+    text = data.decode("utf-8", "surrogateescape")
     if text.startswith("\ufeff"):
         return Error(PARSE_ERROR)
     try:
@@ -119,6 +118,8 @@ def parse(data: bytes) -> Any:
     except ValueError:
         return Error(PARSE_ERROR)
     except RecursionError:  # deeper than Python's parser goes: only such an element is refused
+        if not is_json_text(text):  # the grammar first: no fault hides a syntax error
+            return Error(PARSE_ERROR)
         blank = _STRING.sub(lambda m: "_" * len(m.group()), text).strip(" \t\r\n")
         depth = list(itertools.accumulate((c in "[{") - (c in "]}") for c in blank))
         if blank[:1] + blank[-1:] != "[]" or 0 in depth[:-1] or depth[-1]:
@@ -129,10 +130,8 @@ def parse(data: bytes) -> Any:
         for a, b in itertools.pairwise([0, *cuts]):
             try:
                 elements.append(_loads(text[at + a + 1 : at + b]))
-            except RecursionError:
+            except RecursionError:  # JSON text (checked above), nested too deep
                 elements.append(_Bad())
-            except ValueError:
-                return Error(PARSE_ERROR)
         return elements
 
 
@@ -142,7 +141,8 @@ def _float(text: str) -> Any:
 
 
 _STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)  # a JSON string
-_loads: Final = functools.partial(json.loads, parse_constant=lambda _: _Bad(), parse_float=_float)
+# NaN and Infinity, which Python's json takes, are not JSON text: int() refuses them (ValueError).
+_loads: Final = functools.partial(json.loads, parse_constant=int, parse_float=_float)
 
 
 def element_fault(value: Any, depth: int = 1) -> bool:
