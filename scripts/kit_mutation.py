@@ -345,13 +345,19 @@ def rekey(module: str, mapping: dict[str, str]) -> int:
     return len(mutants) - len(kept)
 
 
+def pending_before(module: str) -> Path:
+    """The keys the committed results listed as pending when the module's session was made:
+    what ``--changed-only`` holds back (what was never run before the edit, not what it
+    changed)."""
+    return WORK / module / "pending-before.json"
+
+
 def hold_back(db: Path, module: str, *, changed_only: bool) -> int:
-    """With ``changed_only``, mark the mutants the committed results list as pending as not to
-    run, so that only those of changed lines run; without it, unmark them. Returns how many
-    are held back."""
-    pending = (
-        {m.key for m in load_results() if m.outcome == "pending"} if RESULTS.exists() else set()
-    )
+    """With ``changed_only``, mark the mutants that were pending before the session was made as
+    not to run, so that only those of changed lines run; without it, unmark them. Returns how
+    many are held back."""
+    record = pending_before(module)
+    pending = set(json.loads(record.read_text())) if record.exists() else set()
     con = sqlite3.connect(db)
     with con:
         con.execute("delete from work_results where output = ?", (HELD_BACK,))
@@ -442,6 +448,12 @@ def run(
             if RESULTS.exists():
                 n = seed(db, module, work / "src" / "nvpair_wm" / f"{module}.py")
                 print(f"kit-mutation: {module}: {n} outcomes taken from the committed results")
+            pending = [
+                m.key
+                for m in current_results(from_sessions=False)
+                if m.module == f"{module}.py" and m.outcome == "pending"
+            ]
+            pending_before(module).write_text(json.dumps(pending) + "\n")
             if not init_only:
                 base = subprocess.run(
                     [cr, "baseline", cfg], cwd=work, check=False, capture_output=True, text=True

@@ -15,6 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 NVPAIR_WM = [sys.executable, "-m", "nvpair_wm", "--bind", "127.0.0.1"]
 
@@ -295,3 +297,26 @@ def test_an_edit_carries_the_outcomes_of_the_lines_it_left_alone(tmp_path: Path)
     )
     mapping = km.key_map("m", old_db, old, new_db, new)
     assert mapping == {f"m.py:2:{lt}:0": f"m.py:3:{lt}:1", f"m.py:5:{lt}:2": f"m.py:6:{lt}:3"}
+
+
+def test_changed_only_holds_back_what_was_pending_before_the_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--changed-only`` runs the mutants of changed lines: it holds back the ones the results
+    listed as pending when the session was made, not the changed ones a later export lists as
+    pending too; without it, everything pending runs."""
+    km = _script()
+    monkeypatch.setattr(km, "WORK", tmp_path)
+    lt = "ReplaceComparisonOperator_Lt_Gt"
+    db = _session(tmp_path / "s.sqlite", [(lt, 0, 2, 3, 2), (lt, 1, 5, 4, 5)])
+    with sqlite3.connect(db) as con:
+        con.execute(
+            "create table work_results (worker_outcome, output, test_outcome, diff, job_id)"
+        )
+    (tmp_path / "m").mkdir()
+    km.pending_before("m").write_text(json.dumps([f"m.py:2:{lt}:0"]))
+    assert km.hold_back(db, "m", changed_only=True) == 1
+    with sqlite3.connect(db) as con:
+        held = con.execute("select job_id from work_results where output = ?", (km.HELD_BACK,))
+        assert [job for (job,) in held] == [f"{lt}0"]
+    assert km.hold_back(db, "m", changed_only=False) == 0
