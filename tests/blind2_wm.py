@@ -69,15 +69,36 @@ def _depth_bound_65() -> None:
 
 def _id_bound_exclusive() -> None:
     """A request id of exactly ±(2^53-1) is refused as out of range (the bound is inclusive)."""
-    orig = codec._is_request_id
+    orig_frame, orig_whole, orig_decode = codec.decode_frame, codec.decode_whole, codec.decode
+    reason = "id must be null, a string or an integer within the safe range"
 
-    def is_request_id(value: object) -> bool:
-        if isinstance(value, int) and not isinstance(value, bool):
-            if abs(value) >= codec.MAX_SAFE_INTEGER:
-                return False
-        return orig(value)
+    def at_bound(item: Any) -> bool:
+        rid = getattr(item, "id", None)
+        return type(rid) is int and abs(rid) >= codec.MAX_SAFE_INTEGER
 
-    codec._is_request_id = is_request_id
+    def fix(item: Any) -> Any:
+        if at_bound(item):
+            return RpcError(codec.INVALID_REQUEST, reason, None, True, "$.id")
+        return item
+
+    def decode_frame(raw: bytes) -> Any:
+        item, compact = orig_frame(raw)
+        return (fix(item), None) if at_bound(item) else (item, compact)
+
+    def decode_whole(raw: bytes) -> Any:
+        whole = orig_whole(raw)
+        return None if whole is not None and at_bound(whole[0]) else whole
+
+    def decode(payload: bytes, max_batch: int = codec.MAX_BATCH_FRAMES) -> codec.Decoded:
+        decoded = orig_decode(payload, max_batch)
+        if any(at_bound(i) for i in decoded.items):
+            decoded.items = [fix(i) for i in decoded.items]
+            decoded.encoded = None
+        return decoded
+
+    codec.decode_frame = decode_frame
+    codec.decode_whole = decode_whole
+    codec.decode = decode  # type: ignore[assignment]
 
 
 def _blank_line_counted() -> None:
