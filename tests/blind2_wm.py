@@ -16,7 +16,18 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from nvpair_wm import broadcaster, cli, codec, dedup, dispatch, endpoint, peerlink, peers, sync
+from nvpair_wm import (
+    broadcaster,
+    cli,
+    codec,
+    dedup,
+    dispatch,
+    endpoint,
+    peerlink,
+    peers,
+    sync,
+    versions,
+)
 from nvpair_wm import outbox as outbox_mod
 from nvpair_wm.codec import METHOD_NOT_FOUND, RpcError
 from nvpair_wm.http.core import Request, Response, too_large
@@ -26,6 +37,7 @@ from nvpair_wm.proto import h1
 from nvpair_wm.proto.h2 import client as h2client
 from nvpair_wm.versions import CONTRACT_HEADER, OURS, ContractVersion
 
+_MAX_SAFE = 2**53 - 1  # the contract's bound of an integer request id
 _PEER_ONLY_REFUSED = frozenset({"nodes:update", "manager:status"})
 
 # -- local channel: framing and bounds -----------------------------------------------------------
@@ -45,7 +57,7 @@ def _batch_at_bound_refused() -> None:
             return codec._too_many(count, max_batch)
         return decoded
 
-    codec.decode = decode  # type: ignore[assignment]
+    codec.decode = decode
 
 
 def _oversize_resumes_mid_line() -> None:
@@ -74,7 +86,7 @@ def _id_bound_exclusive() -> None:
 
     def at_bound(item: Any) -> bool:
         rid = getattr(item, "id", None)
-        return type(rid) is int and abs(rid) >= codec.MAX_SAFE_INTEGER
+        return type(rid) is int and abs(rid) >= _MAX_SAFE
 
     def fix(item: Any) -> Any:
         if at_bound(item):
@@ -98,7 +110,7 @@ def _id_bound_exclusive() -> None:
 
     codec.decode_frame = decode_frame
     codec.decode_whole = decode_whole
-    codec.decode = decode  # type: ignore[assignment]
+    codec.decode = decode
 
 
 def _blank_line_counted() -> None:
@@ -139,7 +151,8 @@ def _unknown_method_before_id() -> None:
             and not codec._is_request_id(codec._integral_floats_to_int(obj["id"]))
         ):
             method = obj["method"]
-            return RpcError(METHOD_NOT_FOUND, f"unknown method {method!r}", None, True, None, method)
+            reason = f"unknown method {method!r}"
+            return RpcError(METHOD_NOT_FOUND, reason, None, True, None, method)
         return orig(obj)
 
     codec._classify = classify
@@ -428,7 +441,7 @@ def _peer_only_method_before_params() -> None:
             inside[0] = False
 
     codec.decode_frame = decode_frame
-    codec.decode = decode  # type: ignore[assignment]
+    codec.decode = decode
     dispatch.Dispatcher.peer = peer  # type: ignore[method-assign]
 
 
@@ -444,9 +457,9 @@ def _h1_responses_unversioned() -> None:
 def _h2_requests_unversioned() -> None:
     """Requests sent to peers over HTTP/2 lack ``nvpair-contract-version`` (the HTTP/1.1 client
     sends it)."""
-    h2client.REQUEST_FIELDS = tuple(  # type: ignore[attr-defined]
-        f for f in h2client.REQUEST_FIELDS if f[0] != CONTRACT_HEADER
-    )
+    fields: tuple[tuple[bytes, bytes], ...] = versions.REQUEST_FIELDS
+    unversioned = tuple(f for f in fields if f[0] != CONTRACT_HEADER)
+    h2client.REQUEST_FIELDS = unversioned  # type: ignore[attr-defined,assignment]
 
 
 def _response_versions_unheard() -> None:
@@ -470,7 +483,7 @@ def _refusal_retried() -> None:
             return peerlink.Answer(peerlink.Verdict.RETRY, status, "HTTP 409")
         return answer
 
-    outbox_mod.judge = judge
+    outbox_mod.judge = judge  # type: ignore[attr-defined]
 
 
 def _moved_peer_not_followed() -> None:
