@@ -534,6 +534,106 @@ def _snapshot_without_removals() -> None:
     sync.Snapshot.of = classmethod(of)  # type: ignore[method-assign, assignment]
 
 
+# -- written after the first measurement (not blind: the vector lists had been read) -------------
+
+
+def _pin_checked_per_connection() -> None:
+    """The pin is checked on a connection's first request and remembered for the connection
+    (as a check at accept time would): a member unpinned since is still served on a connection
+    it kept open (spec: pins are re-read per request)."""
+    from nvpair_wm.proto.h2 import connection as h2conn  # noqa: PLC0415
+
+    seen: dict[int, set[str]] = {}
+
+    def wrap(call: Callable[[Any, Request], Response | None], attr: str) -> Any:
+        def head(self: Any, req: Request) -> Response | None:
+            handler = getattr(self, attr)
+            fp = req.peer_fingerprint
+            cache: dict[str, bool] = getattr(handler, "_pinned", {})
+            held = fp is not None and fp in seen.get(id(self), set())
+            added = held and fp not in cache
+            if added and fp is not None:
+                cache[fp] = True
+            try:
+                answer = call(self, req)
+            finally:
+                if added and fp is not None:
+                    cache.pop(fp, None)
+            if fp is not None and (answer is None or answer.status != 403):
+                seen.setdefault(id(self), set()).add(fp)
+            return answer
+
+        return head
+
+    h1.H1Session._call_head = wrap(h1.H1Session._call_head, "handler")  # type: ignore[method-assign]
+    h2conn.H2ServerSession._head = wrap(  # type: ignore[method-assign]
+        h2conn.H2ServerSession._head, "_handler"
+    )
+
+
+def _empty_nodes_update_ignored() -> None:
+    """A ``nodes:update`` with no records is ignored (taken for a broker glitch) instead of
+    leaving no peers: the peers of the last non-empty one keep getting events."""
+    orig = broadcaster.Broadcaster.update_nodes
+
+    def update_nodes(self: broadcaster.Broadcaster, nodes: list[Any]) -> None:
+        if nodes:
+            orig(self, nodes)
+
+    broadcaster.Broadcaster.update_nodes = update_nodes  # type: ignore[method-assign]
+
+
+def _restart_removal_repeat_applied() -> None:
+    """After a restart, the broker's re-sent removal (schema/README.md: it re-sends its
+    removals of the last 10 minutes) is answered ``applied`` and sent to the peers again,
+    instead of ``duplicate``."""
+    reloaded: set[tuple[str, str]] = set()
+    orig_load = dedup.Reloader.load
+    orig_remove = dedup.WorkloadTable.remove
+
+    def load(self: dedup.Reloader, records: Iterable[Any]) -> None:
+        kept = list(records)
+        for rec in kept:
+            kind = self.kinds[rec[0]]
+            if kind.local and kind.removal:
+                reloaded.add((rec[2], rec[3]))
+        orig_load(self, kept)
+
+    def remove(
+        self: dedup.WorkloadTable,
+        origin: str,
+        workload_id: str,
+        run_id: str | None,
+        now: float,
+        *,
+        local: bool = False,
+    ) -> tuple[Outcome, dedup.Removal]:
+        outcome, removal = orig_remove(self, origin, workload_id, run_id, now, local=local)
+        if outcome is Outcome.DUPLICATE and local and (origin, workload_id) in reloaded:
+            reloaded.discard((origin, workload_id))
+            self.duplicates -= 1
+            return Outcome.APPLIED, removal
+        return outcome, removal
+
+    dedup.Reloader.load = load  # type: ignore[method-assign]
+    dedup.WorkloadTable.remove = remove  # type: ignore[method-assign]
+
+
+def _partial_400_retried() -> None:
+    """A peer's 400 that names the refused frames (``error.data.index``) is retried whole, like
+    a 5xx: the frames it applied are sent again and the refused one until the link gives up
+    (schema/README.md: on a 400, drop only the frames the errors name)."""
+    orig = peerlink.judge
+
+    def judge(status: int, headers: Any, body: bytes, frames: int, now: float) -> Any:
+        answer = orig(status, headers, body, frames, now)
+        if answer.verdict is peerlink.Verdict.PARTLY:
+            return peerlink.Answer(peerlink.Verdict.RETRY, status, answer.detail)
+        return answer
+
+    outbox_mod.judge = judge  # type: ignore[attr-defined]
+
+
 MODES: dict[str, Callable[[], None]] = {
     "batch-at-bound-refused": _batch_at_bound_refused,
     "oversize-resumes-mid-line": _oversize_resumes_mid_line,
@@ -561,6 +661,10 @@ MODES: dict[str, Callable[[], None]] = {
     "moved-peer-not-followed": _moved_peer_not_followed,
     "pins-read-at-update": _pins_read_at_update,
     "snapshot-without-removals": _snapshot_without_removals,
+    "pin-checked-per-connection": _pin_checked_per_connection,
+    "empty-nodes-update-ignored": _empty_nodes_update_ignored,
+    "restart-removal-repeat-applied": _restart_removal_repeat_applied,
+    "partial-400-retried": _partial_400_retried,
 }
 
 
