@@ -102,6 +102,30 @@ CAUGHT_BY_2: dict[str, Catch] = {
         "/result/peers/0/dropped is 1, expected 3",
         ("announce",),
     ),
+    # Caught by the default run before: the ones after a change of state or at an order of checks.
+    "restart-rereport-applied": Catch(
+        "edge-http",
+        "several-paths-duplicate-after-restart",
+        "several-paths-duplicate-after-restart",
+        '"outcome": "applied"',
+        (
+            "kept-across-restart-several-paths-1",
+            "kept-across-restart-several-paths-2",
+            "kept-across-restart-several-paths-3",
+            "restart",
+        ),
+    ),
+    "peer-stale-forwarded": Catch(
+        "edge-http",
+        "older-seq-after-terminal-stale",
+        "older-seq-after-terminal-stale",
+        '"outcome": "applied"',
+        ("terminal-applied",),
+    ),
+    "size-before-version": Catch("edge-http", "409-before-413", "409-before-413", "status 413"),
+    "oversize-resumes-mid-line": Catch(
+        "local-framing", "oversize-then-resync", "oversize-then-resync", "/id is null, expected 8"
+    ),
 }
 
 CAUGHT_BY_MODULE: dict[str, dict[str, Catch]] = {
