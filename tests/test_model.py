@@ -74,6 +74,8 @@ SKIPPED = {
     # A final 4xx drops the frames it refused, counted in PeerStatus.dropped: not modelled.
     "peer-retry/busy-refused-them",
     "peer-retry/status-counts-each-frame-dropped",
+    "peer-retry/nothing-sent-again-after-a-400-naming-a-frame",
+    "peer-retry/status-counts-the-named-frame-dropped",
 }
 HTTP_GROUPS_SKIPPED = {"http-backpressure", "http-timeouts"}
 
