@@ -131,6 +131,8 @@ def _run_group(group: dict[str, Any]) -> list[str]:
                 m.peer_restarted(case["peer"])
         elif case.get("control") in ("unpin", "pin"):
             m.pin(case["member"], case["control"] == "pin")
+            if case["member"] == "peer":  # the member the kit's "pinned" client presents
+                m.pin("pinned", case["control"] == "pin")
         elif case.get("control") == "restart":
             m.restart()
         elif "arrivals" in case:
