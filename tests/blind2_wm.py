@@ -6,7 +6,8 @@ nvpair-wm with one function replaced or wrapped, each a mistake a team writing t
 or TypeScript could plausibly make, weighted toward what a first round under-samples: behaviour
 after a change of state (a restart, a second run of an id, a moved or unpinned peer), the order
 of checks, both sides of two-sided rules, the bounds and the ``manager:status`` figures.
-``tests/test_kit_blind.py`` keeps them as a regression.
+``tests/test_kit_blind.py`` (``CAUGHT_BY_2``) keeps the ones the
+default kit missed, and a few it caught, as a regression.
 """
 
 from __future__ import annotations
