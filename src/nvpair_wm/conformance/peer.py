@@ -113,8 +113,49 @@ def request(
         sock.close()
 
 
-def _h1_exchange(sock: ssl.SSLSocket, host: str, port: int, req: HttpRequest) -> HttpResponse:
-    conn = h11.Connection(h11.CLIENT)
+class KeptConnection:
+    """A connection that an HTTP case keeps open for the later cases naming it
+    (``connection``), so that what a server must decide per request rather than per
+    connection (a pin removed while the connection stays open) shows."""
+
+    def __init__(
+        self, host: str, port: int, identity: Identity | None, protocol: str, timeout: float
+    ) -> None:
+        self.host, self.port, self.protocol = host, port, protocol
+        self.sock = connect_tls(host, port, identity, protocol, timeout)
+        self.server_fingerprint = _fingerprint(self.sock)
+        self._h1 = h11.Connection(h11.CLIENT)
+        self._h2: H2Exchange | None = None
+
+    def request(self, req: HttpRequest) -> HttpResponse:
+        """One more request on this connection (one at a time)."""
+        try:
+            if self.protocol == H2:
+                if self._h2 is not None:  # the last exchange's state goes; the connection stays
+                    self._h2.resp, self._h2.body = HttpResponse(0), bytearray()
+                    self._h2.done, self._h2.reset = False, None
+                resp, self._h2 = _h2_on(self.sock, self.host, self.port, req, self._h2)
+            else:
+                if self._h1.our_state is h11.DONE and self._h1.their_state is h11.DONE:
+                    self._h1.start_next_cycle()
+                resp = _h1_exchange(self.sock, self.host, self.port, req, self._h1)
+        except (OSError, ssl.SSLError, h11.LocalProtocolError) as exc:
+            raise PeerError(f"{self.protocol} on a kept connection: {exc}") from exc
+        resp.server_fingerprint = self.server_fingerprint
+        return resp
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _h1_exchange(
+    sock: ssl.SSLSocket,
+    host: str,
+    port: int,
+    req: HttpRequest,
+    conn: h11.Connection | None = None,
+) -> HttpResponse:
+    conn = h11.Connection(h11.CLIENT) if conn is None else conn
     if req.raw is not None:
         # h11 reads a response only after a request: play one without sending it.
         conn.send(h11.Request(method="GET", target="/", headers=[("host", host)]))
@@ -227,9 +268,17 @@ class H2Exchange:
 
 
 def _h2_exchange(sock: ssl.SSLSocket, host: str, port: int, req: HttpRequest) -> HttpResponse:
-    ex = H2Exchange(sock)
+    return _h2_on(sock, host, port, req, None)[0]
+
+
+def _h2_on(
+    sock: ssl.SSLSocket, host: str, port: int, req: HttpRequest, ex: H2Exchange | None
+) -> tuple[HttpResponse, H2Exchange]:
+    """One request on a new stream of ``ex``'s connection (None: a new connection)."""
+    if ex is None:
+        ex = H2Exchange(sock)
+        ex.conn.initiate_connection()
     conn = ex.conn
-    conn.initiate_connection()
     sid = conn.get_next_available_stream_id()
     if req.raw is not None:
         raise PeerError("a raw request is HTTP/1.1 only")
@@ -264,4 +313,4 @@ def _h2_exchange(sock: ssl.SSLSocket, host: str, port: int, req: HttpRequest) ->
     if not ex.resp.status:
         raise PeerError(f"HTTP/2: stream ended without a response (reset {ex.reset})")
     ex.resp.body = bytes(ex.body)
-    return ex.resp
+    return ex.resp, ex

@@ -187,6 +187,7 @@ class GroupRun:
         self.seen: dict[str, int] = {}  # peer -> requests already checked by arrivals cases
         self.config: Path | None = None
         self.ipc: Path | None = None
+        self.kept: dict[tuple[str, str], peer.KeptConnection] = {}  # (connection, protocol)
 
     def _record(self, case: str, started: float, problems: list[str]) -> None:
         self.results.append(
@@ -214,6 +215,8 @@ class GroupRun:
                 self.impl.kill()
             for server in self.peers.values():
                 server.close()
+            for kept in self.kept.values():
+                kept.close()
             if ipc_dir is not None:
                 shutil.rmtree(ipc_dir, ignore_errors=True)
         return self.results
@@ -448,6 +451,22 @@ class GroupRun:
     def _http_for(self, protocol: str) -> Callable[[dict[str, Any], str], list[str]]:
         return lambda case, _: self._http(case, PROTOCOLS[protocol])
 
+    def _send(
+        self,
+        connection: str | None,
+        identity: peer.Identity | None,
+        protocol: str,
+        req: peer.HttpRequest,
+    ) -> peer.HttpResponse:
+        """``req`` on a new connection, or on the kept one named ``connection``."""
+        if connection is None:
+            return peer.request(HOST, self.port, identity, protocol, req, timeout=self.http_timeout)
+        kept = self.kept.get((connection, protocol))
+        if kept is None:
+            kept = peer.KeptConnection(HOST, self.port, identity, protocol, self.http_timeout)
+            self.kept[(connection, protocol)] = kept
+        return kept.request(req)
+
     def _http(self, case: dict[str, Any], protocol: str) -> list[str]:
         assert self.impl is not None
         spec = case["http"]
@@ -487,7 +506,7 @@ class GroupRun:
                     break
                 problems.append(f"expected no HTTP response, got {resp.status}")
                 break
-            resp = peer.request(HOST, self.port, identity, protocol, req, timeout=self.http_timeout)
+            resp = self._send(spec.get("connection"), identity, protocol, req)
             own = self.peer_cluster.fingerprint if self.peer_cluster else self.cluster.fingerprint
             if resp.server_fingerprint != own:
                 problems.append("the server did not present the member's node.crt")
