@@ -53,13 +53,15 @@ PEER_METHODS: Final = frozenset(
 
 @dataclass(slots=True)
 class Rule:
-    """One ``respond`` rule: this status (and headers) for the next ``count`` requests (None:
-    every one) that carry more than ``frames_above`` frames."""
+    """One ``respond`` rule: this status (and headers, and body) for the next ``count`` requests
+    (None: every one) that carry more than ``frames_above`` frames. A body lets a peer answer a
+    400 that names the frames it refused (``error.data.index``), the others applied."""
 
     status: int
     headers: dict[str, str] = field(default_factory=dict)
     count: int | None = None
     frames_above: int = 0
+    body: bytes = b""
 
     @classmethod
     def parse(cls, spec: dict[str, Any]) -> Rule:
@@ -68,6 +70,7 @@ class Rule:
             {str(k).lower(): str(v) for k, v in spec.get("headers", {}).items()},
             int(spec["count"]) if "count" in spec else None,
             int(spec.get("framesAbove", 0)),
+            json.dumps(spec["body"]).encode() if "body" in spec else b"",
         )
 
 
@@ -280,7 +283,7 @@ class PeerServer:
             elif isinstance(event, h11.EndOfMessage):
                 assert request is not None
                 headers = {n.decode().lower(): v.decode("latin-1") for n, v in request.headers}
-                status, extra = self._handle(
+                status, extra, payload = self._handle(
                     H1,
                     request.method.decode(),
                     request.target.decode(),
@@ -288,8 +291,10 @@ class PeerServer:
                     bytes(body),
                     received=received,
                 )
-                out = [(k, v) for k, v in extra.items()] + [("content-length", "0")]
+                out = [(k, v) for k, v in extra.items()] + [("content-length", str(len(payload)))]
                 tls.sendall(conn.send(h11.Response(status_code=status, headers=out)) or b"")
+                if payload:
+                    tls.sendall(conn.send(h11.Data(data=payload)) or b"")
                 tls.sendall(conn.send(h11.EndOfMessage()) or b"")
                 if conn.our_state is h11.MUST_CLOSE:
                     return
@@ -332,7 +337,7 @@ class PeerServer:
                     conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                 elif isinstance(event, h2.events.StreamEnded):
                     hdrs, body = streams.pop(event.stream_id, ({}, bytearray()))
-                    status, extra = self._handle(
+                    status, extra, payload = self._handle(
                         H2,
                         hdrs.get(":method", ""),
                         hdrs.get(":path", ""),
@@ -343,8 +348,10 @@ class PeerServer:
                     conn.send_headers(
                         event.stream_id,
                         [(":status", str(status)), *extra.items()],
-                        end_stream=True,
+                        end_stream=not payload,
                     )
+                    if payload:  # a few hundred bytes: within any flow-control window
+                        conn.send_data(event.stream_id, payload, end_stream=True)
                 elif isinstance(event, h2.events.ConnectionTerminated):
                     tls.sendall(conn.data_to_send())
                     return
@@ -361,8 +368,9 @@ class PeerServer:
         body: bytes,
         *,
         received: float,
-    ) -> tuple[int, dict[str, str]]:
-        """One request, whose last bytes were read at ``received`` (monotonic)."""
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One request, whose last bytes were read at ``received`` (monotonic): its status,
+        headers and body."""
         now = time.monotonic()
         problems: list[str] = []
         if method != "POST" or path != PATH:
@@ -394,6 +402,9 @@ class PeerServer:
                 )
             rule = next(self._matching(len(frames)), None)
             status, extra = (202, {}) if rule is None else (rule.status, dict(rule.headers))
+            payload = b"" if rule is None else rule.body
+            if payload:
+                extra["content-type"] = "application/json"
             if rule is not None and rule.count is not None:
                 rule.count -= 1
             if "retry-after" in extra:
@@ -404,7 +415,7 @@ class PeerServer:
             self._lock.notify_all()
         # Every peer names its contract version; a rule's header answers as another one (the
         # version rule as a client: minor skew is served, another major's 409 stops the sender).
-        return status, {CONTRACT_HEADER: CONTRACT_VERSION, **extra}
+        return status, {CONTRACT_HEADER: CONTRACT_VERSION, **extra}, payload
 
     def _matching(self, frames: int) -> Iterator[Rule]:
         for rule in self._rules:
