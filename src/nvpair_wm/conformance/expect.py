@@ -136,7 +136,9 @@ def match(value: Any, matcher: dict[str, Any]) -> list[str]:
         problems += _recent(resolve(value, pointer), pointer)
     for pointer in matcher.get("counts", []):
         got = resolve(value, pointer)
-        if got is _MISSING or json_type(got) != "integer" or not 0 <= got <= MAX_COUNT:
+        if got is _MISSING:
+            problems.append(f"{pointer} is absent, expected a Count (an integer 0 to 2^53-1)")
+        elif json_type(got) != "integer" or not 0 <= got <= MAX_COUNT:
             problems.append(f"{pointer} is {_short(got)}, not a Count (an integer 0 to 2^53-1)")
     if "items" in matcher:
         problems += _match_unordered(value, matcher["items"])
