@@ -200,6 +200,13 @@ def test_pointers_and_constraints() -> None:
     assert expect.match(value, {"types": {"/error/data/path": "string"}})
 
 
+def test_counts_are_the_schemas_count() -> None:
+    value = {"zero": 0, "big": 2**53 - 1, "neg": -32, "over": 2**53, "float": 1.5, "s": "1"}
+    assert expect.match(value, {"counts": ["/zero", "/big"]}) == []
+    for pointer in ("/neg", "/over", "/float", "/s", "/missing"):
+        assert expect.match(value, {"counts": [pointer]}), pointer
+
+
 def test_recent_is_an_epoch_millisecond_time_of_the_last_minutes() -> None:
     now = int(time.time() * 1000)
     value = {"at": now - 1000, "old": now - 20 * 86_400_000, "soon": now + 86_400_000, "s": "x"}

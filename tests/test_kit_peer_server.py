@@ -156,6 +156,21 @@ def test_frames_above_selects_large_batches(server: PeerServer, cluster: dict[st
     assert _send(server, cluster, json.dumps([EVENT] * 2).encode()).status == 202
 
 
+@pytest.mark.parametrize("protocol", [peer.H2, peer.H1])
+def test_a_rule_with_a_body_answers_with_it(
+    server: PeerServer, cluster: dict[str, Path], protocol: str
+) -> None:
+    """A 400 that names the refused frames needs a body (error.data.index); others have none."""
+    errors = [{"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "data": {"index": 0}}}]
+    server.respond([{"status": 400, "count": 1, "body": errors}])
+    resp = _send(server, cluster, json.dumps([EVENT, EVENT]).encode(), protocol=protocol)
+    assert resp.status == 400
+    assert json.loads(resp.body) == errors
+    assert resp.headers.get("content-type") == "application/json"
+    after = _send(server, cluster, json.dumps(EVENT).encode(), protocol=protocol)
+    assert (after.status, after.body) == (202, b"")
+
+
 def test_only_the_subjects_certificate_gets_in(
     server: PeerServer, cluster: dict[str, Path]
 ) -> None:

@@ -43,6 +43,11 @@ SKIPPED = {
     "peer-retry/gave-up-at-the-third-failure",
     "peer-bounds/status-after-the-backlog",
     "peer-bounds/status-counts-it-sent",
+    "peer-bounds/status-counts-one-sent-one-dropped",
+    "peer-bounds/status-counts-all-six-hundred-dropped",
+    "peer-snapshot-refused/status-while-the-snapshot-waits",
+    # A peer's 400 naming frames (a respond rule's body): the model leaves peers' answers out.
+    "peer-bounds/two-answered-400",
     "peer-snapshot/status-while-down",
     # The outcome counters of manager:status: counters the model does not keep.
     "local-dedup/counters",
@@ -109,6 +114,8 @@ def _run_group(group: dict[str, Any]) -> list[str]:
     for case in group["cases"]:
         name = f"{group['group']}/{case['name']}"
         if name in SKIPPED:
+            for peer in case.get("arrivals", {}):
+                m.take_deliveries(peer)  # not judged, but what it covers is not due later
             continue
         if "local" in case:
             data = b"".join(vectors.line(vectors.with_records(i, records)) for i in case["local"])
@@ -119,7 +126,9 @@ def _run_group(group: dict[str, Any]) -> list[str]:
         elif "peer" in case:
             action = case.get("action")
             rules = case.get("respond")
-            if rules is not None and any("count" not in r and r["status"] >= 400 for r in rules):
+            if rules is not None and any(
+                "count" not in r and r["status"] >= 400 and "framesAbove" not in r for r in rules
+            ):
                 action = "down"  # refusing every request: given up, as a peer down
             elif rules == []:
                 action = "up"

@@ -39,6 +39,7 @@ _SEMVER: Final = re.compile(
 _MAJOR: Final = CONTRACT_VERSION.split(".")[0]
 RECENT_S: Final = 600.0  # "recent": at most this long before the check...
 AHEAD_S: Final = 5.0  # ... and at most this far ahead of the kit's clock (clock granularity)
+MAX_COUNT: Final = 2**53 - 1  # the schema's Count: an integer from 0 to this
 
 
 def contract_header(value: str | None, where: str) -> list[str]:
@@ -133,6 +134,12 @@ def match(value: Any, matcher: dict[str, Any]) -> list[str]:
             problems.append(f"{pointer} is {kind}, expected {want}")
     for pointer in matcher.get("recent", []):
         problems += _recent(resolve(value, pointer), pointer)
+    for pointer in matcher.get("counts", []):
+        got = resolve(value, pointer)
+        if got is _MISSING:
+            problems.append(f"{pointer} is absent, expected a Count (an integer 0 to 2^53-1)")
+        elif json_type(got) != "integer" or not 0 <= got <= MAX_COUNT:
+            problems.append(f"{pointer} is {_short(got)}, not a Count (an integer 0 to 2^53-1)")
     if "items" in matcher:
         problems += _match_unordered(value, matcher["items"])
     if "elements" in matcher:
