@@ -108,6 +108,19 @@ def _same(kept: Any, read: Any, where: str) -> None:
         assert kept == read, f"{where}: codec {kept!r}, reference {read!r}"
 
 
+def _judged_as(verdict: str, item: object, detail: str) -> None:
+    """The codec's item says what the reference said: -32700 for unparseable text, another
+    error for an invalid frame, a frame for a valid one."""
+    if verdict == "unparseable":
+        assert isinstance(item, codec.RpcError), "the codec accepted unparseable text" + detail
+        assert item.code == codec.PARSE_ERROR, "not a parse error" + detail
+    elif verdict == "invalid":
+        assert isinstance(item, codec.RpcError), "the codec accepted an invalid frame" + detail
+        assert item.code != codec.PARSE_ERROR, "valid JSON called unparseable" + detail
+    else:
+        assert not isinstance(item, codec.RpcError), "the codec refused a valid frame" + detail
+
+
 def agree(text: bytes) -> None:
     verdict, value = reference(text)
     try:
@@ -120,14 +133,9 @@ def agree(text: bytes) -> None:
     [item] = decoded.items
     detail = f"\n  reference: {verdict} ({str(value)[:300]})\n  codec: {item!r}"[:1200]
     detail += f"\n  text: {text[:400]!r}"
-    if verdict == "unparseable":
-        assert isinstance(item, codec.RpcError), "the codec accepted unparseable text" + detail
-        assert item.code == codec.PARSE_ERROR, "not a parse error" + detail
-    elif verdict == "invalid":
-        assert isinstance(item, codec.RpcError), "the codec accepted an invalid frame" + detail
-        assert item.code != codec.PARSE_ERROR, "valid JSON called unparseable" + detail
-    else:
-        assert not isinstance(item, codec.RpcError), "the codec refused a valid frame" + detail
+    _judged_as(verdict, item, detail)
+    if verdict == "valid":
+        assert not isinstance(item, codec.RpcError)
         assert item.__struct_config__.tag == value["method"], detail
         _same(msgspec.to_builtins(item), value, "$")
     # Both channels take it without raising: a peer gets 200, 202 or 400, never a 500.
@@ -344,14 +352,7 @@ def agree_in_a_batch(good: bytes, text: bytes, broken: str) -> None:
     first, element = decoded.items[:2]
     assert not isinstance(first, codec.RpcError), detail
     verdict, _ = reference(text)
-    if verdict == "unparseable":
-        assert isinstance(element, codec.RpcError), "accepted unparseable text" + detail
-        assert element.code == codec.PARSE_ERROR, "not a parse error" + detail
-    elif verdict == "invalid":
-        assert isinstance(element, codec.RpcError), "accepted an invalid frame" + detail
-        assert element.code != codec.PARSE_ERROR, "valid JSON called unparseable" + detail
-    else:
-        assert not isinstance(element, codec.RpcError), "refused a valid frame" + detail
+    _judged_as(verdict, element, detail)
 
 
 @FUZZ
