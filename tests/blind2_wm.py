@@ -162,9 +162,19 @@ def _unknown_method_before_id() -> None:
 # -- the workload table: state changes ----------------------------------------------------------
 
 
-def _tomb_forgets_earlier_runs() -> None:
-    """A removal replaces the (originatedFrom, id) tombstone instead of adding its run to it,
-    so removing run 2's id 7 lets a late event of the removed run 1's id 7 back."""
+@dataclasses.dataclass(frozen=True)
+class _Removing:
+    """What a call of ``WorkloadTable.remove`` was asked (its ``now`` aside)."""
+
+    origin: str
+    workload_id: str
+    run_id: str | None
+    local: bool
+
+
+def _after_remove(change: Callable[[dedup.WorkloadTable, _Removing, Outcome], Outcome]) -> None:
+    """Patch ``WorkloadTable.remove`` so that ``change`` may alter each call's outcome: one copy
+    of its signature for the stand-ins that bend what a removal answers."""
     orig = dedup.WorkloadTable.remove
 
     def remove(
@@ -177,64 +187,54 @@ def _tomb_forgets_earlier_runs() -> None:
         local: bool = False,
     ) -> tuple[Outcome, dedup.Removal]:
         outcome, removal = orig(self, origin, workload_id, run_id, now, local=local)
-        okey = (origin, workload_id)
-        tomb = self._tombs.cur.get(okey)
-        if outcome is Outcome.APPLIED and tomb is not None:
-            runs = dedup._tomb_runs(tomb)
-            self._tombs.cur[okey] = (runs[-1],) if isinstance(tomb, tuple) else runs[-1]
-        return outcome, removal
+        return change(self, _Removing(origin, workload_id, run_id, local), outcome), removal
 
     dedup.WorkloadTable.remove = remove  # type: ignore[method-assign]
+
+
+def _tomb_forgets_earlier_runs() -> None:
+    """A removal replaces the (originatedFrom, id) tombstone instead of adding its run to it,
+    so removing run 2's id 7 lets a late event of the removed run 1's id 7 back."""
+
+    def change(t: dedup.WorkloadTable, call: _Removing, outcome: Outcome) -> Outcome:
+        okey = (call.origin, call.workload_id)
+        tomb = t._tombs.cur.get(okey)
+        if outcome is Outcome.APPLIED and tomb is not None:
+            runs = dedup._tomb_runs(tomb)
+            t._tombs.cur[okey] = (runs[-1],) if isinstance(tomb, tuple) else runs[-1]
+        return outcome
+
+    _after_remove(change)
 
 
 def _bare_removal_covers_every_run() -> None:
     """A removal without runId tombstones every run of (originatedFrom, id), so a new run that
     reuses the id (ids restart at 1) is suppressed; the contract covers the newest run held."""
-    orig = dedup.WorkloadTable.remove
 
-    def remove(
-        self: dedup.WorkloadTable,
-        origin: str,
-        workload_id: str,
-        run_id: str | None,
-        now: float,
-        *,
-        local: bool = False,
-    ) -> tuple[Outcome, dedup.Removal]:
-        outcome, removal = orig(self, origin, workload_id, run_id, now, local=local)
-        okey = (origin, workload_id)
-        tomb = self._tombs.cur.get(okey)
-        if outcome is Outcome.APPLIED and run_id is None and tomb is not None:
+    def change(t: dedup.WorkloadTable, call: _Removing, outcome: Outcome) -> Outcome:
+        okey = (call.origin, call.workload_id)
+        tomb = t._tombs.cur.get(okey)
+        if outcome is Outcome.APPLIED and call.run_id is None and tomb is not None:
             runs = [*dedup._tomb_runs(tomb)]
             if "" not in runs:
                 runs.append("")
-            self._tombs.cur[okey] = tuple(runs) if isinstance(tomb, tuple) else runs
-        return outcome, removal
+            t._tombs.cur[okey] = tuple(runs) if isinstance(tomb, tuple) else runs
+        return outcome
 
-    dedup.WorkloadTable.remove = remove  # type: ignore[method-assign]
+    _after_remove(change)
 
 
 def _peer_repeat_removal_forwarded() -> None:
     """A repeated removal from a peer is forwarded to the broker again (the local channel's
     repeats are collapsed; the inter-node side forgot the same check)."""
-    orig = dedup.WorkloadTable.remove
 
-    def remove(
-        self: dedup.WorkloadTable,
-        origin: str,
-        workload_id: str,
-        run_id: str | None,
-        now: float,
-        *,
-        local: bool = False,
-    ) -> tuple[Outcome, dedup.Removal]:
-        outcome, removal = orig(self, origin, workload_id, run_id, now, local=local)
-        if outcome is Outcome.DUPLICATE and not local:
-            self.duplicates -= 1
-            return Outcome.APPLIED, removal
-        return outcome, removal
+    def change(t: dedup.WorkloadTable, call: _Removing, outcome: Outcome) -> Outcome:
+        if outcome is Outcome.DUPLICATE and not call.local:
+            t.duplicates -= 1
+            return Outcome.APPLIED
+        return outcome
 
-    dedup.WorkloadTable.remove = remove  # type: ignore[method-assign]
+    _after_remove(change)
 
 
 def _peer_stale_forwarded() -> None:
@@ -590,7 +590,6 @@ def _restart_removal_repeat_applied() -> None:
     instead of ``duplicate``."""
     reloaded: set[tuple[str, str]] = set()
     orig_load = dedup.Reloader.load
-    orig_remove = dedup.WorkloadTable.remove
 
     def load(self: dedup.Reloader, records: Iterable[Any]) -> None:
         kept = list(records)
@@ -600,24 +599,16 @@ def _restart_removal_repeat_applied() -> None:
                 reloaded.add((rec[2], rec[3]))
         orig_load(self, kept)
 
-    def remove(
-        self: dedup.WorkloadTable,
-        origin: str,
-        workload_id: str,
-        run_id: str | None,
-        now: float,
-        *,
-        local: bool = False,
-    ) -> tuple[Outcome, dedup.Removal]:
-        outcome, removal = orig_remove(self, origin, workload_id, run_id, now, local=local)
-        if outcome is Outcome.DUPLICATE and local and (origin, workload_id) in reloaded:
-            reloaded.discard((origin, workload_id))
-            self.duplicates -= 1
-            return Outcome.APPLIED, removal
-        return outcome, removal
+    def change(t: dedup.WorkloadTable, call: _Removing, outcome: Outcome) -> Outcome:
+        okey = (call.origin, call.workload_id)
+        if outcome is Outcome.DUPLICATE and call.local and okey in reloaded:
+            reloaded.discard(okey)
+            t.duplicates -= 1
+            return Outcome.APPLIED
+        return outcome
 
     dedup.Reloader.load = load  # type: ignore[method-assign]
-    dedup.WorkloadTable.remove = remove  # type: ignore[method-assign]
+    _after_remove(change)
 
 
 def _partial_400_retried() -> None:
