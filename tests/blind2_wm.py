@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from nvpair_wm import (
     broadcaster,
@@ -162,8 +162,7 @@ def _unknown_method_before_id() -> None:
 # -- the workload table: state changes ----------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class _Removing:
+class _Removing(NamedTuple):
     """What a call of ``WorkloadTable.remove`` was asked (its ``now`` aside)."""
 
     origin: str
